@@ -1,0 +1,32 @@
+"""What the engine needs to know; the CLI builds it from etcd-style flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..mvcc.shard import DEFAULT_SHARDS
+
+DEFAULT_QUOTA_BYTES = 2 << 30  # etcd's default --quota-backend-bytes
+MAX_QUOTA_BYTES = 8 << 30  # etcd warns above this; we accept it
+
+
+@dataclass
+class EngineConfig:
+    data_dir: str
+    name: str = "default"
+    shards: int = DEFAULT_SHARDS
+    shard_boundaries: list[bytes] | None = None  # None: the Kubernetes-aware default
+    max_txn_ops: int = 128
+    quota_backend_bytes: int = DEFAULT_QUOTA_BYTES
+    auto_compaction_mode: str = "periodic"
+    auto_compaction_retention: str = "0"
+    backend: str = "lmdb"
+    # Journal segments roll over at this size.
+    segment_bytes: int = 64 << 20
+    # A checkpoint moves the memtable into the value store and lets old
+    # journal segments go; it starts when any of these is exceeded.
+    checkpoint_interval_seconds: float = 60.0
+    checkpoint_journal_bytes: int = 128 << 20
+    checkpoint_memtable_records: int = 500_000
+    # Keys compacted per step between write batches.
+    compaction_step_keys: int = 2000

@@ -1,0 +1,512 @@
+"""The engine: the MVCC store made durable.
+
+Writes: callers `submit` requests; one committer thread takes everything that
+queued up, applies it to the store as one batch, appends one journal record
+for the whole batch, fdatasyncs once, and only then publishes the new
+revision and completes the callers (group commit).  While it syncs, the next
+batch queues.
+
+Reads are served at `committed_rev`, the newest revision whose journal record
+is on disk, so no reader sees a write that a crash could undo, even though the
+store's in-memory state may already be a batch ahead.
+
+Lock order: `_lock` guards the store and `committed_rev`; it is never held
+while waiting on the disk (journal sync, checkpoint writes), and the queue's
+condition variable is never taken while holding `_lock`.
+
+Crash safety: the value store only receives whole checkpoints (records up to
+a cut, plus the cut's journal index, in one atomic synced write).  Recovery =
+load the last checkpoint + replay journal records after its index.  A journal
+failure after a batch was applied in memory cannot be rolled back, so the
+engine stops taking writes (reads keep working at the committed revision,
+which never included that batch) until it is restarted.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from .. import backend as backend_mod
+from ..journal import Journal
+from ..mvcc import errors
+from ..mvcc.requests import (
+    CompactRequest,
+    LeaseGrantRequest,
+    PutRequest,
+    RangeRequest,
+    TxnRequest,
+)
+from ..mvcc.shard import default_boundaries
+from ..mvcc.store import Store
+from ..mvcc.validation import is_txn_readonly
+from .config import EngineConfig
+from .ids import new_id
+
+log = logging.getLogger("brain.engine")
+
+META_CHECKPOINT = b"brain.checkpoint"
+META_IDENTITY = b"brain.identity"
+META_LAYOUT = b"brain.layout"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatistics:
+    revision: int
+    committed_revision: int
+    compact_revision: int
+    keys_total: int
+    keys_live: int
+    memtable_records: int
+    batches: int
+    requests: int
+    checkpoints: int
+    last_checkpoint_seconds: float
+    journal_bytes_since_checkpoint: int
+    backend_size_bytes: int
+    backend_in_use_bytes: int
+    leases: int
+    failed: str | None
+
+
+class _Pending:
+    __slots__ = ("request", "future", "wait_compact", "result")
+
+    def __init__(self, request) -> None:
+        self.request = request
+        self.future: Future = Future()
+        self.wait_compact = 0
+        self.result = None
+
+
+class DataDirLocked(RuntimeError):
+    pass
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())
+        self._queue: deque[_Pending] = deque()
+        self._stopping = False
+        self._failed: errors.EtcdError | None = None
+        self._failed_reason: str | None = None
+        self._compact_waiters: list[tuple[int, _Pending]] = []
+        self._checkpoint_thread: threading.Thread | None = None
+        self._checkpoint_done = threading.Event()
+        self._checkpoint_error: BaseException | None = None
+        self._checkpoint_index = 0
+        self._last_checkpoint_time = time.monotonic()
+        self._journal_bytes = 0
+        self._batches = 0
+        self._requests = 0
+        self._checkpoints = 0
+        self._last_checkpoint_seconds = 0.0
+        self._backend_size = 0
+        self._backend_in_use = 0
+        self.raft_term = 1
+        self.cluster_id = 0
+        self.member_id = 0
+
+    # ------------------------------------------------------------------
+    # opening and recovery
+
+    @classmethod
+    def open(cls, config: EngineConfig) -> "Engine":
+        eng = cls(config)
+        eng._open()
+        return eng
+
+    def _open(self) -> None:
+        cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(cfg.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise DataDirLocked(f"data directory {cfg.data_dir} is in use by another process")
+
+        boundaries = cfg.shard_boundaries if cfg.shard_boundaries is not None else default_boundaries(cfg.shards)
+        if len(boundaries) + 1 != cfg.shards:
+            raise ValueError(f"--shards {cfg.shards} needs {cfg.shards - 1} boundaries, got {len(boundaries)}")
+        values_dir = os.path.join(cfg.data_dir, "values")
+        opts = {}
+        if cfg.backend == "lmdb":
+            os.makedirs(values_dir, exist_ok=True)
+        self.backend = backend_mod.open_backend(cfg.backend, values_dir, cfg.shards, **opts)
+
+        layout = self.backend.get_meta(META_LAYOUT)
+        identity = self.backend.get_meta(META_IDENTITY)
+        if layout is not None:
+            stored = [bytes.fromhex(b) for b in json.loads(layout)["boundaries"]]
+            if stored != list(boundaries):
+                raise ValueError(
+                    f"data directory {cfg.data_dir} was created with shard boundaries "
+                    f"{stored!r}; this server was started with {list(boundaries)!r} (resharding is not supported)"
+                )
+        ident = json.loads(identity) if identity else {"cluster_id": new_id(), "member_id": new_id(), "term": 0}
+        ident["term"] = ident.get("term", 0) + 1
+        self.cluster_id, self.member_id, self.raft_term = ident["cluster_id"], ident["member_id"], ident["term"]
+        self.backend.write(backend_mod.WriteBatch(meta={
+            META_LAYOUT: json.dumps({"boundaries": [b.hex() for b in boundaries]}).encode(),
+            META_IDENTITY: json.dumps(ident).encode(),
+        }))
+
+        self.store = Store(self.backend, boundaries, cfg.max_txn_ops)
+        started = time.monotonic()
+        cp = self.backend.get_meta(META_CHECKPOINT)
+        journal_index = 0
+        if cp is not None:
+            meta = json.loads(cp)
+            self.store.load_records(meta["leases"])
+            self.store.revision = meta["revision"]
+            self.store.compact_rev = meta["compact_rev"]
+            self.store.compact_done_rev = meta["compact_done_rev"]
+            journal_index = meta["journal_index"]
+            log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
+                     self.store.revision, journal_index, self.store.keys_total(), time.monotonic() - started)
+        if self.store.compact_done_rev < self.store.compact_rev:
+            self.store._start_compaction(self.store.compact_rev)
+
+        self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
+        replayed = 0
+        last_log = time.monotonic()
+        for index, payload in self.journal.records(after_index=journal_index):
+            self.store.replay(payload)
+            self._journal_bytes += len(payload)
+            replayed += 1
+            if time.monotonic() - last_log > 2.0:
+                log.info("replaying journal: %d records, revision %d", replayed, self.store.revision)
+                last_log = time.monotonic()
+        self._checkpoint_index = journal_index
+        if replayed:
+            log.info("replayed %d journal records to revision %d", replayed, self.store.revision)
+        self.committed_rev = self.store.revision
+        self._refresh_backend_size()
+        log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
+
+        self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
+        self._committer.start()
+
+    # ------------------------------------------------------------------
+    # reads (served at the committed revision)
+
+    def range(self, req: RangeRequest):
+        with self._lock:
+            return self.store.range(req, self.committed_rev)
+
+    # ------------------------------------------------------------------
+    # writes
+
+    def submit(self, request) -> Future:
+        """Queue a write request; the future completes with its result or
+        EtcdError once its journal record is on disk."""
+        p = _Pending(request)
+        if isinstance(request, CompactRequest) and request.physical:
+            p.wait_compact = request.revision
+        with self._cv:
+            if self._stopping:
+                p.future.set_exception(errors.ErrStopped)
+                return p.future
+            self._queue.append(p)
+            if len(self._queue) == 1:
+                self._cv.notify()
+        return p.future
+
+    def _write(self, request):
+        return self.submit(request).result()
+
+    def put(self, req: PutRequest):
+        return self._write(req)
+
+    def delete_range(self, req):
+        return self._write(req)
+
+    def txn(self, req: TxnRequest):
+        if is_txn_readonly(req):
+            with self._lock:
+                return self.store.txn_readonly(req, self.committed_rev)
+        return self._write(req)
+
+    def compact(self, req: CompactRequest):
+        return self._write(req)
+
+    def lease_grant(self, req: LeaseGrantRequest):
+        return self._write(req)
+
+    def lease_revoke(self, req):
+        return self._write(req)
+
+    # ------------------------------------------------------------------
+    # the committer thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if not self._queue and not self._stopping:
+                    idle_wait = 0.0 if self.store.compacting else 0.2
+                    if idle_wait:
+                        self._cv.wait(idle_wait)
+                batch = list(self._queue)
+                self._queue.clear()
+                stopping = self._stopping
+            controls = [p for p in batch if isinstance(p.request, _Control)]
+            if controls:
+                batch = [p for p in batch if not isinstance(p.request, _Control)]
+            if batch:
+                try:
+                    self._commit(batch)
+                except BaseException as e:  # never leave callers hanging
+                    log.exception("commit failed")
+                    self._fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
+                    for p in batch:
+                        if not p.future.done():
+                            p.future.set_exception(errors.ErrStopped)
+            self._maintain()
+            for c in controls:
+                c.request.fn()
+            if stopping and not batch:
+                with self._cv:
+                    if not self._queue:
+                        return
+
+    def _over_quota(self) -> bool:
+        return self._backend_in_use + self._journal_bytes > self.config.quota_backend_bytes
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        if self._failed is not None:
+            for p in batch:
+                p.future.set_exception(self._failed)
+            return
+        requests = []
+        admitted = []
+        over = self._over_quota()
+        for p in batch:
+            if over and _adds_data(p.request):
+                p.future.set_exception(errors.ErrNoSpace)
+                continue
+            requests.append(p.request)
+            admitted.append(p)
+        if not admitted:
+            return
+        with self._lock:
+            results, payload = self.store.apply(requests)
+            new_rev = self.store.revision
+        if payload:
+            try:
+                self.journal.append(payload)
+                self.journal.sync()
+            except BaseException as e:
+                nospace = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or \
+                    getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                err = errors.ErrNoSpace if nospace else errors.ErrStopped
+                log.error("journal write failed (%r); refusing writes until restart", e)
+                self._fail(err, f"journal write failed: {e!r}")
+                for p in admitted:
+                    p.future.set_exception(err)
+                return
+            self._journal_bytes += len(payload)
+        with self._lock:
+            self.committed_rev = new_rev
+        self._batches += 1
+        self._requests += len(admitted)
+        for p, res in zip(admitted, results):
+            if isinstance(res, errors.EtcdError):
+                p.future.set_exception(res)
+            elif p.wait_compact:
+                p.result = res
+                self._compact_waiters.append((p.wait_compact, p))
+            else:
+                p.future.set_result(res)
+
+    def _fail(self, err: errors.EtcdError, reason: str) -> None:
+        self._failed = err
+        self._failed_reason = reason
+
+    def _maintain(self) -> None:
+        """Between batches: a bounded compaction step, checkpoint work."""
+        if self.store.compacting:
+            with self._lock:
+                self.store.compaction_step(self.config.compaction_step_keys)
+        if self._compact_waiters:
+            done_rev = self.store.compact_done_rev
+            still = []
+            for rev, p in self._compact_waiters:
+                if done_rev >= rev:
+                    p.future.set_result(p.result)
+                else:
+                    still.append((rev, p))
+            self._compact_waiters = still
+        self._checkpoint_maintenance()
+
+    # ------------------------------------------------------------------
+    # checkpoints
+
+    def _checkpoint_due(self) -> bool:
+        cfg = self.config
+        if self._journal_bytes == 0:
+            return False
+        return (
+            self._journal_bytes >= cfg.checkpoint_journal_bytes
+            or self.store.memtable_entries() >= cfg.checkpoint_memtable_records
+            or time.monotonic() - self._last_checkpoint_time >= cfg.checkpoint_interval_seconds
+        )
+
+    def _checkpoint_maintenance(self, force: bool = False) -> None:
+        t = self._checkpoint_thread
+        if t is not None:
+            if not self._checkpoint_done.is_set():
+                return
+            t.join()
+            self._checkpoint_thread = None
+            self._finish_checkpoint()
+        if self._failed is None and (force or self._checkpoint_due()):
+            self._start_checkpoint()
+
+    def _start_checkpoint(self) -> None:
+        with self._lock:
+            cut = self.store.checkpoint_cut()
+        index = self.journal.last_index
+        self._cut_index = index
+        self._cut = cut
+        self._cut_bytes = self._journal_bytes
+        self._checkpoint_done.clear()
+        self._checkpoint_error = None
+        self._checkpoint_thread = threading.Thread(
+            target=self._write_checkpoint, args=(cut, index), name="brain-checkpoint", daemon=True)
+        self._checkpoint_thread.start()
+
+    def _write_checkpoint(self, cut, index: int) -> None:
+        started = time.monotonic()
+        try:
+            meta = {
+                "revision": cut.revision,
+                "compact_rev": cut.compact_rev,
+                "compact_done_rev": cut.compact_done_rev,
+                "journal_index": index,
+                "leases": cut.leases,
+            }
+            batch = backend_mod.WriteBatch(
+                puts=list(cut.records()),
+                deletes=list(cut.deleted()),
+                meta={META_CHECKPOINT: json.dumps(meta).encode()},
+            )
+            self.backend.write(batch)
+            self._last_checkpoint_seconds = time.monotonic() - started
+            log.debug("checkpoint at revision %d: %d records, %d deletes in %.3fs",
+                      cut.revision, len(batch.puts), len(batch.deletes), self._last_checkpoint_seconds)
+        except BaseException as e:
+            self._checkpoint_error = e
+        finally:
+            self._checkpoint_done.set()
+
+    def _finish_checkpoint(self) -> None:
+        err = self._checkpoint_error
+        if err is not None:
+            log.error("checkpoint failed (%r); journal segments are kept", err)
+            # The frozen records go back to being served from memory; they
+            # are written again by the next checkpoint.
+            with self._lock:
+                self.store.checkpoint_abort(self._cut)
+            self._last_checkpoint_time = time.monotonic()
+            return
+        with self._lock:
+            self.store.checkpoint_done()
+        self.journal.release(self._cut_index)
+        self._checkpoint_index = self._cut_index
+        self._journal_bytes -= self._cut_bytes
+        self._checkpoints += 1
+        self._last_checkpoint_time = time.monotonic()
+        self._refresh_backend_size()
+
+    def _refresh_backend_size(self) -> None:
+        st = self.backend.statistics()
+        self._backend_size = st.size_bytes
+        self._backend_in_use = st.in_use_bytes
+
+    def checkpoint(self) -> None:
+        """Run a full checkpoint now (used by tests and shutdown)."""
+        fut: Future = Future()
+        self._control(lambda: self._sync_checkpoint(fut))
+        fut.result()
+
+    def _sync_checkpoint(self, fut: Future) -> None:
+        try:
+            if self._checkpoint_thread is not None:
+                self._checkpoint_thread.join()
+                self._checkpoint_thread = None
+                self._finish_checkpoint()
+            if self._failed is None and self._journal_bytes:
+                self._start_checkpoint()
+                self._checkpoint_thread.join()
+                self._checkpoint_thread = None
+                self._finish_checkpoint()
+            fut.set_result(None)
+        except BaseException as e:
+            fut.set_exception(e)
+
+    def _control(self, fn) -> None:
+        """Run fn on the committer thread (the journal's only writer)."""
+        p = _Pending(_Control(fn))
+        with self._cv:
+            self._queue.append(p)
+            self._cv.notify()
+
+    # ------------------------------------------------------------------
+    # shutdown and introspection
+
+    def close(self) -> None:
+        with self._cv:
+            if self._stopping:
+                return
+        try:
+            self.checkpoint()
+        except Exception:
+            log.exception("final checkpoint failed; the journal still holds every write")
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._committer.join()
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.join()
+        self.journal.close()
+        self.backend.close()
+        os.close(self._lock_fd)
+
+    def statistics(self) -> EngineStatistics:
+        with self._lock:
+            s = self.store
+            return EngineStatistics(
+                revision=s.revision, committed_revision=self.committed_rev, compact_revision=s.compact_rev,
+                keys_total=s.keys_total(), keys_live=s.keys_live, memtable_records=s.memtable_entries(),
+                batches=self._batches, requests=self._requests, checkpoints=self._checkpoints,
+                last_checkpoint_seconds=self._last_checkpoint_seconds,
+                journal_bytes_since_checkpoint=self._journal_bytes,
+                backend_size_bytes=self._backend_size, backend_in_use_bytes=self._backend_in_use,
+                leases=len(s.lessor), failed=self._failed_reason)
+
+
+class _Control:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+
+def _adds_data(req) -> bool:
+    """etcd's quota applies to puts, Txns that may put, and lease grants."""
+    if isinstance(req, (PutRequest, LeaseGrantRequest)):
+        return True
+    if isinstance(req, TxnRequest):
+        return not is_txn_readonly(req)
+    return False

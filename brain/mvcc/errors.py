@@ -1,0 +1,53 @@
+"""etcd's client-visible errors, as (status code name, exact text).
+
+Clients (etcd's clientv3, kube-apiserver) match on the exact message text, so
+these strings are part of the wire contract.  The code is a name of a gRPC
+status code; only the api layer turns it into a grpc.StatusCode, which keeps
+this package free of grpc.
+"""
+
+from __future__ import annotations
+
+
+class EtcdError(Exception):
+    """A request failed the way etcd would fail it."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EtcdError) and (self.code, self.message) == (other.code, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.message))
+
+    def __repr__(self) -> str:
+        return f"EtcdError({self.code}, {self.message!r})"
+
+
+def _e(code: str, message: str) -> EtcdError:
+    return EtcdError(code, message)
+
+
+ErrEmptyKey = _e("INVALID_ARGUMENT", "etcdserver: key is not provided")
+ErrKeyNotFound = _e("INVALID_ARGUMENT", "etcdserver: key not found")
+ErrValueProvided = _e("INVALID_ARGUMENT", "etcdserver: value is provided")
+ErrLeaseProvided = _e("INVALID_ARGUMENT", "etcdserver: lease is provided")
+ErrTooManyOps = _e("INVALID_ARGUMENT", "etcdserver: too many operations in txn request")
+ErrDuplicateKey = _e("INVALID_ARGUMENT", "etcdserver: duplicate key given in txn request")
+ErrInvalidSortOption = _e("INVALID_ARGUMENT", "etcdserver: invalid sort option")
+ErrRequestTooLarge = _e("INVALID_ARGUMENT", "etcdserver: request is too large")
+ErrCompacted = _e("OUT_OF_RANGE", "etcdserver: mvcc: required revision has been compacted")
+ErrFutureRev = _e("OUT_OF_RANGE", "etcdserver: mvcc: required revision is a future revision")
+ErrLeaseNotFound = _e("NOT_FOUND", "etcdserver: requested lease not found")
+ErrLeaseExist = _e("FAILED_PRECONDITION", "etcdserver: lease already exists")
+ErrLeaseTTLTooLarge = _e("OUT_OF_RANGE", "etcdserver: too large lease TTL")
+ErrNoSpace = _e("RESOURCE_EXHAUSTED", "etcdserver: mvcc: database space exceeded")
+ErrTooManyRequests = _e("RESOURCE_EXHAUSTED", "etcdserver: too many requests")
+ErrStopped = _e("UNAVAILABLE", "etcdserver: server stopped")
+ErrTimeout = _e("UNAVAILABLE", "etcdserver: request timed out")
+ErrNoLeader = _e("UNAVAILABLE", "etcdserver: no leader")

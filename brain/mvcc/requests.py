@@ -1,0 +1,163 @@
+"""The requests and results the MVCC core speaks.
+
+They mirror etcd's etcdserverpb messages field for field (same names, same
+defaults) so the api layer converts with no interpretation, yet this package
+never imports protobuf.  Enum values are etcd's numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+# RangeRequest.SortOrder
+SORT_NONE, SORT_ASCEND, SORT_DESCEND = 0, 1, 2
+# RangeRequest.SortTarget
+TARGET_KEY, TARGET_VERSION, TARGET_CREATE, TARGET_MOD, TARGET_VALUE = 0, 1, 2, 3, 4
+# Compare.CompareResult
+CMP_EQUAL, CMP_GREATER, CMP_LESS, CMP_NOT_EQUAL = 0, 1, 2, 3
+# Compare.CompareTarget
+CMP_VERSION, CMP_CREATE, CMP_MOD, CMP_VALUE, CMP_LEASE = 0, 1, 2, 3, 4
+
+
+@dataclass(slots=True)
+class KeyValue:
+    key: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    value: bytes
+    lease: int
+
+
+@dataclass(slots=True)
+class RangeRequest:
+    key: bytes
+    range_end: bytes = b""
+    limit: int = 0
+    revision: int = 0
+    sort_order: int = SORT_NONE
+    sort_target: int = TARGET_KEY
+    serializable: bool = False
+    keys_only: bool = False
+    count_only: bool = False
+    min_mod_revision: int = 0
+    max_mod_revision: int = 0
+    min_create_revision: int = 0
+    max_create_revision: int = 0
+
+
+@dataclass(slots=True)
+class PutRequest:
+    key: bytes
+    value: bytes = b""
+    lease: int = 0
+    prev_kv: bool = False
+    ignore_value: bool = False
+    ignore_lease: bool = False
+
+
+@dataclass(slots=True)
+class DeleteRangeRequest:
+    key: bytes
+    range_end: bytes = b""
+    prev_kv: bool = False
+
+
+@dataclass(slots=True)
+class Compare:
+    """One Txn guard.  `union` names which target_union field the client set
+    ("version", "create_revision", "mod_revision", "value", "lease" or None);
+    etcd compares against zero / empty when it does not match `target`."""
+
+    result: int
+    target: int
+    key: bytes
+    range_end: bytes = b""
+    union: str | None = None
+    operand: int | bytes = 0
+
+
+# A Txn branch entry; None stands for an empty RequestOp (no oneof set).
+RequestOp = Union["RangeRequest", "PutRequest", "DeleteRangeRequest", "TxnRequest", None]
+
+
+@dataclass(slots=True)
+class TxnRequest:
+    compare: list[Compare] = field(default_factory=list)
+    success: list[RequestOp] = field(default_factory=list)
+    failure: list[RequestOp] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CompactRequest:
+    revision: int
+    physical: bool = False
+
+
+@dataclass(slots=True)
+class LeaseGrantRequest:
+    ttl: int
+    id: int = 0
+
+
+@dataclass(slots=True)
+class LeaseRevokeRequest:
+    id: int
+
+
+# --- results ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RangeResult:
+    revision: int
+    kvs: list[KeyValue]
+    more: bool
+    count: int
+
+
+@dataclass(slots=True)
+class PutResult:
+    revision: int
+    prev_kv: KeyValue | None = None
+
+
+@dataclass(slots=True)
+class DeleteRangeResult:
+    revision: int
+    deleted: int
+    prev_kvs: list[KeyValue] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TxnResult:
+    revision: int
+    succeeded: bool
+    responses: list["OpResult"]
+
+
+@dataclass(slots=True)
+class EmptyResult:
+    """The response to an empty RequestOp: a ResponseOp with no oneof set."""
+
+
+@dataclass(slots=True)
+class CompactResult:
+    revision: int
+
+
+@dataclass(slots=True)
+class LeaseGrantResult:
+    revision: int
+    id: int
+    ttl: int
+
+
+@dataclass(slots=True)
+class LeaseRevokeResult:
+    revision: int
+
+
+OpResult = Union[RangeResult, PutResult, DeleteRangeResult, TxnResult, EmptyResult]
+WriteRequest = Union[PutRequest, DeleteRangeRequest, TxnRequest, CompactRequest, LeaseGrantRequest, LeaseRevokeRequest]

@@ -1,0 +1,127 @@
+"""One shard: a key range with its own key index and its own record table.
+
+Records (the value of every revision of every key) live in three places, newest
+first: `active`, the memtable filling since the last checkpoint cut; `frozen`,
+the memtable being written to the value store by a checkpoint in progress;
+and the value store itself.  A record is in exactly one of them (a compacted
+record in `frozen` stays readable until the checkpoint ends, but nobody can
+ask for it: reads below the compaction revision are refused).
+
+The shard map: shard i holds keys in [boundaries[i-1], boundaries[i]), with
+the first shard open below and the last open above.  Shards are contiguous
+and ordered, so a range that spans several is their concatenation in shard
+order: no k-way merge is needed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from sortedcontainers import SortedDict
+
+from .codec import decode_record
+from .key_index import KeyIndex
+from .revision import to_bytes
+
+
+class Shard:
+    __slots__ = ("id", "index", "active", "frozen", "pending_deletes", "backend")
+
+    def __init__(self, shard_id: int, backend) -> None:
+        self.id = shard_id
+        self.index: SortedDict = SortedDict()  # key -> KeyIndex
+        self.active: dict[int, tuple] = {}
+        self.frozen: dict[int, tuple] = {}
+        self.pending_deletes: list[int] = []  # revisions to delete from the value store
+        self.backend = backend
+
+    def record(self, rev: int) -> tuple:
+        rec = self.active.get(rev)
+        if rec is not None:
+            return rec
+        rec = self.frozen.get(rev)
+        if rec is not None:
+            return rec
+        data = self.backend.get(self.id, to_bytes(rev))
+        if data is None:
+            raise KeyError(f"shard {self.id}: record for revision {rev:#x} is missing")
+        return decode_record(data)
+
+    def drop(self, rev: int) -> None:
+        """Forget a compacted revision's record."""
+        if self.active.pop(rev, None) is None:
+            self.pending_deletes.append(rev)
+
+    def key_index(self, key: bytes) -> KeyIndex:
+        ki = self.index.get(key)
+        if ki is None:
+            ki = KeyIndex(key)
+            self.index[key] = ki
+        return ki
+
+    def keys_in(self, key: bytes, end: bytes | None):
+        """Keys of this shard's index in [key, end); end None = no upper bound."""
+        return self.index.irange(key, end, inclusive=(True, False)) if end is not None else self.index.irange(key)
+
+
+class ShardMap:
+    __slots__ = ("boundaries",)
+
+    def __init__(self, boundaries: list[bytes]) -> None:
+        if any(not b for b in boundaries):
+            raise ValueError("shard boundaries must be non-empty keys")
+        if sorted(set(boundaries)) != list(boundaries):
+            raise ValueError("shard boundaries must be strictly increasing")
+        self.boundaries = list(boundaries)
+
+    def __len__(self) -> int:
+        return len(self.boundaries) + 1
+
+    def shard_of(self, key: bytes) -> int:
+        return bisect_right(self.boundaries, key)
+
+    def shards_for(self, key: bytes, end: bytes | None) -> range:
+        """Shard ids that can hold keys in [key, end)."""
+        first = bisect_right(self.boundaries, key)
+        last = len(self.boundaries) if end is None else bisect_left(self.boundaries, end)
+        return range(first, max(first, last) + 1)
+
+
+# Where the default shard boundaries go, most valuable split first.  Each is
+# the start of one Kubernetes resource prefix, so a list of one resource
+# never crosses a shard.  Kubernetes' write load is dominated by Events
+# (high churn, lease-expired), Leases (node heartbeats: a quarter of the
+# lease duration per node) and Pods (status updates); giving each its own
+# shard keeps their indexes, record tables and compaction walks apart from
+# the quiet bulk of the keyspace.  See docs/architecture.md.
+KUBERNETES_SPLIT_PRIORITY = (
+    b"/registry/events/",
+    b"/registry/leases/",
+    b"/registry/pods/",
+    b"/registry/configmaps/",
+    b"/registry/secrets/",
+    b"/registry/minions/",
+    b"/registry/services/",
+    b"/registry/replicasets/",
+    b"/registry/serviceaccounts/",
+    b"/registry/endpointslices/",
+    b"/registry/deployments/",
+    b"/registry/namespaces/",
+    b"/registry/jobs/",
+    b"/registry/persistentvolumeclaims/",
+    b"/registry/roles/",
+)
+
+DEFAULT_SHARDS = 4
+
+
+def default_boundaries(shards: int) -> list[bytes]:
+    """Boundaries for `shards` shards, taken from KUBERNETES_SPLIT_PRIORITY."""
+    if shards < 1:
+        raise ValueError("--shards must be at least 1")
+    if shards - 1 > len(KUBERNETES_SPLIT_PRIORITY):
+        raise ValueError(
+            f"--shards {shards} needs explicit --shard-boundaries "
+            f"(the default table has {len(KUBERNETES_SPLIT_PRIORITY) + 1} shards at most)"
+        )
+    return sorted(KUBERNETES_SPLIT_PRIORITY[: shards - 1])
