@@ -48,6 +48,7 @@ from ..mvcc.requests import (
 from ..mvcc.shard import default_boundaries
 from ..mvcc.store import Store
 from ..mvcc.validation import is_txn_readonly
+from .compactor import Compactor
 from .config import EngineConfig
 from .ids import new_id
 
@@ -94,6 +95,8 @@ class DataDirLocked(RuntimeError):
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        # Fail on a bad retention before touching the data directory.
+        Compactor(config.auto_compaction_mode, config.auto_compaction_retention, lambda: 0, lambda r: None)
         self._lock = threading.Lock()
         self._cv = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
@@ -197,6 +200,9 @@ class Engine:
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
         self._committer.start()
+        self._compactor = Compactor(cfg.auto_compaction_mode, cfg.auto_compaction_retention,
+                                    lambda: self.committed_rev, self.compact)
+        self._compactor.start()
 
     # ------------------------------------------------------------------
     # reads (served at the committed revision)
@@ -469,6 +475,7 @@ class Engine:
         with self._cv:
             if self._stopping:
                 return
+        self._compactor.stop()
         try:
             self.checkpoint()
         except Exception:
