@@ -1,0 +1,288 @@
+"""The gRPC server: listeners, options, services, graceful shutdown.
+
+``ApiServer`` binds the etcd v3 services of one engine to every
+--listen-client-urls entry; ``run(config)`` is `brain serve`: open the
+engine, serve until SIGTERM/SIGINT, drain in-flight calls, close the engine.
+
+Options mirror etcd's server where clients can tell the difference:
+
+* receive limit = --max-request-bytes + 512 KiB, send limit = MaxInt32;
+* keepalive enforcement as etcd's defaults (--grpc-keepalive-min-time 5s,
+  pings without active calls allowed: clientv3 keeps idle connections alive
+  with pings, and an unhappy server would answer with GOAWAY
+  "too_many_pings");
+* SO_REUSEPORT off, so a second server on a taken port fails to start
+  instead of silently sharing the port.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket
+import stat
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+
+from brain.api.kv import KVService
+from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+from brain.config import ConfigError, ListenURL, ServerConfig, format_key
+
+log = logging.getLogger("brain.api.server")
+
+MAX_SEND_BYTES = 2**31 - 1  # etcd: math.MaxInt32
+KEEPALIVE_TIME_MS = 2 * 60 * 60 * 1000  # etcd --grpc-keepalive-interval 2h
+KEEPALIVE_TIMEOUT_MS = 20 * 1000  # etcd --grpc-keepalive-timeout 20s
+KEEPALIVE_MIN_TIME_MS = 5 * 1000  # etcd --grpc-keepalive-min-time 5s
+
+
+class ListenError(RuntimeError):
+    """A listener could not be bound; the message reads like etcd's."""
+
+
+def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", config.grpc_max_recv_bytes),
+        ("grpc.max_send_message_length", MAX_SEND_BYTES),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MIN_TIME_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials from --cert-file/--key-file(/--trusted-ca-file), or None."""
+    if not (config.cert_file and config.key_file):
+        return None
+
+    def read(path: str, flag: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise ConfigError(f"{flag} {path}: {e.strerror or e}") from None
+
+    cert = read(config.cert_file, "--cert-file")
+    key = read(config.key_file, "--key-file")
+    ca = read(config.trusted_ca_file, "--trusted-ca-file") if config.trusted_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)],
+        root_certificates=ca,
+        require_client_auth=bool(config.client_cert_auth),
+    )
+
+
+def _remove_stale_socket(path: str) -> None:
+    """etcd removes a leftover socket file before listening; so do we (only
+    sockets: a regular file at that path is left for the bind to fail on)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISSOCK(st.st_mode):
+        os.unlink(path)
+
+
+def _bind_failure_reason(lu: ListenURL) -> str:
+    """Why grpc could not bind ``lu``: grpc's own error says only that it
+    failed, so try the same bind with a plain socket to get the OS error."""
+    try:
+        if lu.is_unix:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target = lu.path
+        else:
+            host, _, port = lu.address.rpartition(":")
+            host = host.strip("[]")
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            s = socket.socket(family, socket.SOCK_STREAM)
+            target = (host, int(port))
+        with s:
+            s.bind(target)
+    except OSError as e:
+        return (e.strerror or str(e)).lower()
+    return "bind failed"
+
+
+class ApiServer:
+    """The etcd v3 gRPC services of one engine, on the configured listeners."""
+
+    def __init__(self, engine, config: ServerConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.endpoints: list[str] = []  # resolved URLs, after start()
+        self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+
+    def _add_services(self, server: grpc.Server) -> None:
+        rpc_pb2_grpc.add_KVServicer_to_server(
+            KVService(self.engine, max_request_bytes=self.config.max_request_bytes), server
+        )
+
+    def start(self) -> None:
+        config = self.config
+        listeners = config.listeners()
+        creds = server_credentials(config) if any(lu.secure for lu in listeners) else None
+        if creds is None and (config.cert_file or config.key_file):
+            log.warning("scheme is http/unix while key and cert files are present; ignoring key and cert files")
+        self._executor = futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc")
+        server = grpc.server(self._executor, options=grpc_options(config))
+        self._add_services(server)
+        endpoints = []
+        try:
+            for lu in listeners:
+                endpoints.append(self._bind(server, lu, creds))
+        except BaseException:
+            server.stop(None)
+            self._executor.shutdown(wait=False)
+            raise
+        server.start()
+        self._server = server
+        self.endpoints = endpoints
+
+    def _bind(self, server: grpc.Server, lu: ListenURL, creds) -> str:
+        if lu.is_unix:
+            _remove_stale_socket(lu.path)
+        try:
+            if lu.secure:
+                port = server.add_secure_port(lu.address, creds)
+            else:
+                port = server.add_insecure_port(lu.address)
+        except RuntimeError:
+            port = 0
+        if lu.is_unix:
+            if port == 0:
+                raise ListenError(f"listen unix {lu.path}: bind: {_bind_failure_reason(lu)}")
+            return lu.url
+        if port == 0:
+            raise ListenError(f"listen tcp {lu.address}: bind: {_bind_failure_reason(lu)}")
+        host = lu.address.rpartition(":")[0]
+        return f"{lu.scheme}://{host}:{port}"
+
+    def stop(self, grace: float | None = None) -> None:
+        """Refuse new calls at once, let running ones finish for up to
+        ``grace`` seconds (None: cancel them now), then release threads."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(grace).wait()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        for lu in self.config.listeners():
+            if lu.is_unix:
+                try:
+                    _remove_stale_socket(lu.path)
+                except OSError:
+                    pass
+
+
+def _engine_config(config: ServerConfig):
+    from brain.engine import EngineConfig
+
+    kw = dict(
+        data_dir=config.data_dir,
+        name=config.name,
+        max_txn_ops=config.max_txn_ops,
+        quota_backend_bytes=config.quota_backend_bytes,
+        auto_compaction_mode=config.auto_compaction_mode,
+        auto_compaction_retention=config.auto_compaction_retention,
+    )
+    shards = config.effective_shards()
+    if shards is not None:
+        kw["shards"] = shards
+    if config.shard_boundaries is not None:
+        kw["shard_boundaries"] = list(config.shard_boundaries)
+    if config.backend is not None:
+        kw["backend"] = config.backend
+    return EngineConfig(**kw)
+
+
+def _describe_layout(engine_config) -> str:
+    from brain.mvcc.shard import default_boundaries
+
+    shards = engine_config.shards
+    bounds = engine_config.shard_boundaries
+    if bounds is None:
+        try:
+            bounds = default_boundaries(shards)
+        except ValueError:
+            bounds = []
+    if not bounds:
+        return f"{shards} shard"
+    return f"{shards} shards split at [{', '.join(format_key(b) for b in bounds)}]"
+
+
+def run(config: ServerConfig) -> int:
+    """`brain serve`: returns the process exit code."""
+    from brain import __version__
+    from brain.engine import Engine
+
+    try:
+        config.validate()
+        engine_config = _engine_config(config)
+    except (ConfigError, ValueError, TypeError) as e:
+        log.error("invalid configuration: %s", e)
+        return 2
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("received %s again, exiting without draining", name)
+            os._exit(1)
+        log.info("received %s, shutting down", name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
+            engine = Engine.open(engine_config)
+        except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
+            log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=True)
+            return 1
+        api = ApiServer(engine, config)
+        try:
+            api.start()
+        except (ListenError, ConfigError) as e:
+            log.error("%s", e)
+            engine.close()
+            return 1
+        log.info(
+            "brain %s serving client requests",
+            __version__,
+            extra={
+                "fields": {
+                    "name": config.name,
+                    "data-dir": os.path.abspath(config.data_dir),
+                    "endpoints": ",".join(api.endpoints),
+                    "advertise": ",".join(config.advertise_client_urls) or "-",
+                    "layout": _describe_layout(engine_config),
+                    "cluster-id": f"{engine.cluster_id:x}",
+                    "member-id": f"{engine.member_id:x}",
+                    "pid": os.getpid(),
+                    "python": sys.version.split()[0],
+                }
+            },
+        )
+        if config.listen_metrics_urls:
+            log.info("metrics listeners not served yet: %s", ",".join(config.listen_metrics_urls))
+        while not stop.wait(1.0):
+            pass
+        log.info("stopping gRPC server (grace %.1fs)", config.shutdown_grace)
+        api.stop(config.shutdown_grace)
+        log.info("closing engine")
+        engine.close()
+        log.info("stopped")
+        return 0
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

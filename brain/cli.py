@@ -1,0 +1,200 @@
+"""Command line: `brain [serve] [flags]`, with etcd's flag names.
+
+`brain` without a subcommand serves, like `etcd`.  Every serve flag can also
+come from the environment as ETCD_<FLAG> (etcd's convention, e.g.
+ETCD_DATA_DIR, ETCD_LISTEN_CLIENT_URLS) or BRAIN_<FLAG>, which wins over
+ETCD_<FLAG>; a flag on the command line wins over both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from typing import Sequence
+
+from brain import config as C
+
+API_VERSION = "3.6"
+SUBCOMMANDS = ("serve",)
+
+
+def _version_text() -> str:
+    from brain import __version__
+
+    return (
+        f"brain Version: {__version__}\n"
+        f"API version: {API_VERSION}\n"
+        f"Python Version: {platform.python_version()}\n"
+        f"OS/Arch: {sys.platform}/{platform.machine()}"
+    )
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version_text())
+        parser.exit()
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+
+
+def _boundaries(text: str) -> list[bytes]:
+    try:
+        return C.parse_shard_boundaries(text)
+    except C.ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _bool(text: str) -> bool:
+    try:
+        return C.parse_bool(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# (flag, dest, type, help); bool flags take an optional value (--client-cert-auth[=true|false]).
+_SERVE_FLAGS: list[tuple[str, str, object, str]] = [
+    ("--name", "name", str, "human-readable name for this member (default %(default)s)"),
+    ("--data-dir", "data_dir", str, "path to the data directory (default <name>.brain)"),
+    ("--listen-client-urls", "listen_client_urls", C.split_urls,
+     "comma-separated URLs to serve clients on: http://host:port, https://host:port, "
+     "unix://path, unixs://path (default http://localhost:2379)"),
+    ("--advertise-client-urls", "advertise_client_urls", C.split_urls,
+     "comma-separated client URLs to advertise (informational for a single member)"),
+    ("--listen-metrics-urls", "listen_metrics_urls", C.split_urls,
+     "comma-separated URLs for metrics and health (accepted; not served yet)"),
+    ("--max-request-bytes", "max_request_bytes", _int,
+     "largest client write request in bytes (default %(default)s)"),
+    ("--max-txn-ops", "max_txn_ops", _int, "most operations in one txn branch (default %(default)s)"),
+    ("--quota-backend-bytes", "quota_backend_bytes", _int,
+     "backend size quota in bytes; 0 means the default 2 GiB, negative disables the quota"),
+    ("--auto-compaction-mode", "auto_compaction_mode", str,
+     "periodic or revision (default %(default)s)"),
+    ("--auto-compaction-retention", "auto_compaction_retention", str,
+     "history to keep: periodic '1h', '5m' or a number of hours; revision: a number of revisions; "
+     "'0' disables auto compaction (default %(default)s)"),
+    ("--shards", "shards", _int, "number of keyspace shards (default: the engine's)"),
+    ("--shard-boundaries", "shard_boundaries", _boundaries,
+     "comma-separated first keys of shards 2..N; backslash escapes \\, \\\\ \\xHH"),
+    ("--backend", "backend", str, "value store backend (default: the engine's, lmdb)"),
+    ("--cert-file", "cert_file", str, "client server TLS certificate file"),
+    ("--key-file", "key_file", str, "client server TLS key file"),
+    ("--trusted-ca-file", "trusted_ca_file", str, "client server TLS trusted CA certificate file"),
+    ("--client-cert-auth", "client_cert_auth", _bool, "require client certificates signed by the trusted CA"),
+    ("--log-level", "log_level", str, "debug, info, warn or error (default %(default)s)"),
+    ("--log-format", "log_format", str, "text or json (default %(default)s)"),
+    ("--grpc-workers", "grpc_workers", _int, "gRPC handler threads (default %(default)s)"),
+    ("--shutdown-grace", "shutdown_grace", _float,
+     "seconds to let running calls finish on SIGTERM/SIGINT (default %(default)s)"),
+]
+_BOOL_DESTS = {"client_cert_auth"}
+
+
+def _add_serve_flags(p: argparse.ArgumentParser) -> None:
+    defaults = C.ServerConfig()
+    for flag, dest, typ, help_ in _SERVE_FLAGS:
+        default = getattr(defaults, dest)
+        if dest == "data_dir":
+            default = None  # derived from --name
+        elif dest == "listen_client_urls":
+            default = list(C.DEFAULT_LISTEN_CLIENT_URLS)
+        if dest in _BOOL_DESTS:
+            p.add_argument(flag, dest=dest, type=typ, nargs="?", const=True, default=default, help=help_)
+        else:
+            p.add_argument(flag, dest=dest, type=typ, default=default, help=help_)
+    p.add_argument("--version", action=_Version, help="print the version and exit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="brain",
+        description="A Kubernetes storage backend speaking the etcd v3 API.",
+        epilog="Without a subcommand, brain serves (flags as for `brain serve`).",
+    )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = sub.add_parser("serve", help="serve the etcd v3 API (the default)", allow_abbrev=False,
+                           description="Serve the etcd v3 gRPC API on the client URLs.")
+    _add_serve_flags(serve)
+    return parser
+
+
+def _env_value(dest: str, environ) -> str | None:
+    name = dest.upper()
+    for prefix in ("BRAIN_", "ETCD_"):
+        v = environ.get(prefix + name)
+        if v is not None:
+            return v
+    return None
+
+
+def _apply_env(parser: argparse.ArgumentParser, serve_args: list[str], environ) -> list[str]:
+    """Turn BRAIN_*/ETCD_* variables into flags placed before the command
+    line's, so that explicit flags (parsed later) win."""
+    given = set()
+    for a in serve_args:
+        if a.startswith("--"):
+            given.add(a[2:].split("=", 1)[0])
+    extra: list[str] = []
+    for flag, dest, _typ, _help in _SERVE_FLAGS:
+        if flag[2:] in given:
+            continue
+        v = _env_value(dest, environ)
+        if v is not None:
+            extra.append(f"{flag}={v}")
+    return extra
+
+
+def config_from_args(ns: argparse.Namespace) -> C.ServerConfig:
+    kw = {dest: getattr(ns, dest) for _f, dest, _t, _h in _SERVE_FLAGS}
+    if kw["data_dir"] is None:
+        kw["data_dir"] = ""
+    return C.ServerConfig(**kw)
+
+
+def parse_serve(argv: Sequence[str], environ=None) -> C.ServerConfig:
+    """Parse ``brain [serve] ...`` into a ServerConfig (exits on bad flags)."""
+    environ = os.environ if environ is None else environ
+    args = list(argv)
+    if not args or (args[0] not in SUBCOMMANDS and args[0] not in ("-h", "--help")):
+        args = ["serve", *args]
+    parser = build_parser()
+    args = [args[0], *_apply_env(parser, args[1:], environ), *args[1:]]
+    ns = parser.parse_args(args)
+    cfg = config_from_args(ns)
+    try:
+        cfg.validate()
+    except C.ConfigError as e:
+        parser.exit(2, f"brain: {e}\n")
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cfg = parse_serve(argv)
+    from brain import logging_setup
+
+    logging_setup.configure(cfg.log_level, cfg.log_format)
+    from brain.api.server import run
+
+    return run(cfg)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

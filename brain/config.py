@@ -1,0 +1,316 @@
+"""Server configuration: one dataclass holding what `brain serve` was told,
+plus the parsers for the flag values that need more than a type cast.
+
+Flag names and defaults follow etcd's (see brain.cli); everything here is
+plain Python so tests and embedding code can build a ServerConfig directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+DEFAULT_NAME = "default"
+DEFAULT_LISTEN_CLIENT_URLS = ("http://localhost:2379",)
+DEFAULT_MAX_REQUEST_BYTES = 1572864  # 1.5 MiB
+DEFAULT_MAX_TXN_OPS = 128
+DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
+MAX_QUOTA_BACKEND_BYTES = 8 * 1024 * 1024 * 1024  # etcd's suggested ceiling
+GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
+DEFAULT_GRPC_WORKERS = 64
+DEFAULT_SHUTDOWN_GRACE = 5.0
+
+LOG_LEVELS = ("debug", "info", "warn", "error")
+LOG_FORMATS = ("text", "json")
+COMPACTION_MODES = ("periodic", "revision")
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot be used; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class ListenURL:
+    """One parsed --listen-client-urls entry.
+
+    ``address`` is what grpc's add_*_port takes: ``host:port`` for http(s),
+    ``unix:path`` for unix(s).  ``path`` is the socket path for unix URLs.
+    """
+
+    url: str
+    scheme: str  # http, https, unix, unixs
+    address: str
+    path: str | None = None
+
+    @property
+    def secure(self) -> bool:
+        return self.scheme in ("https", "unixs")
+
+    @property
+    def is_unix(self) -> bool:
+        return self.scheme in ("unix", "unixs")
+
+
+@dataclass
+class ServerConfig:
+    name: str = DEFAULT_NAME
+    data_dir: str = ""  # empty: "<name>.brain"
+    listen_client_urls: list[str] = field(default_factory=lambda: list(DEFAULT_LISTEN_CLIENT_URLS))
+    advertise_client_urls: list[str] = field(default_factory=list)
+    listen_metrics_urls: list[str] = field(default_factory=list)
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_txn_ops: int = DEFAULT_MAX_TXN_OPS
+    quota_backend_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES
+    auto_compaction_mode: str = "periodic"
+    auto_compaction_retention: str = "0"
+    shards: int | None = None  # None: the engine's default
+    shard_boundaries: list[bytes] | None = None
+    backend: str | None = None  # None: the engine's default
+    cert_file: str = ""
+    key_file: str = ""
+    trusted_ca_file: str = ""
+    client_cert_auth: bool = False
+    log_level: str = "info"
+    log_format: str = "text"
+    grpc_workers: int = DEFAULT_GRPC_WORKERS
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+
+    def __post_init__(self) -> None:
+        if not self.data_dir:
+            self.data_dir = f"{self.name}.brain"
+        if self.quota_backend_bytes == 0:
+            self.quota_backend_bytes = DEFAULT_QUOTA_BACKEND_BYTES
+
+    @property
+    def grpc_max_recv_bytes(self) -> int:
+        return self.max_request_bytes + GRPC_RECV_OVERHEAD
+
+    def listeners(self) -> list[ListenURL]:
+        return [parse_listen_url(u) for u in self.listen_client_urls]
+
+    def validate(self) -> None:
+        """Raise ConfigError for values that cannot work (checked at startup)."""
+        if not self.name:
+            raise ConfigError("--name must not be empty")
+        if not self.listen_client_urls:
+            raise ConfigError("--listen-client-urls must name at least one URL")
+        listeners = self.listeners()
+        if any(lu.secure for lu in listeners) and not (self.cert_file and self.key_file):
+            bad = next(lu.url for lu in listeners if lu.secure)
+            raise ConfigError(
+                f"TLS key/cert (--cert-file, --key-file) must be provided for client url {bad} with HTTPS scheme"
+            )
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ConfigError("--cert-file and --key-file must be given together")
+        if self.client_cert_auth and not self.trusted_ca_file:
+            raise ConfigError("--client-cert-auth requires --trusted-ca-file")
+        if self.max_request_bytes <= 0:
+            raise ConfigError(f"--max-request-bytes must be positive, got {self.max_request_bytes}")
+        if self.max_txn_ops <= 0:
+            raise ConfigError(f"--max-txn-ops must be positive, got {self.max_txn_ops}")
+        if self.auto_compaction_mode not in COMPACTION_MODES:
+            raise ConfigError(
+                f"unknown auto-compaction-mode {self.auto_compaction_mode!r} (use 'periodic' or 'revision')"
+            )
+        parse_retention(self.auto_compaction_mode, self.auto_compaction_retention)
+        if self.shards is not None and self.shards < 1:
+            raise ConfigError(f"--shards must be at least 1, got {self.shards}")
+        if self.shard_boundaries is not None:
+            b = self.shard_boundaries
+            if any(not k for k in b):
+                raise ConfigError("--shard-boundaries: a boundary key must not be empty")
+            if any(b[i] >= b[i + 1] for i in range(len(b) - 1)):
+                raise ConfigError("--shard-boundaries: keys must be strictly increasing (bytewise)")
+            if self.shards is not None and self.shards != len(b) + 1:
+                raise ConfigError(
+                    f"--shards {self.shards} needs {self.shards - 1} boundary keys, "
+                    f"--shard-boundaries gives {len(b)}"
+                )
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+        if self.grpc_workers < 1:
+            raise ConfigError(f"--grpc-workers must be at least 1, got {self.grpc_workers}")
+        if self.shutdown_grace < 0:
+            raise ConfigError(f"--shutdown-grace must not be negative, got {self.shutdown_grace}")
+
+    def effective_shards(self) -> int | None:
+        if self.shards is not None:
+            return self.shards
+        if self.shard_boundaries is not None:
+            return len(self.shard_boundaries) + 1
+        return None
+
+
+# ---------------------------------------------------------------------------
+# value parsers
+# ---------------------------------------------------------------------------
+
+
+def parse_listen_url(url: str) -> ListenURL:
+    """Parse one client URL the way etcd accepts them.
+
+    http://host:port and https://host:port listen on TCP ("localhost" means
+    127.0.0.1, as etcd resolves it); unix://path and unixs://path listen on
+    a Unix socket at ``path`` (relative paths are relative to the working
+    directory, like etcd).
+    """
+    raw = url.strip()
+    scheme, sep, rest = raw.partition("://")
+    if not sep:
+        raise ConfigError(f"URL scheme must be http, https, unix, or unixs: {url}")
+    scheme = scheme.lower()
+    if scheme in ("unix", "unixs"):
+        if not rest:
+            raise ConfigError(f"unix socket URL without a path: {url}")
+        return ListenURL(raw, scheme, "unix:" + rest, rest)
+    if scheme not in ("http", "https"):
+        raise ConfigError(f"URL scheme must be http, https, unix, or unixs: {url}")
+    parts = urlsplit(raw)
+    if parts.path not in ("", "/"):
+        raise ConfigError(f'expected URL without path but got "{url}"')
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"invalid port in URL {url}: {e}") from None
+    if port is None:
+        raise ConfigError(f"URL address does not have the form \"host:port\": {url}")
+    host = parts.hostname or ""
+    if host == "localhost":
+        host = "127.0.0.1"
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return ListenURL(raw, scheme, f"{host}:{port}")
+
+
+def split_urls(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+_ESCAPES = {"\\": "\\", ",": ",", "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+
+
+def parse_shard_boundaries(text: str) -> list[bytes]:
+    """Split ``k1,k2,...`` into keys (UTF-8).
+
+    A backslash escapes the next character: ``\\,`` is a comma inside a key,
+    ``\\\\`` a backslash, ``\\n \\t \\r \\0`` the usual control characters and
+    ``\\xHH`` any byte.
+    """
+    keys: list[bytes] = []
+    cur = bytearray()
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise ConfigError("--shard-boundaries: dangling backslash at the end")
+            e = text[i + 1]
+            if e == "x":
+                hexdigits = text[i + 2 : i + 4]
+                if len(hexdigits) != 2 or not re.fullmatch(r"[0-9a-fA-F]{2}", hexdigits):
+                    raise ConfigError(f"--shard-boundaries: bad \\x escape at offset {i}")
+                cur.append(int(hexdigits, 16))
+                i += 4
+                continue
+            if e not in _ESCAPES:
+                raise ConfigError(f"--shard-boundaries: unknown escape \\{e} at offset {i}")
+            cur += _ESCAPES[e].encode()
+            i += 2
+            continue
+        if c == ",":
+            keys.append(bytes(cur))
+            cur.clear()
+        else:
+            cur += c.encode()
+        i += 1
+    keys.append(bytes(cur))
+    return keys
+
+
+def format_key(key: bytes) -> str:
+    """A key for log lines: text when printable, else escaped."""
+    try:
+        s = key.decode("utf-8")
+        if s.isprintable():
+            return s
+    except UnicodeDecodeError:
+        pass
+    return repr(key)[2:-1]
+
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go time.Duration string ("1h30m", "300ms", "-1.5h")."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {text!r}")
+    return sign * total
+
+
+def parse_retention(mode: str, text: str) -> float | int:
+    """etcd's --auto-compaction-retention for ``mode``.
+
+    periodic: seconds to keep; a bare integer counts hours ("1" = 1h), else a
+    Go duration ("5m", "1h30m").  revision: the number of revisions to keep.
+    0 turns auto compaction off in both modes.
+    """
+    t = text.strip()
+    if mode == "revision":
+        try:
+            n = int(t)
+        except ValueError:
+            raise ConfigError(f"--auto-compaction-retention {text!r}: revision mode needs a whole number") from None
+        if n < 0:
+            raise ConfigError(f"--auto-compaction-retention must not be negative, got {text!r}")
+        return n
+    if mode != "periodic":
+        raise ConfigError(f"unknown auto-compaction-mode {mode!r} (use 'periodic' or 'revision')")
+    try:
+        seconds = float(int(t) * 3600)
+    except ValueError:
+        try:
+            seconds = parse_go_duration(t)
+        except ValueError as e:
+            raise ConfigError(f"--auto-compaction-retention {text!r}: {e}") from None
+    if seconds < 0:
+        raise ConfigError(f"--auto-compaction-retention must not be negative, got {text!r}")
+    return seconds
+
+
+def parse_bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "t", "true", "yes", "on"):
+        return True
+    if t in ("0", "f", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"invalid boolean {text!r}")
