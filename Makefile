@@ -1,0 +1,34 @@
+# brain: the two entry points are `make serve` and `make test`.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: serve test deps deps-python deps-system proto proto-check test-full clean
+
+serve: deps-python            ## run brain on its embedded default (127.0.0.1:2379, ./default.brain)
+	$(PYTHON) -m brain serve
+
+test: deps                    ## everything CI runs
+	$(PYTHON) -m brain.api.genproto --check
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+test-full: deps               ## the long versions: 20+ crash cycles, more differential seeds
+	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTHON) -m pytest -q -p no:cacheprovider
+
+deps: deps-system deps-python
+
+deps-python:
+	$(PIP) install -q --disable-pip-version-check -e '.[test]'
+
+deps-system:                  ## etcd and etcdctl: the differential oracle and the CLI client
+	@if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client; \
+	fi
+
+proto:                        ## regenerate brain/api/pb from proto/
+	$(PYTHON) -m brain.api.genproto
+
+proto-check:
+	$(PYTHON) -m brain.api.genproto --check
+
+clean:
+	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis
