@@ -1,0 +1,62 @@
+"""Value stores behind the MVCC core.
+
+Every store implements :class:`Backend`; ``tests/backend/test_contract.py``
+runs one contract suite over all of them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .lmdb_backend import DEFAULT_MAP_SIZE, LmdbBackend
+from .memory import MemoryBackend
+from .protocol import (
+    MAX_KEY_SIZE,
+    SHARDS_META_KEY,
+    Backend,
+    BackendClosedError,
+    BackendError,
+    BackendFullError,
+    BackendStatistics,
+    ShardCountMismatchError,
+    WriteBatch,
+)
+
+__all__ = [
+    "BACKEND_KINDS",
+    "DEFAULT_MAP_SIZE",
+    "MAX_KEY_SIZE",
+    "SHARDS_META_KEY",
+    "Backend",
+    "BackendClosedError",
+    "BackendError",
+    "BackendFullError",
+    "BackendStatistics",
+    "LmdbBackend",
+    "MemoryBackend",
+    "ShardCountMismatchError",
+    "WriteBatch",
+    "open_backend",
+]
+
+BACKEND_KINDS = ("lmdb", "memory")
+
+
+def open_backend(
+    kind: str, path: str | os.PathLike[str] | None, shards: int, **options: object
+) -> Backend:
+    """Open a backend by name.
+
+    ``kind`` is ``"lmdb"`` (``path`` is the environment directory; options:
+    ``map_size``, ``max_readers``) or ``"memory"`` (``path`` is ignored;
+    option: ``max_bytes``).  Raises ``ValueError`` for an unknown kind, and
+    whatever the backend's constructor raises (notably
+    :class:`ShardCountMismatchError`).
+    """
+    if kind == "lmdb":
+        if path is None:
+            raise ValueError("the lmdb backend needs a path")
+        return LmdbBackend(path, shards, **options)  # type: ignore[arg-type]
+    if kind == "memory":
+        return MemoryBackend(shards, **options)  # type: ignore[arg-type]
+    raise ValueError(f"unknown backend kind {kind!r}; expected one of {BACKEND_KINDS}")
