@@ -1,0 +1,228 @@
+"""Segment files: naming, header frame, validation and creation.
+
+A segment is one file ``<first_index as 16 hex digits>.journal``. It starts
+with a header frame, then record frames, then zeros (preallocated space) or
+end of file. Record indexes are not stored: record k of a segment has index
+first_index + k.
+
+The header frame holds magic, format version, first_index and the chain crc
+of the previous segment's last record; it is chained from HEADER_SEED and the
+first record is chained from the header frame. So each segment validates on
+its own, and the journal checks that consecutive segments continue each
+other (index and crc) to detect a missing segment.
+
+Torn-tail rule (only the last segment can have one; see scan_segment): a bad
+frame is a torn write only if nothing after it looks like data. Everything
+else is corruption and is reported, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from .errors import JournalCorruptError
+from .framing import (
+    Frame,
+    Stop,
+    data_end,
+    decode_frames,
+    encode_frame,
+    find_chained_frame,
+    first_nonzero,
+    frame_size,
+)
+
+MAGIC = b"BRAINJNL"
+FORMAT_VERSION = 1
+HEADER_SEED = 0  # chain crc the header frame is encoded from
+SUFFIX = ".journal"
+TEMP_SUFFIX = ".journal.tmp"
+
+# magic, version, flags, first_index, prev_crc, reserved
+_HEADER_PAYLOAD = struct.Struct("<8sIIQII")
+HEADER_FRAME_SIZE = frame_size(_HEADER_PAYLOAD.size)
+
+_NAME = re.compile(r"^([0-9a-f]{16})\.journal$")
+_TEMP_NAME = re.compile(r"^[0-9a-f]{16}\.journal\.tmp$")
+
+
+def segment_name(first_index: int) -> str:
+    """File name of the segment whose first record has first_index."""
+    return f"{first_index:016x}{SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """first_index encoded in a segment file name, None for other files."""
+    match = _NAME.match(name)
+    return int(match.group(1), 16) if match else None
+
+
+def is_temp_name(name: str) -> bool:
+    """True for a segment that was being created when the process stopped."""
+    return _TEMP_NAME.match(name) is not None
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    first_index: int
+    prev_crc: int  # chain crc of the previous segment's last record
+    version: int = FORMAT_VERSION
+
+
+def encode_segment_header(header: SegmentHeader) -> tuple[bytes, int]:
+    """Header frame bytes and the chain crc the first record continues from."""
+    payload = _HEADER_PAYLOAD.pack(
+        MAGIC, header.version, 0, header.first_index, header.prev_crc, 0
+    )
+    return encode_frame(payload, HEADER_SEED)
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """A write cut short at the end of the last segment."""
+
+    offset: int  # start of the torn frame: the records end here
+    dirty_end: int  # [offset, dirty_end) holds its leftovers, to be zeroed
+    reason: str
+
+
+@dataclass(frozen=True)
+class SegmentScan:
+    """What validating one segment found."""
+
+    header: SegmentHeader
+    header_crc: int
+    count: int  # number of valid records
+    end: int  # byte offset just after the last valid record
+    last_crc: int  # chain crc after the last valid record
+    torn: TornTail | None
+
+
+def decode_segment_header(buffer: bytes, path: str) -> tuple[SegmentHeader, int]:
+    """Validate the header frame at offset 0; return it and its chain crc."""
+    item = next(decode_frames(buffer, 0, HEADER_SEED))
+    if not isinstance(item, Frame):
+        raise JournalCorruptError(path, 0, f"bad segment header frame: {item.reason}")
+    if len(item.payload) != _HEADER_PAYLOAD.size:
+        raise JournalCorruptError(
+            path, 0, f"segment header payload is {len(item.payload)} bytes, expected {_HEADER_PAYLOAD.size}"
+        )
+    magic, version, _flags, first_index, prev_crc, _reserved = _HEADER_PAYLOAD.unpack(item.payload)
+    if magic != MAGIC:
+        raise JournalCorruptError(path, 0, f"bad segment magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise JournalCorruptError(path, 0, f"unsupported segment format version {version}")
+    return SegmentHeader(first_index, prev_crc, version), item.crc
+
+
+def scan_segment(buffer: bytes, path: str, *, is_last: bool) -> SegmentScan:
+    """Validate a whole segment image; raise JournalCorruptError if damaged.
+
+    Pure: path is only used in messages. A bad frame is accepted as a torn
+    tail (reported in .torn, not raised) only when all of these hold:
+
+    * the segment is the last one (older segments were fdatasynced before
+      their successor was created, so they cannot hold a torn write);
+    * every byte after the frame's claimed end is zero, or there is none;
+    * no frame after its header chains from its stored crc, which would mean
+      its length field is damaged and real records follow;
+    * it is not an end marker (zero length) followed by non-zero bytes.
+    """
+    header, header_crc = decode_segment_header(buffer, path)
+    count = 0
+    for item in decode_frames(buffer, HEADER_FRAME_SIZE, header_crc):
+        if isinstance(item, Frame):
+            count += 1
+            continue
+        end = item
+    torn = None
+    if end.stop is Stop.CLEAN:
+        junk = first_nonzero(buffer, end.offset)
+        if junk is not None:
+            raise JournalCorruptError(
+                path, end.offset,
+                f"{end.reason} after record {header.first_index + count - 1}, "
+                f"but non-zero data follows at offset {junk}",
+            )
+    elif not is_last:
+        raise JournalCorruptError(
+            path, end.offset, f"{end.reason} in a segment that is not the last one"
+        )
+    else:
+        junk = first_nonzero(buffer, end.claimed_end) if end.claimed_end < len(buffer) else None
+        if junk is not None:
+            raise JournalCorruptError(
+                path, end.offset, f"{end.reason}, and non-zero data follows at offset {junk}"
+            )
+        if end.stored_crc is not None:
+            chained = find_chained_frame(
+                buffer, end.offset + 8, data_end(buffer, end.offset), end.stored_crc
+            )
+            if chained is not None:
+                raise JournalCorruptError(
+                    path, end.offset,
+                    f"{end.reason}, and a valid frame follows at offset {chained} "
+                    "(damaged length field)",
+                )
+        torn = TornTail(end.offset, data_end(buffer, end.offset), end.reason)
+    return SegmentScan(header, header_crc, count, end.offset, end.crc, torn)
+
+
+# --- file handling -----------------------------------------------------------
+
+
+def fsync_directory(directory: str) -> None:
+    """Make renames and unlinks in directory durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_segment(
+    directory: str, header: SegmentHeader, size: int | None
+) -> tuple[str, int, int]:
+    """Create a segment; return (path, fd positioned after the header, header crc).
+
+    Built under a temporary name, preallocated to size bytes (None: no
+    preallocation), fsynced, then renamed, so a segment file either does not
+    exist or is complete. The caller must fsync the directory to make the
+    rename durable. On failure nothing is left behind and the OSError
+    (e.g. ENOSPC from preallocation) propagates.
+    """
+    path = os.path.join(directory, segment_name(header.first_index))
+    temp = os.path.join(directory, segment_name(header.first_index) + ".tmp")
+    frame, header_crc = encode_segment_header(header)
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        if size is not None:
+            os.posix_fallocate(fd, 0, size)
+        if os.pwrite(fd, frame, 0) != len(frame):
+            raise OSError(errno.ENOSPC, "short write of segment header")
+        os.fsync(fd)
+        os.rename(temp, path)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    os.lseek(fd, len(frame), os.SEEK_SET)
+    return path, fd, header_crc
+
+
+def zero_range(fd: int, start: int, stop: int) -> None:
+    """Overwrite [start, stop) with zeros (used to erase a torn tail)."""
+    chunk = bytes(min(stop - start, 1 << 20))
+    offset = start
+    while offset < stop:
+        n = os.pwrite(fd, memoryview(chunk)[: stop - offset], offset)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "could not zero torn tail")
+        offset += n
