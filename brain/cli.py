@@ -54,6 +54,13 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
 
 
+def _seconds(text: str) -> float:
+    try:
+        return C.parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _boundaries(text: str) -> list[bytes]:
     try:
         return C.parse_shard_boundaries(text)
@@ -102,6 +109,14 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--grpc-workers", "grpc_workers", _int, "gRPC handler threads (default %(default)s)"),
     ("--shutdown-grace", "shutdown_grace", _float,
      "seconds to let running calls finish on SIGTERM/SIGINT (default %(default)s)"),
+    ("--checkpoint-interval", "checkpoint_interval", _seconds,
+     "engine tuning: start a checkpoint at least this often ('60s', '700ms' or seconds)"),
+    ("--checkpoint-journal-bytes", "checkpoint_journal_bytes", _int,
+     "engine tuning: start a checkpoint after this many journal bytes"),
+    ("--checkpoint-memtable-records", "checkpoint_memtable_records", _int,
+     "engine tuning: start a checkpoint when the memtable holds this many records"),
+    ("--journal-segment-bytes", "journal_segment_bytes", _int,
+     "engine tuning: roll journal segments over at this size"),
 ]
 _BOOL_DESTS = {"client_cert_auth"}
 

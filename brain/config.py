@@ -75,6 +75,11 @@ class ServerConfig:
     log_format: str = "text"
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    # engine tuning (brain-only flags); None leaves the engine's default
+    checkpoint_interval: float | None = None  # seconds
+    checkpoint_journal_bytes: int | None = None
+    checkpoint_memtable_records: int | None = None
+    journal_segment_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -135,6 +140,14 @@ class ServerConfig:
             raise ConfigError(f"--grpc-workers must be at least 1, got {self.grpc_workers}")
         if self.shutdown_grace < 0:
             raise ConfigError(f"--shutdown-grace must not be negative, got {self.shutdown_grace}")
+        for flag, v in (
+            ("--checkpoint-interval", self.checkpoint_interval),
+            ("--checkpoint-journal-bytes", self.checkpoint_journal_bytes),
+            ("--checkpoint-memtable-records", self.checkpoint_memtable_records),
+            ("--journal-segment-bytes", self.journal_segment_bytes),
+        ):
+            if v is not None and v <= 0:
+                raise ConfigError(f"{flag} must be positive, got {v}")
 
     def effective_shards(self) -> int | None:
         if self.shards is not None:
@@ -275,6 +288,15 @@ def parse_go_duration(text: str) -> float:
     if pos == 0:
         raise ValueError(f"invalid duration {text!r}")
     return sign * total
+
+
+def parse_seconds(text: str) -> float:
+    """A Go duration ("700ms", "1m") or a bare number of seconds."""
+    t = text.strip()
+    try:
+        return float(t)
+    except ValueError:
+        return parse_go_duration(t)
 
 
 def parse_retention(mode: str, text: str) -> float | int:

@@ -201,6 +201,14 @@ def _engine_config(config: ServerConfig):
         kw["shard_boundaries"] = list(config.shard_boundaries)
     if config.backend is not None:
         kw["backend"] = config.backend
+    for field, value in (
+        ("checkpoint_interval_seconds", config.checkpoint_interval),
+        ("checkpoint_journal_bytes", config.checkpoint_journal_bytes),
+        ("checkpoint_memtable_records", config.checkpoint_memtable_records),
+        ("segment_bytes", config.journal_segment_bytes),
+    ):
+        if value is not None:
+            kw[field] = value
     return EngineConfig(**kw)
 
 

@@ -206,3 +206,34 @@ def test_json_log_format():
     obj = json.loads(_log_line("json"))
     assert obj["level"] == "info" and obj["msg"] == "hello world" and obj["logger"] == "brain.test"
     assert obj["a"] == 1 and obj["b"] == "x y" and obj["ts"].endswith("Z")
+
+
+def test_engine_tuning_flags():
+    c = parse("--checkpoint-interval", "0.7s", "--checkpoint-journal-bytes", "1000",
+              "--checkpoint-memtable-records", "50", "--journal-segment-bytes", "4096")
+    assert c.checkpoint_interval == pytest.approx(0.7)
+    assert (c.checkpoint_journal_bytes, c.checkpoint_memtable_records, c.journal_segment_bytes) == (1000, 50, 4096)
+    assert parse("--checkpoint-interval", "2").checkpoint_interval == 2.0
+    assert parse().checkpoint_interval is None
+    with pytest.raises(SystemExit):
+        parse("--checkpoint-interval", "0s")
+
+
+def test_engine_config_mapping():
+    from brain.api.server import _engine_config
+
+    ec = _engine_config(parse("--data-dir", "/d", "--name", "n", "--shard-boundaries", "b,t", "--max-txn-ops", "9",
+                              "--quota-backend-bytes", "123", "--auto-compaction-mode", "revision",
+                              "--auto-compaction-retention", "10", "--backend", "memory",
+                              "--checkpoint-interval", "1m", "--journal-segment-bytes", "4096"))
+    assert (ec.data_dir, ec.name, ec.shards, ec.shard_boundaries) == ("/d", "n", 3, [b"b", b"t"])
+    assert (ec.max_txn_ops, ec.quota_backend_bytes, ec.backend) == (9, 123, "memory")
+    assert (ec.auto_compaction_mode, ec.auto_compaction_retention) == ("revision", "10")
+    assert (ec.checkpoint_interval_seconds, ec.segment_bytes) == (60.0, 4096)
+    # unset flags keep the engine's own defaults
+    from brain.engine import EngineConfig
+
+    dflt = _engine_config(parse("--data-dir", "/d"))
+    ref = EngineConfig(data_dir="/d")
+    assert (dflt.shards, dflt.shard_boundaries, dflt.backend, dflt.checkpoint_interval_seconds) == (
+        ref.shards, ref.shard_boundaries, ref.backend, ref.checkpoint_interval_seconds)
