@@ -6,7 +6,11 @@ engine, serve until SIGTERM/SIGINT, drain in-flight calls, close the engine.
 
 Options mirror etcd's server where clients can tell the difference:
 
-* receive limit = --max-request-bytes + 512 KiB, send limit = MaxInt32;
+* receive limit = --max-request-bytes + 512 KiB, send limit = MaxInt32.
+  The receive limit is enforced here rather than by grpc-core, so that an
+  oversized request gets grpc-go's text ("grpc: received message larger
+  than max (N vs. M)"), which etcd clients see; grpc-core itself only stops
+  messages beyond RECV_HARD_CAP_FACTOR times that limit;
 * keepalive enforcement as etcd's defaults (--grpc-keepalive-min-time 5s,
   pings without active calls allowed: clientv3 keeps idle connections alive
   with pings, and an unhappy server would answer with GOAWAY
@@ -28,9 +32,10 @@ import threading
 from concurrent import futures
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from brain.api.kv import KVService
-from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.config import ConfigError, ListenURL, ServerConfig, format_key
 
 log = logging.getLogger("brain.api.server")
@@ -39,6 +44,7 @@ MAX_SEND_BYTES = 2**31 - 1  # etcd: math.MaxInt32
 KEEPALIVE_TIME_MS = 2 * 60 * 60 * 1000  # etcd --grpc-keepalive-interval 2h
 KEEPALIVE_TIMEOUT_MS = 20 * 1000  # etcd --grpc-keepalive-timeout 20s
 KEEPALIVE_MIN_TIME_MS = 5 * 1000  # etcd --grpc-keepalive-min-time 5s
+RECV_HARD_CAP_FACTOR = 4  # grpc-core refuses (with its own text) beyond 4x the limit
 
 
 class ListenError(RuntimeError):
@@ -47,7 +53,7 @@ class ListenError(RuntimeError):
 
 def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
     return [
-        ("grpc.max_receive_message_length", config.grpc_max_recv_bytes),
+        ("grpc.max_receive_message_length", RECV_HARD_CAP_FACTOR * config.grpc_max_recv_bytes),
         ("grpc.max_send_message_length", MAX_SEND_BYTES),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
@@ -111,6 +117,43 @@ def _bind_failure_reason(lu: ListenURL) -> str:
     return "bind failed"
 
 
+def unary_handler(method, request_cls, response_cls, recv_limit: int) -> grpc.RpcMethodHandler:
+    """A unary handler that receives raw bytes, applies the receive limit
+    with grpc-go's wording, parses, and calls ``method(request, context)``."""
+    parse = request_cls.FromString
+
+    def handle(raw: bytes, context: grpc.ServicerContext):
+        if len(raw) > recv_limit:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"grpc: received message larger than max ({len(raw)} vs. {recv_limit})",
+            )
+        try:
+            request = parse(raw)
+        except DecodeError as e:
+            context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
+        return method(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        handle, request_deserializer=None, response_serializer=response_cls.SerializeToString
+    )
+
+
+def add_service(server: grpc.Server, service_name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service_name, handlers),))
+    server.add_registered_method_handlers(service_name, handlers)
+
+
+def kv_handlers(svc: KVService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
+    return {
+        "Range": unary_handler(svc.Range, rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, recv_limit),
+        "Put": unary_handler(svc.Put, rpc_pb2.PutRequest, rpc_pb2.PutResponse, recv_limit),
+        "DeleteRange": unary_handler(svc.DeleteRange, rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse, recv_limit),
+        "Txn": unary_handler(svc.Txn, rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, recv_limit),
+        "Compact": unary_handler(svc.Compact, rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, recv_limit),
+    }
+
+
 class ApiServer:
     """The etcd v3 gRPC services of one engine, on the configured listeners."""
 
@@ -122,9 +165,9 @@ class ApiServer:
         self._executor: futures.ThreadPoolExecutor | None = None
 
     def _add_services(self, server: grpc.Server) -> None:
-        rpc_pb2_grpc.add_KVServicer_to_server(
-            KVService(self.engine, max_request_bytes=self.config.max_request_bytes), server
-        )
+        recv_limit = self.config.grpc_max_recv_bytes
+        kv = KVService(self.engine, max_request_bytes=self.config.max_request_bytes)
+        add_service(server, "etcdserverpb.KV", kv_handlers(kv, recv_limit))
 
     def start(self) -> None:
         config = self.config

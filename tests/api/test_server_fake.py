@@ -227,11 +227,29 @@ def test_reads_are_not_size_checked_below_the_grpc_limit(kv):
 
 def test_grpc_receive_limit_is_max_request_bytes_plus_512k(kv):
     limit = 4096 + 512 * 1024
-    e = _err(kv.Range, pb.RangeRequest(key=b"k" * (limit + 1)))
+    req = pb.RangeRequest(key=b"k" * (limit + 1))
+    e = _err(kv.Range, req)
+    # grpc-go's wording, as etcd clients see it
+    assert (e.code(), e.details()) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"grpc: received message larger than max ({req.ByteSize()} vs. {limit})",
+    )
+    # far beyond the limit grpc-core refuses the message itself
+    e = _err(kv.Range, pb.RangeRequest(key=b"k" * (5 * limit)))
     assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     # just under the limit is received (and answered) normally
     key = b"k" * (limit - 10)
     assert kv.Range(pb.RangeRequest(key=key), timeout=10).count == 0
+
+
+def test_undecodable_request_is_internal(server):
+    ch = grpc.insecure_channel(server.endpoints[0].removeprefix("http://"))
+    with ch:
+        raw = ch.unary_unary("/etcdserverpb.KV/Put")
+        with pytest.raises(grpc.RpcError) as ei:
+            raw(b"\xff\xff", timeout=10)
+    assert ei.value.code() == grpc.StatusCode.INTERNAL
+    assert ei.value.details().startswith("grpc: error unmarshalling request: ")
 
 
 def test_envelope_matches_etcd_measurement():

@@ -3,8 +3,7 @@
 With an etcd installed, every call goes to both servers (kept in lockstep)
 and the responses must be byte-identical once the top-level header's
 cluster_id, member_id and raft_term are cleared; errors must have the same
-code and text.  Where a difference is expected (gRPC library wording), the
-call is made with compare=False and says why.
+code and text.
 """
 
 from __future__ import annotations
@@ -186,8 +185,8 @@ def test_request_size_limits(kv):
     assert len(kv.range(b"big").kvs[0].value) == 1572800
     # reads are only bounded by gRPC's receive limit (max-request-bytes + 512 KiB)
     assert kv.range(b"k" * 1600000).count == 0
-    r = kv.call("Range", R(key=b"k" * 2200000), compare=False)  # grpc-go and grpc-core word it differently
-    assert isinstance(r, Failure) and r.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    kv.fails("Range", R(key=b"k" * 2200000), grpc.StatusCode.RESOURCE_EXHAUSTED,
+             "grpc: received message larger than max (2200005 vs. 2097152)")
 
 
 def test_delete_range(kv):
