@@ -1,0 +1,455 @@
+"""Start and stop etcd / brain servers on loopback for tests.
+
+Every server gets free loopback ports and its own temporary directory (data
+dir plus a log file next to it).  ``start()`` waits until a gRPC Range on the
+client endpoint succeeds (up to ``ready_timeout`` seconds) and raises
+``ServerStartError`` carrying the tail of the server's log when it does not.
+``stop()`` sends SIGTERM, waits, then SIGKILLs.
+
+Environment knobs:
+  ETCD_BIN          path of the etcd binary (default /usr/bin/etcd)
+  TEST_TMPDIR       parent directory for server temp dirs (default: /dev/shm
+                    when it exists, else the system temp dir)
+  KEEP_TEST_DIRS    when set, temp dirs are left behind for inspection
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import grpc
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ETCD_BIN = os.environ.get("ETCD_BIN", "/usr/bin/etcd")
+
+DEFAULT_READY_TIMEOUT = 20.0
+_LOG_TAIL_BYTES = 20000
+
+
+class ServerStartError(RuntimeError):
+    """A server did not become ready; the message includes its log tail."""
+
+
+def etcd_available() -> bool:
+    return os.path.isfile(ETCD_BIN) and os.access(ETCD_BIN, os.X_OK)
+
+
+def brain_available() -> bool:
+    """True when ``python -m brain`` can be run from the repository."""
+    return (REPO_ROOT / "brain" / "__main__.py").is_file()
+
+
+def in_ci() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+def require_etcd() -> None:
+    """Skip the calling test when etcd is missing (fail instead under CI)."""
+    if etcd_available():
+        return
+    import pytest
+
+    msg = f"etcd binary not found at {ETCD_BIN} (apt-get install etcd-server etcd-client)"
+    if in_ci():
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def require_brain() -> None:
+    """Skip the calling test when ``brain/__main__.py`` does not exist yet (fail under CI)."""
+    if brain_available():
+        return
+    import pytest
+
+    msg = "brain server entry point (brain/__main__.py) does not exist yet"
+    if in_ci():
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tmp_parent() -> str | None:
+    explicit = os.environ.get("TEST_TMPDIR")
+    if explicit:
+        return explicit
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return None
+
+
+def grpc_target(endpoint: str) -> str:
+    """Turn ``http://host:port`` (or ``host:port``) into a gRPC target."""
+    for prefix in ("http://", "https://", "unix://"):
+        if endpoint.startswith(prefix):
+            return endpoint[len(prefix):].rstrip("/")
+    return endpoint
+
+
+# ---------------------------------------------------------------------------
+# gRPC stubs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Stubs:
+    channel: grpc.Channel
+    kv: object
+    watch: object
+    lease: object
+    maintenance: object
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "Stubs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def kv_stub(endpoint: str) -> Stubs:
+    """KV / Watch / Lease / Maintenance stubs over one insecure channel."""
+    from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+
+    channel = grpc.insecure_channel(
+        grpc_target(endpoint),
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ],
+    )
+    return Stubs(
+        channel=channel,
+        kv=rpc_pb2_grpc.KVStub(channel),
+        watch=rpc_pb2_grpc.WatchStub(channel),
+        lease=rpc_pb2_grpc.LeaseStub(channel),
+        maintenance=rpc_pb2_grpc.MaintenanceStub(channel),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Process management
+# ---------------------------------------------------------------------------
+
+
+class _Server:
+    """Common process handling. Subclasses implement ``_command()``."""
+
+    kind = "server"
+
+    def __init__(self, *, ready_timeout: float = DEFAULT_READY_TIMEOUT, env: dict | None = None):
+        self.ready_timeout = ready_timeout
+        self.extra_env = dict(env or {})
+        self.root = Path(tempfile.mkdtemp(prefix=f"{self.kind}-test-", dir=_tmp_parent()))
+        self.data_dir = self.root / "data"
+        self.log_path = self.root / "server.log"
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self._log_file = None
+        self._starts = 0
+
+    # -- addresses --------------------------------------------------------
+    @property
+    def client_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        """gRPC target, ``127.0.0.1:PORT``."""
+        return f"127.0.0.1:{self.port}"
+
+    # -- to be provided by subclasses --------------------------------------
+    def _command(self) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        return env
+
+    def _cwd(self) -> str | None:
+        return None
+
+    def _pick_new_ports(self) -> None:
+        self.port = free_port()
+
+    # -- lifecycle ----------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> "_Server":
+        """Start the process and wait until it answers a gRPC Range.
+
+        A failure to bind (a port taken between picking and binding) on the
+        very first start is retried with fresh ports.
+        """
+        attempts = 3 if self._starts == 0 else 1
+        last_err: Exception | None = None
+        for _ in range(attempts):
+            try:
+                self._spawn()
+                self._wait_ready()
+                self._starts += 1
+                return self
+            except ServerStartError as e:
+                last_err = e
+                self._terminate(grace=2.0)
+                if self._starts == 0 and "address already in use" in str(e).lower():
+                    self._pick_new_ports()
+                    continue
+                raise
+        assert last_err is not None
+        raise last_err
+
+    def _spawn(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab", buffering=0)
+        cmd = self._command()
+        self._log_file.write(("\n=== start: " + " ".join(cmd) + "\n").encode())
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            cwd=self._cwd(),
+            start_new_session=True,
+        )
+
+    def log_tail(self, nbytes: int = _LOG_TAIL_BYTES) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - nbytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError as e:
+            return f"<no log: {e}>"
+
+    def _wait_ready(self) -> None:
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        deadline = time.monotonic() + self.ready_timeout
+        last_error = "not attempted"
+        channel = grpc.insecure_channel(self.endpoint)
+        try:
+            stub = rpc_pb2_grpc.KVStub(channel)
+            while True:
+                if self.proc is None or self.proc.poll() is not None:
+                    rc = None if self.proc is None else self.proc.returncode
+                    raise ServerStartError(
+                        f"{self.kind} exited during startup (exit code {rc}); "
+                        f"command: {' '.join(self._command())}\n--- log ({self.log_path}) ---\n"
+                        f"{self.log_tail()}"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ServerStartError(
+                        f"{self.kind} not ready after {self.ready_timeout:.0f}s on {self.endpoint} "
+                        f"(last error: {last_error}); command: {' '.join(self._command())}\n"
+                        f"--- log ({self.log_path}) ---\n{self.log_tail()}"
+                    )
+                try:
+                    stub.Range(
+                        rpc_pb2.RangeRequest(key=b"\x00readiness-probe"),
+                        timeout=min(2.0, max(0.2, remaining)),
+                    )
+                    return
+                except grpc.RpcError as e:
+                    last_error = f"{e.code()}: {e.details()}"
+                time.sleep(0.1)
+        finally:
+            channel.close()
+
+    def _terminate(self, grace: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=10)
+        self.proc = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL."""
+        self._terminate(grace)
+
+    def kill9(self) -> None:
+        """SIGKILL the process (no clean shutdown); data dir is kept."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+        self._terminate(grace=0.1)
+
+    def restart(self, grace: float = 10.0) -> "_Server":
+        """Stop (if running) and start again on the same port and data dir."""
+        self.stop(grace)
+        return self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server and remove its temp dir (unless KEEP_TEST_DIRS)."""
+        self.stop()
+        if not os.environ.get("KEEP_TEST_DIRS"):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def stubs(self) -> Stubs:
+        return kv_stub(self.endpoint)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.endpoint} dir={self.root}>"
+
+
+class EtcdServer(_Server):
+    """A single-member etcd on loopback."""
+
+    kind = "etcd"
+
+    def __init__(self, *, extra_args: Sequence[str] = (), **kw):
+        self.extra_args = list(extra_args)
+        super().__init__(**kw)
+        self.peer_port = free_port()
+
+    def _pick_new_ports(self) -> None:
+        super()._pick_new_ports()
+        self.peer_port = free_port()
+
+    def _command(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        return [
+            ETCD_BIN,
+            "--name", "t",
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.client_url,
+            "--advertise-client-urls", self.client_url,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"t={peer}",
+            *self.extra_args,
+        ]
+
+
+class BrainServer(_Server):
+    """``python -m brain serve`` with etcd-style flags."""
+
+    kind = "brain"
+
+    def __init__(self, *, shards: int = 1, extra_args: Sequence[str] = (), **kw):
+        self.shards = shards
+        self.extra_args = list(extra_args)
+        super().__init__(**kw)
+
+    def _command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "brain", "serve",
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.client_url,
+            "--shards", str(self.shards),
+            *self.extra_args,
+        ]
+
+    def _env(self) -> dict:
+        env = super()._env()
+        pp = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
+        return env
+
+    def _cwd(self) -> str | None:
+        return str(REPO_ROOT)
+
+
+# ---------------------------------------------------------------------------
+# Shard settings used by the tests
+# ---------------------------------------------------------------------------
+
+# Boundaries chosen to cut the differential key alphabet (tests/differential/
+# generator.py KEYS) into populated shards: "/registry/..." and "a*" keys fall
+# before "b", "b*" in [b, k), "k*"/"m"/"s" in [k, t), "t*"/"z*"/0xff after t.
+_BOUNDARIES = {
+    1: [],
+    2: ["k"],
+    3: ["b", "t"],
+    4: ["b", "k", "t"],
+    8: ["/registry/pods/ns2", "a", "b", "k", "m", "t", "z"],
+}
+_BOUNDARY_POOL = ["/registry/pods/ns2", "/registry/s", "a", "ab", "b", "b0", "k",
+                  "kz", "m", "t", "t1", "z", "zz"]
+
+
+def shard_boundaries(n: int) -> list[str]:
+    if n in _BOUNDARIES:
+        return list(_BOUNDARIES[n])
+    if n < 1 or n - 1 > len(_BOUNDARY_POOL):
+        raise ValueError(f"no boundary set for {n} shards")
+    step = len(_BOUNDARY_POOL) / n
+    return [_BOUNDARY_POOL[int(round(step * i)) - 1] for i in range(1, n)]
+
+
+def shard_args(n: int) -> list[str]:
+    """Extra brain args for ``n`` shards (beyond ``--shards n``)."""
+    b = shard_boundaries(n)
+    return ["--shard-boundaries", ",".join(b)] if b else []
+
+
+def shard_settings_from_env() -> list[int]:
+    raw = os.environ.get("BRAIN_TEST_SHARDS", "1,4")
+    return [int(x) for x in raw.replace(" ", "").split(",") if x]
+
+
+def start_brain(shards: int = 1, extra_args: Sequence[str] = (), **kw) -> BrainServer:
+    srv = BrainServer(shards=shards, extra_args=[*shard_args(shards), *extra_args], **kw)
+    try:
+        srv.start()
+    except BaseException:
+        srv.cleanup()
+        raise
+    return srv
+
+
+def start_etcd(**kw) -> EtcdServer:
+    srv = EtcdServer(**kw)
+    try:
+        srv.start()
+    except BaseException:
+        srv.cleanup()
+        raise
+    return srv
