@@ -21,7 +21,6 @@ Options mirror etcd's server where clients can tell the difference:
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal

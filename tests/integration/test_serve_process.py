@@ -1,0 +1,186 @@
+"""`python -m brain serve` as a process: signals, exit codes, startup
+failures, log formats, restart, TLS listeners."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from brain.api.pb.etcdserverpb import rpc_pb2 as pb
+from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+from tests.integration.conftest import require_etcdctl, run_etcdctl
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, require_brain
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_brain(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "brain", *args], cwd=REPO_ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stop_with(srv: BrainServer, sig: int) -> int:
+    srv.proc.send_signal(sig)
+    return srv.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def brain():
+    require_brain()
+    srv = BrainServer(shards=1)
+    yield srv
+    srv.cleanup()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_cleanly(brain, sig):
+    brain.start()
+    with brain.stubs() as s:
+        s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
+    assert stop_with(brain, sig) == 0
+    log = brain.log_tail()
+    assert f"received {signal.Signals(sig).name}, shutting down" in log
+    assert "stopped" in log.splitlines()[-1]
+
+
+def test_startup_line_and_restart_keeps_data(brain):
+    brain.start()
+    log = brain.log_tail()
+    line = next(l for l in log.splitlines() if "serving client requests" in l)
+    from brain import __version__
+
+    assert f"brain {__version__} serving client requests" in line
+    assert f"endpoints={brain.client_url}" in line
+    assert f"data-dir={brain.data_dir}" in line
+    assert "layout=" in line
+    with brain.stubs() as s:
+        rev = s.kv.Put(pb.PutRequest(key=b"persist", value=b"1"), timeout=10).header.revision
+    brain.restart()
+    with brain.stubs() as s:
+        r = s.kv.Range(pb.RangeRequest(key=b"persist"), timeout=10)
+    assert r.kvs[0].value == b"1" and r.header.revision == rev
+
+
+def test_no_subcommand_serves_and_json_logs(brain):
+    brain._command = lambda: [sys.executable, "-m", "brain", "--data-dir", str(brain.data_dir),
+                              "--listen-client-urls", brain.client_url, "--log-format", "json"]
+    brain.start()
+    assert stop_with(brain, signal.SIGTERM) == 0
+    records = [json.loads(l) for l in brain.log_tail().splitlines() if l.startswith("{")]
+    serving = [r for r in records if "serving client requests" in r["msg"]]
+    assert serving and serving[0]["endpoints"] == brain.client_url and serving[0]["level"] == "info"
+
+
+def test_port_in_use_exits_1_with_etcds_message(tmp_path):
+    require_brain()
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = run_brain("serve", "--data-dir", str(tmp_path / "d"), "--listen-client-urls", f"http://127.0.0.1:{port}")
+    assert p.returncode == 1
+    assert f"listen tcp 127.0.0.1:{port}: bind: address already in use" in p.stderr
+
+
+def test_data_dir_in_use_exits_1(brain, tmp_path):
+    brain.start()
+    p = run_brain("serve", "--data-dir", str(brain.data_dir), "--listen-client-urls", f"http://127.0.0.1:{free_port()}")
+    assert p.returncode == 1
+    assert "cannot open data dir" in p.stderr
+
+
+def test_bad_flag_exits_2():
+    require_brain()
+    p = run_brain("serve", "--listen-client-urls", "localhost:2379")
+    assert p.returncode == 2
+    assert "URL scheme must be http, https, unix, or unixs" in p.stderr
+    p = run_brain("serve", "--no-such-flag")
+    assert p.returncode == 2
+
+
+# --- TLS ---------------------------------------------------------------------
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    d = tmp_path_factory.mktemp("certs")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+             "-days", "2", "-subj", "/CN=brain-test-ca", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, cn in (("server", "localhost"), ("client", "brain-client")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", f"/CN={cn}", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.crt", "-days", "2", "-extfile", "san.ext", cwd=d)
+    return d
+
+
+def _tls_server(certs: Path, *extra: str) -> tuple[BrainServer, str]:
+    require_brain()
+    srv = BrainServer(shards=1)
+    tls_port = free_port()
+    srv.extra_args = [
+        "--listen-client-urls", f"{srv.client_url},https://127.0.0.1:{tls_port}",
+        "--cert-file", str(certs / "server.crt"), "--key-file", str(certs / "server.key"), *extra,
+    ]
+    srv.start()
+    return srv, f"127.0.0.1:{tls_port}"
+
+
+def test_https_listener(certs):
+    srv, tls = _tls_server(certs)
+    try:
+        creds = grpc.ssl_channel_credentials(root_certificates=(certs / "ca.crt").read_bytes())
+        with grpc.secure_channel(tls, creds) as ch:
+            kv = rpc_pb2_grpc.KVStub(ch)
+            kv.Put(pb.PutRequest(key=b"tls", value=b"yes"), timeout=10)
+            assert kv.Range(pb.RangeRequest(key=b"tls"), timeout=10).kvs[0].value == b"yes"
+        require_etcdctl()
+        r = run_etcdctl(f"https://{tls}", f"--cacert={certs / 'ca.crt'}", "get", "tls", "--print-value-only")
+        assert (r.rc, r.out) == (0, "yes\n"), r.err
+    finally:
+        srv.cleanup()
+
+
+def test_client_cert_auth(certs):
+    srv, tls = _tls_server(certs, "--trusted-ca-file", str(certs / "ca.crt"), "--client-cert-auth")
+    try:
+        ca = (certs / "ca.crt").read_bytes()
+        anonymous = grpc.ssl_channel_credentials(root_certificates=ca)
+        with grpc.secure_channel(tls, anonymous) as ch:
+            with pytest.raises(grpc.RpcError) as ei:
+                rpc_pb2_grpc.KVStub(ch).Range(pb.RangeRequest(key=b"x"), timeout=5)
+            assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+        mutual = grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=(certs / "client.key").read_bytes(),
+            certificate_chain=(certs / "client.crt").read_bytes(),
+        )
+        with grpc.secure_channel(tls, mutual) as ch:
+            assert rpc_pb2_grpc.KVStub(ch).Range(pb.RangeRequest(key=b"x"), timeout=10).count == 0
+        require_etcdctl()
+        r = run_etcdctl(f"https://{tls}", f"--cacert={certs / 'ca.crt'}", f"--cert={certs / 'client.crt'}",
+                        f"--key={certs / 'client.key'}", "put", "mtls", "ok")
+        assert (r.rc, r.out) == (0, "OK\n"), r.err
+    finally:
+        srv.cleanup()
