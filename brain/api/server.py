@@ -297,8 +297,13 @@ def run(config: ServerConfig) -> int:
             os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
             engine = Engine.open(engine_config)
         except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
-            log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=True)
+            # expected refusals (dir locked, layout mismatch, I/O) need no traceback
+            expected = isinstance(e, (OSError, ValueError, RuntimeError))
+            log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=not expected)
             return 1
+        if stop.is_set():  # told to stop while recovering
+            engine.close()
+            return 0
         api = ApiServer(engine, config)
         try:
             api.start()

@@ -16,6 +16,8 @@ import pytest
 from tests.integration.conftest import require_etcdctl, run_etcdctl
 from tests.support.servers import BrainServer
 
+pytestmark = pytest.mark.etcd  # needs etcdctl (etcd-client); etcd itself only for the comparison
+
 COMPACTED = "Error: etcdserver: mvcc: required revision has been compacted"
 FUTURE = "Error: etcdserver: mvcc: required revision is a future revision"
 
