@@ -88,6 +88,15 @@ def test_error_vs_response_differs():
     assert _diff("Range", req, ErrorResult("OUT_OF_RANGE", "x"), rpc_pb2.RangeResponse())
 
 
+def test_errors_compared_by_code_and_text():
+    a = ErrorResult("INVALID_ARGUMENT", "etcdserver: key is not provided")
+    b = ErrorResult("INVALID_ARGUMENT", "etcdserver: key not provided")
+    c = ErrorResult("OUT_OF_RANGE", "etcdserver: key is not provided")
+    assert _diff("Put", None, a, a) is None
+    assert _diff("Put", None, a, b)
+    assert _diff("Put", None, a, c)
+
+
 def test_prefix_end():
     assert prefix_end(b"a") == b"b"
     assert prefix_end(b"a\xff") == b"b"

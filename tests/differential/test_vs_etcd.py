@@ -15,7 +15,6 @@ import os
 import pytest
 
 from tests.differential import harness
-from tests.differential.compare import ErrorResult
 from tests.differential.harness import run_differential
 from tests.support.servers import shard_args
 
@@ -23,8 +22,8 @@ pytestmark = pytest.mark.etcd
 
 SELF_CHECK_SEED = 4
 SELF_CHECK_OPS = 300
-DEFAULT_SEEDS = "4,10,12,15"
-DEFAULT_OPS = 300  # x 4 seeds = 1,200 ops per shard setting
+DEFAULT_SEEDS = "1,2,3,4"
+DEFAULT_OPS = 500  # x 4 seeds = 2,000 ops per shard setting
 
 # Outcomes the self-check stream must exercise (guards against the generator
 # silently losing coverage).
@@ -121,17 +120,6 @@ def test_harness_detects_differences(etcd_factory, kv_stub, method, nth, tamper)
     assert res.diff.op.method == method
     report = res.diff.report()
     assert f"op #{res.diff.index}" in report and "--- tampered ---" in report
-
-
-def test_errors_compared_by_code_and_text():
-    from tests.differential.compare import first_difference, normalize
-
-    a = ErrorResult("INVALID_ARGUMENT", "etcdserver: key is not provided")
-    b = ErrorResult("INVALID_ARGUMENT", "etcdserver: key not provided")
-    c = ErrorResult("OUT_OF_RANGE", "etcdserver: key is not provided")
-    assert first_difference(normalize("Put", None, a), normalize("Put", None, a)) is None
-    assert first_difference(normalize("Put", None, a), normalize("Put", None, b))
-    assert first_difference(normalize("Put", None, a), normalize("Put", None, c))
 
 
 @pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
