@@ -159,5 +159,32 @@ class LeaseRevokeResult:
     revision: int
 
 
+EVENT_PUT, EVENT_DELETE = 0, 1
+
+
+class Event:
+    """One change, as a watcher sees it: etcd's mvccpb.Event.
+
+    A delete's kv carries only the key and the deleting revision.  prev_kv is
+    filled lazily (only watchers asking for it need the lookup) and shared by
+    every watcher receiving the event; `wire` lets the api layer cache the
+    encoded form so a fan-out encodes each event once."""
+
+    __slots__ = ("type", "kv", "prev_kv", "prev_done", "wire")
+
+    def __init__(self, type: int, kv: KeyValue) -> None:
+        self.type = type
+        self.kv = kv
+        self.prev_kv: KeyValue | None = None
+        self.prev_done = False
+        self.wire = None
+
+    def is_create(self) -> bool:
+        return self.type == EVENT_PUT and self.kv.create_revision == self.kv.mod_revision
+
+    def __repr__(self) -> str:
+        return f"Event({'PUT' if self.type == EVENT_PUT else 'DELETE'}, {self.kv!r})"
+
+
 OpResult = Union[RangeResult, PutResult, DeleteRangeResult, TxnResult, EmptyResult]
 WriteRequest = Union[PutRequest, DeleteRangeRequest, TxnRequest, CompactRequest, LeaseGrantRequest, LeaseRevokeRequest]

@@ -25,13 +25,18 @@ from .revision import to_bytes
 
 
 class Shard:
-    __slots__ = ("id", "index", "active", "frozen", "pending_deletes", "backend")
+    __slots__ = ("id", "index", "active", "frozen", "active_order", "frozen_order", "pending_deletes", "backend")
 
     def __init__(self, shard_id: int, backend) -> None:
         self.id = shard_id
         self.index: SortedDict = SortedDict()  # key -> KeyIndex
         self.active: dict[int, tuple] = {}
         self.frozen: dict[int, tuple] = {}
+        # Revisions of `active` / `frozen` in increasing order (records are
+        # added in revision order), for history reads by revision; entries
+        # whose record compaction dropped are skipped on read.
+        self.active_order: list[int] = []
+        self.frozen_order: list[int] = []
         self.pending_deletes: list[int] = []  # revisions to delete from the value store
         self.backend = backend
 
@@ -46,6 +51,39 @@ class Shard:
         if data is None:
             raise KeyError(f"shard {self.id}: record for revision {rev:#x} is missing")
         return decode_record(data)
+
+    def memtable_history(self, lo: int, hi: int):
+        """(rev, record) for memtable records with lo <= rev < hi, in order."""
+        for order, table in ((self.frozen_order, self.frozen), (self.active_order, self.active)):
+            i = bisect_left(order, lo)
+            n = len(order)
+            while i < n:
+                rev = order[i]
+                if rev >= hi:
+                    break
+                rec = table.get(rev)
+                if rec is not None:
+                    yield rev, rec
+                i += 1
+
+    def history(self, lo: int, hi: int):
+        """(rev, record) for every stored record with lo <= rev < hi, in
+        revision order, from the value store and the memtables.  A record
+        that a finishing checkpoint holds in both places is yielded once."""
+        stored = self.backend.scan(self.id, to_bytes(lo), to_bytes(hi))
+        mem = self.memtable_history(lo, hi)
+        m = next(mem, None)
+        for rev_bytes, data in stored:
+            rev = int.from_bytes(rev_bytes, "big")
+            while m is not None and m[0] < rev:
+                yield m
+                m = next(mem, None)
+            if m is not None and m[0] == rev:
+                m = next(mem, None)
+            yield rev, decode_record(data)
+        while m is not None:
+            yield m
+            m = next(mem, None)
 
     def drop(self, rev: int) -> None:
         """Forget a compacted revision's record."""

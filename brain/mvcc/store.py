@@ -13,6 +13,7 @@ never observes a write that a crash could still undo.
 
 from __future__ import annotations
 
+import heapq
 from typing import Iterable
 
 from . import errors, validation
@@ -52,6 +53,9 @@ from .requests import (
     PutResult,
     RangeRequest,
     RangeResult,
+    EVENT_DELETE,
+    EVENT_PUT,
+    Event,
     TxnRequest,
     TxnResult,
 )
@@ -136,6 +140,9 @@ class Store:
         self.lessor = Lessor()
         self.keys_live = 0
         self._compaction: _Compaction | None = None
+        # When a list, every change applied is appended here as an Event, in
+        # revision order, for the watch hub (the engine drains it per batch).
+        self.changes: list[Event] | None = None
 
     # ------------------------------------------------------------------
     # key placement
@@ -184,7 +191,10 @@ class Store:
             self.keys_live += 1
         ki.put(rev)
         shard.active[rev] = (key, value, created, version, lease)
+        shard.active_order.append(rev)
         self.lessor.set_key(key, lease)
+        if self.changes is not None:
+            self.changes.append(Event(EVENT_PUT, KeyValue(key, main_of(created), main_of(rev), version, value, lease)))
 
     def _delete_at(self, rev: int, key: bytes) -> None:
         shard = self.shard_for_key(key)
@@ -192,7 +202,10 @@ class Store:
         ki.tombstone(rev)
         self.keys_live -= 1
         shard.active[rev] = (key, None, 0, 0, 0)
+        shard.active_order.append(rev)
         self.lessor.set_key(key, 0)
+        if self.changes is not None:
+            self.changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
 
     # ------------------------------------------------------------------
     # reads
@@ -259,6 +272,65 @@ class Store:
             for kv in kvs:
                 kv.value = b""
         return RangeResult(view, kvs, more, total)
+
+    # ------------------------------------------------------------------
+    # history (watch catch-up)
+
+    def history(self, key: bytes, end: bytes | None | bool, from_main: int, to_main: int,
+                max_records: int) -> tuple[list[Event], int]:
+        """Events on [key, end) with main revision in [from_main, to_main],
+        in revision order, scanning at most about `max_records` stored
+        records (whole revisions only).  Returns the events and the last main
+        revision fully covered (from_main - 1 if none was)."""
+        lo, hi = pack(from_main), pack(to_main + 1)
+        if end is False:
+            sids = [self.shard_map.shard_of(key)]
+        elif end is not None and end <= key:
+            return [], to_main
+        else:
+            sids = list(self.shard_map.shards_for(key, end))
+        streams = [self.shards[sid].history(lo, hi) for sid in sids]
+        merged = heapq.merge(*streams, key=lambda item: item[0]) if len(streams) > 1 else streams[0]
+        events: list[Event] = []
+        scanned = 0
+        covered = to_main
+        current_main = -1
+        for rev, rec in merged:
+            m = main_of(rev)
+            if m != current_main:
+                if scanned >= max_records:
+                    covered = current_main
+                    break
+                current_main = m
+            scanned += 1
+            k = rec[0]
+            if end is False:
+                if k != key:
+                    continue
+            elif k < key or (end is not None and k >= end):
+                continue
+            if rec[1] is None:
+                events.append(Event(EVENT_DELETE, KeyValue(k, 0, m, 0, b"", 0)))
+            else:
+                events.append(Event(EVENT_PUT, KeyValue(k, main_of(rec[2]), m, rec[3], rec[1], rec[4])))
+        for it in streams:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+        return events, covered
+
+    def fill_prev_kv(self, ev: Event) -> None:
+        """Set ev.prev_kv to the key's value just before the event, as etcd
+        does (nothing when that revision is compacted or it is a create)."""
+        if ev.prev_done:
+            return
+        ev.prev_done = True
+        if ev.is_create():
+            return
+        at = ev.kv.mod_revision - 1
+        if at < self.compact_rev or at <= 0:
+            return
+        ev.prev_kv = self.get_kv(ev.kv.key, at)
 
     # ------------------------------------------------------------------
     # Txn
@@ -539,6 +611,7 @@ class Store:
             if shard.frozen:
                 raise RuntimeError("a checkpoint is already in progress")
             shard.frozen, shard.active = shard.active, {}
+            shard.frozen_order, shard.active_order = shard.active_order, []
             frozen.append(shard.frozen)
             deletes.append(shard.pending_deletes)
             shard.pending_deletes = []
@@ -549,6 +622,7 @@ class Store:
     def checkpoint_done(self) -> None:
         for shard in self.shards:
             shard.frozen = {}
+            shard.frozen_order = []
 
     def checkpoint_abort(self, cut: "CheckpointCut") -> None:
         """The cut was not written: serve its records from memory again and
@@ -557,8 +631,10 @@ class Store:
             dropped = set(shard.pending_deletes)
             merged = {rev: rec for rev, rec in shard.frozen.items() if rev not in dropped}
             merged.update(shard.active)
+            shard.active_order = [r for r in shard.frozen_order if r in merged] + shard.active_order
             shard.active = merged
             shard.frozen = {}
+            shard.frozen_order = []
             shard.pending_deletes = [r for r in cut.deletes[sid] if r not in merged] + [
                 r for r in shard.pending_deletes if r not in merged]
 

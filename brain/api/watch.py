@@ -1,0 +1,172 @@
+"""The Watch service: one bidirectional stream, many watchers.
+
+Requests are read on a thread of their own and turned into calls on the
+engine's stream handle; responses are taken from the handle's outbox in
+order and written as bytes.  Each event is encoded once (cached on the event,
+with and without prev_kv) and spliced into every response that carries it,
+so a fan-out to many watchers costs one encoding per event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.pb.mvccpb import kv_pb2
+from brain.mvcc.requests import EVENT_DELETE
+
+log = logging.getLogger("brain.api.watch")
+
+_EVENTS_TAG = b"\x5a"  # WatchResponse.events: field 11, length-delimited
+_NOPUT = rpc_pb2.WatchCreateRequest.NOPUT
+_NODELETE = rpc_pb2.WatchCreateRequest.NODELETE
+GRPC_OVERHEAD_BYTES = 512 * 1024  # etcd's allowance on top of --max-request-bytes
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _fill_kv(m, kv) -> None:
+    m.key = kv.key
+    if kv.create_revision:
+        m.create_revision = kv.create_revision
+    if kv.mod_revision:
+        m.mod_revision = kv.mod_revision
+    if kv.version:
+        m.version = kv.version
+    if kv.value:
+        m.value = kv.value
+    if kv.lease:
+        m.lease = kv.lease
+
+
+def event_bytes(ev, with_prev: bool) -> bytes:
+    """The encoded mvccpb.Event, cached on the event."""
+    cache = ev.wire
+    if cache is None:
+        cache = ev.wire = [None, None]
+    i = 1 if with_prev and ev.prev_kv is not None else 0
+    data = cache[i]
+    if data is None:
+        m = kv_pb2.Event()
+        if ev.type == EVENT_DELETE:
+            m.type = kv_pb2.Event.DELETE
+        _fill_kv(m.kv, ev.kv)
+        if i:
+            _fill_kv(m.prev_kv, ev.prev_kv)
+        data = cache[i] = m.SerializeToString()
+    return data
+
+
+class WatchService:
+    def __init__(self, engine, *, max_request_bytes: int = 1572864) -> None:
+        self.engine = engine
+        self.fragment_limit = max_request_bytes + GRPC_OVERHEAD_BYTES
+
+    # -- encoding -------------------------------------------------------
+
+    def _head(self, resp, fragment: bool = False) -> bytes:
+        m = rpc_pb2.WatchResponse()
+        h = m.header
+        h.cluster_id = self.engine.cluster_id
+        h.member_id = self.engine.member_id
+        h.revision = resp.revision
+        h.raft_term = self.engine.raft_term
+        m.watch_id = resp.watch_id
+        if resp.created:
+            m.created = True
+        if resp.canceled:
+            m.canceled = True
+        if resp.compact_revision:
+            m.compact_revision = resp.compact_revision
+        if resp.cancel_reason:
+            m.cancel_reason = resp.cancel_reason
+        if fragment:
+            m.fragment = True
+        return m.SerializeToString()
+
+    def encode(self, resp, with_prev: bool) -> list[bytes]:
+        """One or more encoded WatchResponses (several when fragmenting)."""
+        if not resp.events:
+            return [self._head(resp)]
+        parts = []
+        for ev in resp.events:
+            data = event_bytes(ev, with_prev)
+            parts.append(_EVENTS_TAG + _varint(len(data)) + data)
+        head = self._head(resp)
+        total = len(head) + sum(len(p) for p in parts)
+        if not resp.fragment or total < self.fragment_limit or len(parts) < 2:
+            return [head + b"".join(parts)]
+        # etcd's sendFragments: fill each fragment up to the limit (at least
+        # one event each); every fragment but the last has fragment=true.
+        frag_head = self._head(resp, fragment=True)
+        out: list[bytes] = []
+        cur: list[bytes] = []
+        size = len(frag_head)
+        for p in parts:
+            if cur and size + len(p) >= self.fragment_limit:
+                out.append(frag_head + b"".join(cur))
+                cur, size = [], len(frag_head)
+            cur.append(p)
+            size += len(p)
+        out.append(head + b"".join(cur))
+        return out
+
+    # -- the RPC ----------------------------------------------------------
+
+    def Watch(self, request_iterator, context):
+        handle = self.engine.watch_stream()
+
+        def read() -> None:
+            try:
+                for req in request_iterator:
+                    which = req.WhichOneof("request_union")
+                    if which == "create_request":
+                        c = req.create_request
+                        handle.create(
+                            c.key, c.range_end, c.start_revision, c.watch_id, c.prev_kv,
+                            no_put=_NOPUT in c.filters, no_delete=_NODELETE in c.filters,
+                            progress_notify=c.progress_notify, fragment=c.fragment)
+                    elif which == "cancel_request":
+                        handle.cancel(req.cancel_request.watch_id)
+                    elif which == "progress_request":
+                        handle.request_progress()
+            except grpc.RpcError:
+                handle.close()
+            except Exception:  # noqa: BLE001
+                log.exception("watch stream reader failed")
+                handle.close()
+            # A client that half-closes keeps receiving, as with etcd.
+
+        reader = threading.Thread(target=read, name="watch-reader", daemon=True)
+        reader.start()
+        context.add_callback(handle.close)
+        try:
+            while context.is_active():
+                items = handle.get(timeout=1.0)
+                if items is None:
+                    return
+                for resp in items:
+                    for data in self.encode(resp, resp.prev_kv):
+                        yield data
+        finally:
+            handle.close()
+
+
+def watch_handlers(svc: WatchService) -> dict[str, grpc.RpcMethodHandler]:
+    return {
+        "Watch": grpc.stream_stream_rpc_method_handler(
+            svc.Watch, request_deserializer=rpc_pb2.WatchRequest.FromString, response_serializer=None),
+    }

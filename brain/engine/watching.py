@@ -1,0 +1,123 @@
+"""Watch plumbing around the pure hub: locks, the catch-up thread, the
+progress-notify ticker, and stream handles the api layer reads from.
+
+Lock order: the hub lock, then the store lock (inside the hub).  The
+committer calls `notify` after it has released the store lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..mvcc.watch import WatchHub, WatchResponse
+
+DEFAULT_PROGRESS_INTERVAL = 600.0  # etcd's --watch-progress-notify-interval
+
+
+class WatchStreamHandle:
+    """One client stream, as the api layer sees it."""
+
+    def __init__(self, manager: "WatchManager") -> None:
+        self._m = manager
+        self._cond = threading.Condition(manager.lock)
+        with manager.lock:
+            self._stream = manager.hub.open_stream(self._cond.notify_all)
+
+    def create(self, key: bytes, range_end: bytes = b"", start_revision: int = 0, watch_id: int = 0,
+               prev_kv: bool = False, no_put: bool = False, no_delete: bool = False,
+               progress_notify: bool = False, fragment: bool = False) -> None:
+        with self._m.lock:
+            if self._stream.closed:
+                return
+            self._m.hub.create(self._stream, key, range_end, start_revision, watch_id, prev_kv,
+                               no_put, no_delete, progress_notify, fragment)
+            if self._m.hub.unsynced:
+                self._m.kick()
+
+    def cancel(self, watch_id: int) -> None:
+        with self._m.lock:
+            if not self._stream.closed:
+                self._m.hub.cancel(self._stream, watch_id)
+
+    def request_progress(self) -> None:
+        with self._m.lock:
+            if not self._stream.closed:
+                self._m.hub.request_progress(self._stream)
+
+    def get(self, timeout: float | None = None) -> list[WatchResponse] | None:
+        """Wait for responses; None once the stream is closed."""
+        with self._m.lock:
+            s = self._stream
+            if not s.outbox and not s.closed:
+                self._cond.wait(timeout)
+            if s.closed:
+                return None
+            items = s.pop_all()
+            if items and self._m.hub.consumed(s):
+                self._m.kick()
+            return items
+
+    def close(self) -> None:
+        with self._m.lock:
+            if not self._stream.closed:
+                self._m.hub.close_stream(self._stream)
+
+    @property
+    def closed(self) -> bool:
+        return self._stream.closed
+
+
+class WatchManager:
+    def __init__(self, store, store_lock, *, progress_interval: float = DEFAULT_PROGRESS_INTERVAL) -> None:
+        self.lock = threading.Lock()
+        self.hub = WatchHub(store, store_lock)
+        self.progress_interval = progress_interval
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="brain-watch-sync", daemon=True)
+        self._thread.start()
+
+    def open_stream(self) -> WatchStreamHandle:
+        return WatchStreamHandle(self)
+
+    def notify(self, events, new_rev: int) -> None:
+        with self.lock:
+            self.hub.notify(events, new_rev)
+            pending = bool(self.hub.unsynced)
+        if pending:
+            self.kick()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        next_tick = time.monotonic() + self.progress_interval
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self.lock:
+                busy = bool(self.hub.unsynced)
+            self._wake.wait(min(0.05 if busy else 1.0, max(0.0, next_tick - now)))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            more = True
+            while more and not self._stop.is_set():
+                with self.lock:
+                    more = self.hub.sync_step()
+            if time.monotonic() >= next_tick:
+                with self.lock:
+                    self.hub.progress_tick()
+                next_tick = time.monotonic() + self.progress_interval
+
+    def statistics(self) -> tuple[int, int, int]:
+        with self.lock:
+            return self.hub.statistics()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+        with self.lock:
+            for s in list(self.hub.streams):
+                self.hub.close_stream(s)

@@ -1,0 +1,336 @@
+"""The watch hub: which watcher gets which event, in what order.
+
+Every watcher is either *synced* (it has been handed every event up to the
+hub's revision, and new events are routed to it as they commit) or
+*unsynced* (it still has history to read, from `next_rev` on).  A new watcher
+starting at an old revision begins unsynced; a synced watcher whose stream
+has too many undelivered events becomes unsynced, so a slow consumer never
+holds up a commit or another watcher and its memory stays bounded: it later
+catches up from the store's history (records by revision, in memory and in
+the value store), exactly like a watcher that started in the past.
+
+Ordering invariants, per stream (a stream's responses leave in outbox order):
+  * a watcher's events are queued in revision order, each revision's events
+    of one Txn in one response;
+  * a progress response (watch_id -1) at revision R is queued only when every
+    watcher of the stream is synced and started at or before R, i.e. after
+    every event <= R of every watcher is already in the outbox.  So progress
+    can never overtake an event (the bug of kine #731 / etcd #15220).
+
+The hub does no I/O and starts no threads.  The engine calls it with the
+hub lock held; store reads happen under `store_lock`, always taken after the
+hub lock (lock order: hub -> store).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .requests import EVENT_DELETE, EVENT_PUT, Event
+
+ERR_EMPTY_RANGE = "mvcc: watcher range is empty"
+ERR_DUPLICATE_ID = "mvcc: duplicate watch ID provided on the WatchStream"
+ERR_COMPACTED = "etcdserver: mvcc: required revision has been compacted"
+INVALID_WATCH_ID = -1
+
+
+@dataclass(slots=True)
+class WatchResponse:
+    watch_id: int
+    revision: int
+    events: list = field(default_factory=list)
+    created: bool = False
+    canceled: bool = False
+    compact_revision: int = 0
+    cancel_reason: str = ""
+    fragment: bool = False  # the watcher asked for fragmenting (the api splits)
+    prev_kv: bool = False  # the watcher asked for prev_kv on its events
+
+
+class Watcher:
+    __slots__ = ("id", "stream", "key", "end", "start_rev", "min_rev", "next_rev", "synced", "prev_kv",
+                 "no_put", "no_delete", "progress_notify", "idle", "fragment", "group")
+
+    def __init__(self, wid, stream, key, end, start_rev, prev_kv, no_put, no_delete, progress_notify, fragment):
+        self.id = wid
+        self.stream = stream
+        self.key = key
+        self.end = end  # False: one key; None: no upper bound; bytes: exclusive end
+        self.start_rev = start_rev  # as requested (0: from now on)
+        self.min_rev = start_rev  # synced: first revision to deliver
+        self.next_rev = start_rev  # unsynced: first revision not yet read
+        self.synced = False
+        self.prev_kv = prev_kv
+        self.no_put = no_put
+        self.no_delete = no_delete
+        self.progress_notify = progress_notify
+        self.idle = True  # no events sent since the last progress tick
+        self.fragment = fragment
+        self.group = (key, end)
+
+    def matches(self, key: bytes) -> bool:
+        end = self.end
+        if end is False:
+            return key == self.key
+        return key >= self.key and (end is None or key < end)
+
+    def wants(self, ev: Event) -> bool:
+        return not ((self.no_put and ev.type == EVENT_PUT) or (self.no_delete and ev.type == EVENT_DELETE))
+
+
+class Stream:
+    """One client Watch stream: its watchers and the outbox of responses."""
+
+    __slots__ = ("watchers", "next_id", "outbox", "queued_events", "progress_pending", "closed", "wakeup")
+
+    def __init__(self, wakeup) -> None:
+        self.watchers: dict[int, Watcher] = {}
+        self.next_id = 0
+        self.outbox: deque[WatchResponse] = deque()
+        self.queued_events = 0
+        self.progress_pending = False
+        self.closed = False
+        self.wakeup = wakeup  # called (hub lock held) when the outbox gains items
+
+    def push(self, resp: WatchResponse) -> None:
+        self.outbox.append(resp)
+        self.queued_events += len(resp.events)
+        self.wakeup()
+
+    def pop_all(self) -> list[WatchResponse]:
+        items = list(self.outbox)
+        self.outbox.clear()
+        self.queued_events = 0
+        return items
+
+
+class WatchHub:
+    def __init__(self, store, store_lock, *, max_queued_events: int = 20_000, sync_batch_records: int = 5_000) -> None:
+        self.store = store
+        self.store_lock = store_lock
+        self.max_queued_events = max_queued_events
+        self.resume_below = max_queued_events // 2
+        self.sync_batch_records = sync_batch_records
+        self.rev = store.revision  # every event <= rev has been routed
+        self.keyed: dict[bytes, set[Watcher]] = {}
+        self.ranged: dict[tuple, set[Watcher]] = {}
+        self.unsynced: set[Watcher] = set()
+        self.streams: set[Stream] = set()
+        self.events_routed = 0
+
+    # ------------------------------------------------------------------
+    # membership
+
+    def open_stream(self, wakeup) -> Stream:
+        s = Stream(wakeup)
+        self.streams.add(s)
+        return s
+
+    def close_stream(self, s: Stream) -> None:
+        for w in list(s.watchers.values()):
+            self._remove(w)
+        s.watchers.clear()
+        s.closed = True
+        s.outbox.clear()
+        self.streams.discard(s)
+        s.wakeup()
+
+    def _add_synced(self, w: Watcher) -> None:
+        w.synced = True
+        if w.end is False:
+            self.keyed.setdefault(w.key, set()).add(w)
+        else:
+            self.ranged.setdefault(w.group, set()).add(w)
+
+    def _remove_synced(self, w: Watcher) -> None:
+        table, k = (self.keyed, w.key) if w.end is False else (self.ranged, w.group)
+        ws = table.get(k)
+        if ws is not None:
+            ws.discard(w)
+            if not ws:
+                del table[k]
+        w.synced = False
+
+    def _remove(self, w: Watcher) -> None:
+        if w.synced:
+            self._remove_synced(w)
+        else:
+            self.unsynced.discard(w)
+
+    def create(self, s: Stream, key: bytes, range_end: bytes, start_rev: int, watch_id: int,
+               prev_kv: bool = False, no_put: bool = False, no_delete: bool = False,
+               progress_notify: bool = False, fragment: bool = False) -> None:
+        """Add a watcher; its `created` response is queued first."""
+        if not key:
+            key = b"\x00"
+        if start_rev < 0:
+            s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True, cancel_reason=ERR_COMPACTED))
+            return
+        end: bytes | None | bool
+        if not range_end:
+            end = False
+        elif range_end == b"\x00":
+            end = None
+        else:
+            end = range_end
+            if key >= end:
+                s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True,
+                                     cancel_reason=ERR_EMPTY_RANGE))
+                return
+        if watch_id == 0:  # etcd's AutoWatchID
+            while s.next_id in s.watchers:
+                s.next_id += 1
+            watch_id = s.next_id
+            s.next_id += 1
+        elif watch_id in s.watchers:
+            s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True,
+                                 cancel_reason=ERR_DUPLICATE_ID))
+            return
+        w = Watcher(watch_id, s, key, end, start_rev, prev_kv, no_put, no_delete, progress_notify, fragment)
+        s.watchers[watch_id] = w
+        s.push(WatchResponse(watch_id, self.rev, created=True, fragment=fragment))
+        if start_rev == 0 or start_rev > self.rev:
+            w.min_rev = max(start_rev, self.rev + 1)
+            self._add_synced(w)
+        else:
+            w.next_rev = start_rev
+            self.unsynced.add(w)
+
+    def cancel(self, s: Stream, watch_id: int) -> bool:
+        w = s.watchers.pop(watch_id, None)
+        if w is None:
+            return False  # etcd answers nothing for an unknown id
+        self._remove(w)
+        s.push(WatchResponse(watch_id, self.rev, canceled=True))
+        self._maybe_progress(s)
+        return True
+
+    # ------------------------------------------------------------------
+    # progress
+
+    def request_progress(self, s: Stream) -> None:
+        s.progress_pending = True
+        self._maybe_progress(s)
+
+    def _maybe_progress(self, s: Stream) -> None:
+        if not s.progress_pending:
+            return
+        rev = self.rev
+        for w in s.watchers.values():
+            if not w.synced or rev < w.start_rev:
+                return
+        s.progress_pending = False
+        s.push(WatchResponse(INVALID_WATCH_ID, rev))
+
+    def progress_tick(self) -> None:
+        """The --watch-progress-notify-interval tick: an empty response to every
+        progress_notify watcher that got no events since the last tick."""
+        rev = self.rev
+        for s in self.streams:
+            for w in s.watchers.values():
+                if not w.progress_notify:
+                    continue
+                if w.idle and w.synced and rev >= w.start_rev:
+                    s.push(WatchResponse(w.id, rev))
+                w.idle = True
+
+    # ------------------------------------------------------------------
+    # routing committed events
+
+    def _deliver(self, w: Watcher, rev: int, events: list[Event]) -> None:
+        if w.prev_kv:
+            with self.store_lock:
+                for ev in events:
+                    if not ev.prev_done:
+                        self.store.fill_prev_kv(ev)
+        w.idle = False
+        self.events_routed += len(events)
+        w.stream.push(WatchResponse(w.id, rev, events, fragment=w.fragment, prev_kv=w.prev_kv))
+
+    def notify(self, events: list[Event], new_rev: int) -> None:
+        """Route the events of revisions (self.rev, new_rev], all committed."""
+        i, n = 0, len(events)
+        while i < n:
+            rev = events[i].kv.mod_revision
+            j = i
+            while j < n and events[j].kv.mod_revision == rev:
+                j += 1
+            per: dict[Watcher, list[Event]] = {}
+            for ev in events[i:j]:
+                key = ev.kv.key
+                ws = self.keyed.get(key)
+                if ws:
+                    for w in ws:
+                        if w.wants(ev):
+                            per.setdefault(w, []).append(ev)
+                for (start, end), ws in self.ranged.items():
+                    if key >= start and (end is None or key < end):
+                        for w in ws:
+                            if w.wants(ev):
+                                per.setdefault(w, []).append(ev)
+            for w, evs in per.items():
+                if rev < w.min_rev:
+                    continue
+                if w.stream.queued_events >= self.max_queued_events:
+                    # Too far behind: stop routing, read from history later.
+                    self._remove_synced(w)
+                    w.next_rev = rev
+                    self.unsynced.add(w)
+                    continue
+                self._deliver(w, rev, evs)
+            i = j
+        self.rev = new_rev
+        for s in self.streams:
+            if s.progress_pending:
+                self._maybe_progress(s)
+
+    # ------------------------------------------------------------------
+    # catching up
+
+    def sync_step(self) -> bool:
+        """Advance unsynced watchers by at most one history batch each.
+        Returns True when work remains that can proceed now."""
+        if not self.unsynced:
+            return False
+        more = False
+        store = self.store
+        for w in list(self.unsynced):
+            s = w.stream
+            if s.queued_events > self.resume_below:
+                continue  # its consumer is still behind; try again later
+            with self.store_lock:
+                compact = store.compact_rev
+                if w.next_rev < compact:
+                    self.unsynced.discard(w)
+                    del s.watchers[w.id]
+                    s.push(WatchResponse(w.id, 0, compact_revision=compact, canceled=True))
+                    self._maybe_progress(s)
+                    continue
+                events, covered = store.history(w.key, w.end, w.next_rev, self.rev, self.sync_batch_records)
+                events = [ev for ev in events if w.wants(ev)]
+                if w.prev_kv:
+                    for ev in events:
+                        store.fill_prev_kv(ev)
+            if events:
+                w.idle = False
+                self.events_routed += len(events)
+                s.push(WatchResponse(w.id, self.rev, events, fragment=w.fragment, prev_kv=w.prev_kv))
+            w.next_rev = covered + 1
+            if w.next_rev > self.rev:
+                self.unsynced.discard(w)
+                self._add_synced(w)
+                self._maybe_progress(s)
+            else:
+                more = True
+        return more
+
+    def consumed(self, s: Stream) -> bool:
+        """The stream's consumer drained its outbox; True if a watcher of it
+        is waiting to catch up (the engine then runs sync_step)."""
+        return any(not w.synced for w in s.watchers.values())
+
+    def statistics(self) -> tuple[int, int, int]:
+        """(watchers, unsynced watchers, streams)."""
+        synced = sum(len(v) for v in self.keyed.values()) + sum(len(v) for v in self.ranged.values())
+        return synced + len(self.unsynced), len(self.unsynced), len(self.streams)
