@@ -20,15 +20,19 @@ put at 6.0:
 Compaction at revision R keeps, for reads at R and later, exactly what they
 can see:
 
-* every generation whose tombstone is at or below R is dropped whole (no read
-  at >= R can see it, the tombstone included);
+* every generation whose tombstone is below R is dropped whole (no read at
+  >= R can see it, the tombstone included); a generation whose tombstone is
+  exactly R keeps only its tombstone, so a watch starting at R still gets
+  that delete event (etcd drops it too and the event is lost; we keep it
+  one compaction longer);
 * in the generation that R falls into, revisions below the newest one <= R
   are dropped; that newest one is kept because a read at R must find it;
 * a key left with only an empty generation is gone from the index.
 
-Continuing the example: compact(4) drops the whole first generation (its
-tombstone 3.0 <= 4) and leaves [{5.0, 6.0}]; compact(5) then keeps 5.0;
-compact(6) keeps only 6.0.
+Continuing the example: compact(3) leaves [{3.0}, {5.0, 6.0}] (the
+tombstone alone); compact(4) drops the whole first generation (its tombstone
+3.0 < 4) and leaves [{5.0, 6.0}]; compact(5) then keeps 5.0; compact(6)
+keeps only 6.0.
 
 Invariants: revs within a generation are strictly increasing; every
 generation but the last is non-empty and ends with its tombstone; `version`
@@ -130,7 +134,14 @@ class KeyIndex:
         bound = last_of_main(at_main)
         gi = 0
         while gi < len(gens) - 1 and gens[gi].revs[-1] <= bound:
-            removed.extend(gens[gi].revs)
+            revs = gens[gi].revs
+            if revs[-1] >> 32 == at_main:
+                # Tombstoned exactly at the compaction revision: keep the
+                # tombstone alone (see the module docstring).
+                removed.extend(revs[:-1])
+                del revs[:-1]
+                break
+            removed.extend(revs)
             gi += 1
         if gi:
             del gens[:gi]

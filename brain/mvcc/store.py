@@ -353,21 +353,34 @@ class Store:
             if isinstance(op, TxnRequest):
                 self._path(op, at, path)
 
-    def _check_txn_ops(self, t: TxnRequest, at: int, path: list[bool], pos: int) -> int:
-        """etcd's checkTxn: errors that depend on state, before any write."""
+    def _check_txn_ops(self, t: TxnRequest, at: int, path: list[bool], pos: int, kind: str) -> int:
+        """etcd's checkRequests over the branches the Txn will take: errors
+        that depend on state, found before any write.  etcd runs it twice,
+        first for puts (write Txns only), then for ranges, so a put's error
+        wins over a range's."""
         ops = t.success if path[pos] else t.failure
         pos += 1
         for op in ops:
             if isinstance(op, RangeRequest):
-                if op.revision > at:
-                    raise errors.ErrFutureRev
-                if op.revision and op.revision < self.compact_rev:
-                    raise errors.ErrCompacted
+                if kind == "range":
+                    if op.revision > at:
+                        raise errors.ErrFutureRev
+                    if op.revision and op.revision < self.compact_rev:
+                        raise errors.ErrCompacted
             elif isinstance(op, PutRequest):
-                self._check_put_state(op, at)
+                if kind == "put":
+                    if (op.ignore_value or op.ignore_lease) and self.get_kv(op.key, at) is None:
+                        raise errors.ErrKeyNotFound
+                    if op.lease and not self.lessor.exists(op.lease):
+                        raise errors.ErrLeaseNotFound
             elif isinstance(op, TxnRequest):
-                pos = self._check_txn_ops(op, at, path, pos)
+                pos = self._check_txn_ops(op, at, path, pos, kind)
         return pos
+
+    def _check_txn(self, t: TxnRequest, at: int, path: list[bool], write: bool) -> None:
+        if write:
+            self._check_txn_ops(t, at, path, 0, "put")
+        self._check_txn_ops(t, at, path, 0, "range")
 
     def _check_put_state(self, p: PutRequest, at: int) -> KeyValue | None:
         if p.lease and not self.lessor.exists(p.lease):
@@ -404,7 +417,7 @@ class Store:
         validation.check_txn(t, self.max_txn_ops)
         path: list[bool] = []
         self._path(t, view, path)
-        self._check_txn_ops(t, view, path, 0)
+        self._check_txn(t, view, path, write=False)
         out: list = []
         self._execute(t, None, view, path, 0, out)
         return TxnResult(view, path[0], out)
@@ -414,7 +427,7 @@ class Store:
         at = self.revision
         path: list[bool] = []
         self._path(t, at, path)
-        self._check_txn_ops(t, at, path, 0)
+        self._check_txn(t, at, path, write=not validation.is_txn_readonly(t))
         w = _Write(self, enc)
         out: list = []
         self._execute(t, w, at, path, 0, out)

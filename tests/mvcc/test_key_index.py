@@ -58,9 +58,22 @@ def test_compact_removes_a_deleted_key_entirely():
     ki.put(pack(1))
     ki.tombstone(pack(2))
     removed: list[int] = []
-    ki.compact(2, removed)
+    ki.compact(3, removed)
     assert removed == [pack(1), pack(2)]
     assert ki.is_empty()
+
+
+def test_compact_at_the_tombstone_keeps_only_the_tombstone():
+    ki = KeyIndex(b"k")
+    ki.put(pack(1))
+    ki.tombstone(pack(2))
+    removed: list[int] = []
+    ki.compact(2, removed)
+    assert removed == [pack(1)]
+    assert ki.get(2) is None and not ki.is_empty()
+    removed.clear()
+    ki.compact(3, removed)
+    assert removed == [pack(2)] and ki.is_empty()
 
 
 def test_compact_before_tombstone_keeps_it():
