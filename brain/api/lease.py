@@ -1,0 +1,129 @@
+"""The etcdserverpb.Lease service: Grant, Revoke, KeepAlive, TimeToLive, Leases.
+
+Answers are shaped as etcd 3.4 shapes them (observed against a real etcd):
+
+* LeaseGrant answers the effective TTL (a TTL below etcd's minimum, zero
+  and negative ones included, is raised to 2 s) and the chosen ID; its
+  header carries the store's revision (a grant makes no revision);
+* LeaseRevoke's header carries the revision of the deletions of the
+  lease's keys (one revision for all of them, none if it held no key);
+* LeaseKeepAlive answers every request in order with {ID, TTL}; an unknown
+  or expired lease is answered with TTL 0, not an error; the header is
+  taken before the renewal (etcd does so to never show a revision newer
+  than the keep-alive);
+* LeaseTimeToLive answers an unknown lease with TTL -1 and grantedTTL 0,
+  not an error; TTL is the remaining time in whole seconds, truncated;
+* LeaseLeases lists the IDs soonest expiry first.
+
+Errors (EtcdError) leave as etcd's status codes and texts, as in the KV
+service.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from brain.api import convert
+from brain.api.kv import abort_with
+from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from brain.mvcc import errors
+from brain.mvcc.requests import LeaseGrantRequest, LeaseRevokeRequest
+
+log = logging.getLogger("brain.api.lease")
+
+
+class LeaseService(rpc_pb2_grpc.LeaseServicer):
+    """Lease calls on top of an engine (see brain.engine.Engine)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+
+    def LeaseGrant(self, request, context):
+        try:
+            res = self.engine.lease_grant(LeaseGrantRequest(request.TTL, request.ID))
+            resp = rpc_pb2.LeaseGrantResponse()
+            self.header.fill(resp.header, res.revision)
+            resp.ID = res.id
+            resp.TTL = res.ttl
+            return resp
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status
+            abort_with(context, e, "LeaseGrant")
+
+    def LeaseRevoke(self, request, context):
+        try:
+            res = self.engine.lease_revoke(LeaseRevokeRequest(request.ID))
+            resp = rpc_pb2.LeaseRevokeResponse()
+            self.header.fill(resp.header, res.revision)
+            return resp
+        except Exception as e:  # noqa: BLE001
+            abort_with(context, e, "LeaseRevoke")
+
+    def LeaseKeepAlive(self, request_iterator, context):
+        for request in request_iterator:
+            resp = rpc_pb2.LeaseKeepAliveResponse()
+            self.header.fill(resp.header, self.engine.committed_rev)
+            resp.ID = request.ID
+            try:
+                resp.TTL = self.engine.lease_keepalive(request.ID)
+            except errors.EtcdError as e:
+                if e != errors.ErrLeaseNotFound:
+                    abort_with(context, e, "LeaseKeepAlive")
+                resp.TTL = 0
+            except Exception as e:  # noqa: BLE001
+                abort_with(context, e, "LeaseKeepAlive")
+            yield resp
+
+    def LeaseTimeToLive(self, request, context):
+        resp = rpc_pb2.LeaseTimeToLiveResponse()
+        try:
+            res = self.engine.lease_time_to_live(request.ID, request.keys)
+        except errors.EtcdError as e:
+            if e != errors.ErrLeaseNotFound:
+                abort_with(context, e, "LeaseTimeToLive")
+            self.header.fill(resp.header, self.engine.committed_rev)
+            resp.ID = request.ID
+            resp.TTL = -1
+            return resp
+        except Exception as e:  # noqa: BLE001
+            abort_with(context, e, "LeaseTimeToLive")
+        self.header.fill(resp.header, res.revision)
+        resp.ID = res.id
+        resp.TTL = res.ttl
+        resp.grantedTTL = res.granted_ttl
+        if res.keys:
+            resp.keys.extend(res.keys)
+        return resp
+
+    def LeaseLeases(self, request, context):
+        try:
+            res = self.engine.lease_leases()
+            resp = rpc_pb2.LeaseLeasesResponse()
+            self.header.fill(resp.header, res.revision)
+            add = resp.leases.add
+            for lease_id in res.ids:
+                add().ID = lease_id
+            return resp
+        except Exception as e:  # noqa: BLE001
+            abort_with(context, e, "LeaseLeases")
+
+
+def lease_handlers(svc: LeaseService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
+    from brain.api.server import unary_handler  # server imports this module
+
+    return {
+        "LeaseGrant": unary_handler(svc.LeaseGrant, rpc_pb2.LeaseGrantRequest, rpc_pb2.LeaseGrantResponse, recv_limit),
+        "LeaseRevoke": unary_handler(svc.LeaseRevoke, rpc_pb2.LeaseRevokeRequest, rpc_pb2.LeaseRevokeResponse,
+                                     recv_limit),
+        "LeaseKeepAlive": grpc.stream_stream_rpc_method_handler(
+            svc.LeaseKeepAlive,
+            request_deserializer=rpc_pb2.LeaseKeepAliveRequest.FromString,
+            response_serializer=rpc_pb2.LeaseKeepAliveResponse.SerializeToString,
+        ),
+        "LeaseTimeToLive": unary_handler(svc.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest,
+                                         rpc_pb2.LeaseTimeToLiveResponse, recv_limit),
+        "LeaseLeases": unary_handler(svc.LeaseLeases, rpc_pb2.LeaseLeasesRequest, rpc_pb2.LeaseLeasesResponse,
+                                     recv_limit),
+    }
