@@ -48,6 +48,7 @@ from ..mvcc.requests import (
 from ..mvcc.shard import default_boundaries
 from ..mvcc.store import Store
 from ..mvcc.validation import is_txn_readonly
+from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
 from .config import EngineConfig
 from .ids import new_id
@@ -57,6 +58,7 @@ log = logging.getLogger("brain.engine")
 META_CHECKPOINT = b"brain.checkpoint"
 META_IDENTITY = b"brain.identity"
 META_LAYOUT = b"brain.layout"
+META_ALARMS = b"brain.alarms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,14 @@ class Engine:
         self.raft_term = 1
         self.cluster_id = 0
         self.member_id = 0
+        self.alarms = AlarmSet()
+        # While > 0, physical compaction waits (a snapshot or hash is reading
+        # history below a newer compaction revision).
+        self._compaction_pins = 0
+        # Duration observers (seconds) for metrics: every journal fdatasync
+        # of a batch, every checkpoint write.  Called on engine threads.
+        self.journal_sync_hooks: list = []
+        self.checkpoint_hooks: list = []
 
     # ------------------------------------------------------------------
     # opening and recovery
@@ -164,6 +174,7 @@ class Engine:
             META_LAYOUT: json.dumps({"boundaries": [b.hex() for b in boundaries]}).encode(),
             META_IDENTITY: json.dumps(ident).encode(),
         }))
+        self.alarms.load(self.backend.get_meta(META_ALARMS))
 
         self.store = Store(self.backend, boundaries, cfg.max_txn_ops)
         started = time.monotonic()
@@ -287,7 +298,8 @@ class Engine:
                         return
 
     def _over_quota(self) -> bool:
-        return self._backend_in_use + self._journal_bytes > self.config.quota_backend_bytes
+        quota = self.config.quota_backend_bytes
+        return quota >= 0 and self._backend_in_use + self._journal_bytes > quota
 
     def _commit(self, batch: list[_Pending]) -> None:
         if self._failed is not None:
@@ -297,8 +309,16 @@ class Engine:
         requests = []
         admitted = []
         over = self._over_quota()
+        capped = over or self.alarms.has(ALARM_NOSPACE)
+        corrupt = self.alarms.has(ALARM_CORRUPT)
         for p in batch:
-            if over and _adds_data(p.request):
+            if corrupt:
+                p.future.set_exception(errors.ErrCorrupt)
+                continue
+            if capped and _adds_data(p.request):
+                if over:
+                    over = False  # raise the alarm once per batch
+                    self._raise_nospace()
                 p.future.set_exception(errors.ErrNoSpace)
                 continue
             requests.append(p.request)
@@ -311,7 +331,9 @@ class Engine:
         if payload:
             try:
                 self.journal.append(payload)
+                synced = time.perf_counter()
                 self.journal.sync()
+                synced = time.perf_counter() - synced
             except BaseException as e:
                 nospace = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or \
                     getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
@@ -322,6 +344,8 @@ class Engine:
                     p.future.set_exception(err)
                 return
             self._journal_bytes += len(payload)
+            for hook in self.journal_sync_hooks:
+                hook(synced)
         with self._lock:
             self.committed_rev = new_rev
         self._batches += 1
@@ -341,7 +365,7 @@ class Engine:
 
     def _maintain(self) -> None:
         """Between batches: a bounded compaction step, checkpoint work."""
-        if self.store.compacting:
+        if self.store.compacting and not self._compaction_pins:
             with self._lock:
                 self.store.compaction_step(self.config.compaction_step_keys)
         if self._compact_waiters:
@@ -409,6 +433,8 @@ class Engine:
             )
             self.backend.write(batch)
             self._last_checkpoint_seconds = time.monotonic() - started
+            for hook in self.checkpoint_hooks:
+                hook(self._last_checkpoint_seconds)
             log.debug("checkpoint at revision %d: %d records, %d deletes in %.3fs",
                       cut.revision, len(batch.puts), len(batch.deletes), self._last_checkpoint_seconds)
         except BaseException as e:
@@ -439,6 +465,52 @@ class Engine:
         st = self.backend.statistics()
         self._backend_size = st.size_bytes
         self._backend_in_use = st.in_use_bytes
+
+    # ------------------------------------------------------------------
+    # alarms, compaction pins, work on the committer thread (maintenance)
+
+    def _raise_nospace(self) -> None:
+        log.warning("backend quota of %d bytes exceeded (%d in use); raising the NOSPACE alarm",
+                    self.config.quota_backend_bytes, self._backend_in_use + self._journal_bytes)
+        self.alarm_activate(self.member_id, ALARM_NOSPACE)
+
+    def _store_alarms(self, encoded: bytes) -> None:
+        self.backend.write(backend_mod.WriteBatch(meta={META_ALARMS: encoded}))
+
+    def alarm_activate(self, member_id: int, alarm: int) -> bool:
+        """Raise an alarm (stored with the data); False if already raised."""
+        return self.alarms.activate(member_id, alarm, self._store_alarms)
+
+    def alarm_deactivate(self, member_id: int, alarm: int) -> bool:
+        """Clear an alarm; False if it was not raised."""
+        return self.alarms.deactivate(member_id, alarm, self._store_alarms)
+
+    def pin_compaction(self) -> None:
+        """Hold physical compaction (logical compaction still happens)
+        until unpin_compaction; history above the compaction revision read
+        now stays readable meanwhile.  Call with the engine lock held."""
+        self._compaction_pins += 1
+
+    def unpin_compaction(self) -> None:
+        with self._lock:
+            self._compaction_pins -= 1
+
+    def on_committer(self, fn):
+        """Run fn() on the committer thread between batches, when the store
+        holds exactly the committed state, and return its result."""
+        fut: Future = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(e)
+
+        with self._cv:
+            if self._stopping:
+                raise errors.ErrStopped
+        self._control(run)
+        return fut.result()
 
     def checkpoint(self) -> None:
         """Run a full checkpoint now (used by tests and shutdown)."""
