@@ -85,7 +85,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--advertise-client-urls", "advertise_client_urls", C.split_urls,
      "comma-separated client URLs to advertise (informational for a single member)"),
     ("--listen-metrics-urls", "listen_metrics_urls", C.split_urls,
-     "comma-separated URLs for metrics and health (accepted; not served yet)"),
+     "comma-separated http(s)://host:port URLs serving /metrics, /health, /livez and /readyz"),
     ("--max-request-bytes", "max_request_bytes", _int,
      "largest client write request in bytes (default %(default)s)"),
     ("--max-txn-ops", "max_txn_ops", _int, "most operations in one txn branch (default %(default)s)"),

@@ -33,7 +33,10 @@ from concurrent import futures
 import grpc
 from google.protobuf.message import DecodeError
 
+from brain.api.cluster import ClusterService, cluster_handlers
+from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.kv import KVService
+from brain.api.maintenance import MaintenanceService, maintenance_handlers
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.config import ConfigError, ListenURL, ServerConfig, format_key
 
@@ -162,11 +165,21 @@ class ApiServer:
         self.endpoints: list[str] = []  # resolved URLs, after start()
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
+        self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
+
+    def client_urls(self) -> list[str]:
+        """What MemberList advertises: --advertise-client-urls, else the
+        URLs actually listened on."""
+        return list(self.config.advertise_client_urls) or list(self.endpoints)
 
     def _add_services(self, server: grpc.Server) -> None:
         recv_limit = self.config.grpc_max_recv_bytes
         kv = KVService(self.engine, max_request_bytes=self.config.max_request_bytes)
         add_service(server, "etcdserverpb.KV", kv_handlers(kv, recv_limit))
+        add_service(server, "etcdserverpb.Maintenance",
+                    maintenance_handlers(MaintenanceService(self.engine), recv_limit))
+        add_service(server, "etcdserverpb.Cluster",
+                    cluster_handlers(ClusterService(self.engine, self.config.name, self.client_urls), recv_limit))
 
     def start(self) -> None:
         config = self.config
@@ -175,7 +188,8 @@ class ApiServer:
         if creds is None and (config.cert_file or config.key_file):
             log.warning("scheme is http/unix while key and cert files are present; ignoring key and cert files")
         self._executor = futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc")
-        server = grpc.server(self._executor, options=grpc_options(config))
+        server = grpc.server(self._executor, options=grpc_options(config),
+                             interceptors=[StatsInterceptor(self.grpc_stats)])
         self._add_services(server)
         endpoints = []
         try:
@@ -328,10 +342,24 @@ def run(config: ServerConfig) -> int:
                 }
             },
         )
+        metrics = None
         if config.listen_metrics_urls:
-            log.info("metrics listeners not served yet: %s", ",".join(config.listen_metrics_urls))
+            from brain.metrics import MetricsServer
+
+            metrics = MetricsServer(engine, config.listen_metrics_urls, grpc_stats=api.grpc_stats,
+                                    cert_file=config.cert_file, key_file=config.key_file)
+            try:
+                metrics.start()
+            except (ConfigError, OSError, ValueError) as e:
+                log.error("%s", e)
+                api.stop(None)
+                engine.close()
+                return 1
+            log.info("serving metrics and health on %s", ",".join(metrics.endpoints))
         while not stop.wait(1.0):
             pass
+        if metrics is not None:
+            metrics.stop()
         log.info("stopping gRPC server (grace %.1fs)", config.shutdown_grace)
         api.stop(config.shutdown_grace)
         log.info("closing engine")

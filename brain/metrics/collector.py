@@ -1,0 +1,206 @@
+"""The metric families, computed at scrape time from the engine's statistics.
+
+etcd names used (their meaning in brain):
+
+  etcd_mvcc_db_total_size_in_bytes          value store file + journal bytes since the checkpoint
+  etcd_mvcc_db_total_size_in_use_in_bytes   value store in-use bytes + the same journal bytes
+                                            (what --quota-backend-bytes is compared with)
+  etcd_server_quota_backend_bytes           the quota
+  etcd_debugging_mvcc_keys_total            live keys
+  etcd_debugging_mvcc_current_revision      committed revision
+  etcd_debugging_mvcc_compact_revision      compaction revision (-1: none)
+  etcd_debugging_mvcc_watcher_total         watchers          (from the watch manager, 0 without one)
+  etcd_debugging_mvcc_slow_watcher_total    unsynced watchers
+  etcd_debugging_mvcc_watch_stream_total    watch streams
+  etcd_debugging_server_lease_expired_total leases revoked by expiry
+  etcd_debugging_server_alarms              raised alarms {member_id, alarm_type}
+  etcd_server_has_leader / is_leader        1 (brain is its own leader)
+  etcd_server_leader_changes_seen_total     1 (it became leader once, at start)
+  etcd_server_is_learner                    0
+  etcd_server_version{server_version}       1 for the etcd version brain reports
+  etcd_cluster_version{cluster_version}     1 for the cluster version
+  etcd_server_id{server_id}                 1 for the member ID in hex
+  etcd_disk_wal_fsync_duration_seconds      journal fdatasync per committed batch (histogram)
+  etcd_disk_backend_commit_duration_seconds checkpoint writes to the value store (histogram)
+  grpc_server_started_total, grpc_server_handled_total, grpc_server_msg_received_total,
+  grpc_server_msg_sent_total                per gRPC method, as go-grpc-prometheus
+
+brain's own: brain_engine_batches_total, brain_engine_requests_total (group
+commit: requests / batches is the batching factor), brain_checkpoints_total,
+brain_checkpoint_last_duration_seconds, brain_journal_bytes_since_checkpoint,
+brain_backend_size_bytes, brain_backend_in_use_bytes, brain_memtable_records,
+brain_index_keys (keys in the index, deleted ones not yet compacted included),
+brain_leases, brain_engine_failed (1 once a journal failure stopped writes).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from brain.engine.alarms import ALARM_NAMES
+from brain.etcd_version import ETCD_CLUSTER_VERSION, ETCD_VERSION
+
+log = logging.getLogger("brain.metrics")
+
+# etcd: prometheus.ExponentialBuckets(0.001, 2, 14), 1 ms .. 8.192 s
+DISK_BUCKETS = tuple(0.001 * 2**i for i in range(14))
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _info(name: str, doc: str, label: str, value: str) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=[label])
+    g.add_metric([value], 1)
+    return g
+
+
+class BrainCollector:
+    """A custom collector: every value is read when Prometheus scrapes."""
+
+    def __init__(self, engine, grpc_stats=None) -> None:
+        self.engine = engine
+        self.grpc_stats = grpc_stats
+
+    def describe(self):
+        return []  # no registration-time collect()
+
+    def collect(self):
+        eng = self.engine
+        st = eng.statistics()
+        journal = st.journal_bytes_since_checkpoint
+        yield _gauge("etcd_mvcc_db_total_size_in_bytes",
+                     "Total size of the underlying database physically allocated in bytes.",
+                     st.backend_size_bytes + journal)
+        yield _gauge("etcd_mvcc_db_total_size_in_use_in_bytes",
+                     "Total size of the underlying database logically in use in bytes.",
+                     st.backend_in_use_bytes + journal)
+        yield _gauge("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes.",
+                     eng.config.quota_backend_bytes)
+        yield _gauge("etcd_debugging_mvcc_keys_total", "Total number of keys.", st.keys_live)
+        yield _gauge("etcd_debugging_mvcc_current_revision", "The current revision of store.",
+                     st.committed_revision)
+        yield _gauge("etcd_debugging_mvcc_compact_revision", "The revision of the last compaction in store.",
+                     st.compact_revision)
+
+        watchers = slow = streams = 0
+        watches = getattr(eng, "watches", None)
+        if watches is not None and hasattr(watches, "statistics"):
+            try:
+                watchers, slow, streams = watches.statistics()
+            except Exception:  # noqa: BLE001 - a scrape must not fail on this
+                log.debug("watch statistics unavailable", exc_info=True)
+        yield _gauge("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", watchers)
+        yield _gauge("etcd_debugging_mvcc_slow_watcher_total", "Total number of unsynced slow watchers.", slow)
+        yield _gauge("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", streams)
+
+        expired = getattr(getattr(eng, "_leases", None), "expired_total", 0) or 0
+        yield _counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases.", expired)
+
+        alarms = GaugeMetricFamily("etcd_debugging_server_alarms", "Alarms for every member in cluster. "
+                                   "1 for 'server_id' label with current ID. 2 for 'alarm_type' label "
+                                   "with type of this alarm", labels=["member_id", "alarm_type"])
+        for member, alarm in eng.alarms.get():
+            alarms.add_metric([f"{member:x}", ALARM_NAMES.get(alarm, str(alarm))], 1)
+        yield alarms
+
+        yield _gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", 1)
+        yield _gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", 1)
+        yield _counter("etcd_server_leader_changes_seen_total", "The number of leader changes seen.", 1)
+        yield _gauge("etcd_server_is_learner", "Whether or not this member is a learner. 1 if is, 0 otherwise.", 0)
+        yield _info("etcd_server_version", "Which version is running. 1 for 'server_version' label with "
+                    "current version.", "server_version", ETCD_VERSION)
+        cluster = ".".join(ETCD_CLUSTER_VERSION.split(".")[:2])
+        yield _info("etcd_cluster_version", "Which version is running. 1 for 'cluster_version' label with "
+                    "current cluster version", "cluster_version", cluster)
+        yield _info("etcd_server_id", "Server or member ID in hexadecimal format. 1 for 'server_id' label "
+                    "with current ID.", "server_id", f"{eng.member_id:x}")
+
+        yield _counter("brain_engine_batches_total", "Write batches committed (one journal record and "
+                       "fdatasync each).", st.batches)
+        yield _counter("brain_engine_requests_total", "Write requests committed in those batches.", st.requests)
+        yield _counter("brain_checkpoints_total", "Checkpoints written to the value store.", st.checkpoints)
+        yield _gauge("brain_checkpoint_last_duration_seconds", "Duration of the last checkpoint write.",
+                     st.last_checkpoint_seconds)
+        yield _gauge("brain_journal_bytes_since_checkpoint", "Journal payload bytes not yet in the value store.",
+                     journal)
+        yield _gauge("brain_backend_size_bytes", "Value store file size.", st.backend_size_bytes)
+        yield _gauge("brain_backend_in_use_bytes", "Value store bytes in pages holding data.",
+                     st.backend_in_use_bytes)
+        yield _gauge("brain_memtable_records", "Records held in memory, not yet checkpointed.", st.memtable_records)
+        yield _gauge("brain_index_keys", "Keys in the key index (deleted ones awaiting compaction included).",
+                     st.keys_total)
+        yield _gauge("brain_leases", "Leases granted and not yet revoked or expired.", st.leases)
+        yield _gauge("brain_engine_failed", "1 when a journal failure made the engine refuse writes until "
+                     "restarted.", 1 if st.failed else 0)
+
+        if self.grpc_stats is not None:
+            yield from self._grpc()
+
+    def _grpc(self):
+        started, handled, received, sent = self.grpc_stats.snapshot()
+        labels = ["grpc_type", "grpc_service", "grpc_method"]
+        fam = CounterMetricFamily("grpc_server_started_total", "Total number of RPCs started on the server.",
+                                  labels=labels)
+        for key, n in sorted(started.items()):
+            fam.add_metric(list(key), n)
+        yield fam
+        fam = CounterMetricFamily("grpc_server_handled_total", "Total number of RPCs completed on the server, "
+                                  "regardless of success or failure.", labels=[*labels, "grpc_code"])
+        for key, n in sorted(handled.items()):
+            fam.add_metric(list(key), n)
+        yield fam
+        fam = CounterMetricFamily("grpc_server_msg_received_total", "Total number of RPC stream messages "
+                                  "received on the server.", labels=labels)
+        for key, n in sorted(received.items()):
+            fam.add_metric(list(key), n)
+        yield fam
+        fam = CounterMetricFamily("grpc_server_msg_sent_total", "Total number of gRPC stream messages sent "
+                                  "by the server.", labels=labels)
+        for key, n in sorted(sent.items()):
+            fam.add_metric(list(key), n)
+        yield fam
+
+
+class Registry:
+    """A registry of one engine's metrics, with its duration histograms
+    attached to the engine's hooks until detach()."""
+
+    def __init__(self, engine, grpc_stats=None) -> None:
+        self.engine = engine
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrainCollector(engine, grpc_stats))
+        self.wal_fsync = Histogram("etcd_disk_wal_fsync_duration_seconds",
+                                   "The latency distributions of fsync called by WAL.",
+                                   buckets=DISK_BUCKETS, registry=self.registry)
+        self.backend_commit = Histogram("etcd_disk_backend_commit_duration_seconds",
+                                        "The latency distributions of commit called by backend.",
+                                        buckets=DISK_BUCKETS, registry=self.registry)
+        for c in (ProcessCollector, PlatformCollector, GCCollector):
+            try:
+                c(registry=self.registry)
+            except Exception:  # noqa: BLE001 - e.g. no /proc: skip those metrics
+                log.debug("%s unavailable", c.__name__, exc_info=True)
+        engine.journal_sync_hooks.append(self.wal_fsync.observe)
+        engine.checkpoint_hooks.append(self.backend_commit.observe)
+
+    def detach(self) -> None:
+        for hooks, fn in ((self.engine.journal_sync_hooks, self.wal_fsync.observe),
+                          (self.engine.checkpoint_hooks, self.backend_commit.observe)):
+            try:
+                hooks.remove(fn)
+            except ValueError:
+                pass
+
+
+def build_registry(engine, grpc_stats=None) -> Registry:
+    return Registry(engine, grpc_stats)

@@ -1,0 +1,159 @@
+"""HTTP listeners for --listen-metrics-urls: /metrics, /health, /livez, /readyz.
+
+Each URL (http://host:port or https://host:port; https uses --cert-file and
+--key-file, like etcd's client TLS) gets a small threaded HTTP/1.1 server.
+Answers follow etcd's: /metrics is the Prometheus text format; /health is
+JSON with 200 or 503; /livez and /readyz are text (see health.py).  Only GET
+is allowed, as in etcd (405 with an Allow header otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from brain.config import ConfigError, parse_listen_url
+
+from .collector import build_registry
+from .health import LIVEZ_CHECKS, READYZ_CHECKS, check_health, run_checks
+
+log = logging.getLogger("brain.metrics")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "brain"
+    protocol_version = "HTTP/1.1"
+    owner: "MetricsServer"  # set on the per-server subclass
+
+    def log_message(self, fmt, *args) -> None:  # route through logging, quietly
+        log.debug("%s %s", self.address_string(), fmt % args)
+
+    def _send(self, code: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _not_allowed(self) -> None:
+        self._send(405, b"Method Not Allowed\n", "text/plain; charset=utf-8", {"Allow": "GET"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        path = parts.path.rstrip("/") or "/"
+        owner = self.owner
+        try:
+            if path == "/metrics":
+                self._send(200, generate_latest(owner.registry.registry), CONTENT_TYPE_LATEST)
+            elif path == "/health":
+                exclude = {v for v in query.get("exclude", []) if v}
+                h = check_health(owner.engine, exclude)
+                body = json.dumps({"health": "true" if h.health else "false", "reason": h.reason},
+                                  separators=(",", ":")).encode()
+                if h.health:
+                    self._send(200, body, "text/plain; charset=utf-8")
+                else:
+                    log.warning("/health error: %s", h.reason)
+                    self._send(503, body + b"\n", "text/plain; charset=utf-8",
+                               {"X-Content-Type-Options": "nosniff"})
+            elif path in ("/livez", "/readyz") or path.startswith(("/livez/", "/readyz/")):
+                self._checks(path, query)
+            else:
+                self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
+        except BrokenPipeError:
+            pass
+
+    def _checks(self, path: str, query: dict) -> None:
+        root, _, name = path.lstrip("/").partition("/")
+        checks = LIVEZ_CHECKS if root == "livez" else READYZ_CHECKS
+        if name:
+            if name not in checks:
+                self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
+                return
+            names = [name]
+        else:
+            excluded = {v for v in query.get("exclude", []) if v}
+            names = [n for n in checks if n not in excluded]
+        ok, detail = run_checks(self.owner.engine, checks, names)
+        if not ok:
+            self._send(503, (detail + f"{root} check failed\n").encode(), "text/plain; charset=utf-8",
+                       {"X-Content-Type-Options": "nosniff"})
+            return
+        body = (detail if "verbose" in query else "") + "ok\n"
+        self._send(200, body.encode(), "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
+
+    do_HEAD = do_GET
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _HTTPServer6(_HTTPServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """Serves one engine's metrics and health on every given URL."""
+
+    def __init__(self, engine, urls, *, grpc_stats=None, cert_file: str = "", key_file: str = "") -> None:
+        self.engine = engine
+        self.urls = list(urls)
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.registry = build_registry(engine, grpc_stats)
+        self.endpoints: list[str] = []
+        self._servers: list[tuple[_HTTPServer, threading.Thread]] = []
+
+    def start(self) -> None:
+        handler = type("Handler", (_Handler,), {"owner": self})
+        try:
+            for url in self.urls:
+                lu = parse_listen_url(url)
+                if lu.is_unix:
+                    raise ConfigError(f"--listen-metrics-urls: unix sockets are not supported: {url}")
+                host, _, port = lu.address.rpartition(":")
+                host = host.strip("[]")
+                cls = _HTTPServer6 if ":" in host else _HTTPServer
+                try:
+                    srv = cls((host, int(port)), handler)
+                except OSError as e:
+                    raise ConfigError(f"listen tcp {lu.address}: bind: {(e.strerror or str(e)).lower()}") from None
+                if lu.secure:
+                    if not (self.cert_file and self.key_file):
+                        srv.server_close()
+                        raise ConfigError(f"--listen-metrics-urls {url}: https needs --cert-file and --key-file")
+                    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                    ctx.load_cert_chain(self.cert_file, self.key_file)
+                    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+                t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
+                                     name=f"brain-metrics-{srv.server_address[1]}", daemon=True)
+                t.start()
+                self._servers.append((srv, t))
+                shown = f"[{host}]" if ":" in host else host
+                self.endpoints.append(f"{lu.scheme}://{shown}:{srv.server_address[1]}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        servers, self._servers = self._servers, []
+        for srv, t in servers:
+            srv.shutdown()
+            srv.server_close()
+            t.join(timeout=5)
+        self.registry.detach()
