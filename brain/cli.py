@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the etcd v3 API (the default)", allow_abbrev=False,
                            description="Serve the etcd v3 gRPC API on the client URLs.")
     _add_serve_flags(serve)
+    sub.add_parser("snapshot", help="save, restore and inspect snapshots (brain snapshot -h)", add_help=False)
     return parser
 
 
@@ -202,6 +203,10 @@ def parse_serve(argv: Sequence[str], environ=None) -> C.ServerConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "snapshot":
+        from brain.snapshot_cli import main as snapshot_main
+
+        return snapshot_main(argv[1:])
     cfg = parse_serve(argv)
     from brain import logging_setup
 
