@@ -600,14 +600,12 @@ class Store:
                 if ki is None:
                     ki = index[key] = KeyIndex(key)
                 if value is None:
-                    ki.tombstone(rev)
-                    self.keys_live -= 1
+                    ki.tombstone(rev)  # may stand alone: a tombstone kept at the compaction revision
                 else:
-                    if not ki.generations[-1].revs:
-                        self.keys_live += 1
                     ki.restore(rev, created, version)
             for key, ki in index.items():
                 if ki.is_live():
+                    self.keys_live += 1
                     lease = shard.record(ki.generations[-1].revs[-1])[4]
                     if lease:
                         self.lessor.set_key(key, lease)

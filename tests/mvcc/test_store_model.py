@@ -160,6 +160,7 @@ def test_store_matches_model(layout, program):
 
     for s in (store, replayed, restored):
         assert s.revision == m.rev
+        assert s.keys_live == len(m.state())
         for rev in range(max(m.compact_rev, 1), m.rev + 1):
             for key in KEYS:
                 check_range(s, m, key, b"", rev, 0)
