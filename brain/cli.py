@@ -117,6 +117,10 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "engine tuning: start a checkpoint when the memtable holds this many records"),
     ("--journal-segment-bytes", "journal_segment_bytes", _int,
      "engine tuning: roll journal segments over at this size"),
+    ("--watch-progress-notify-interval", "watch_progress_notify_interval", _seconds,
+     "interval between watch progress notifications ('10m', '300ms' or seconds; default 10m)"),
+    ("--watch-queue-events", "watch_queue_events", _int,
+     "undelivered events per watch stream before it falls back to catch-up reads (default 20000)"),
 ]
 _BOOL_DESTS = {"client_cert_auth"}
 

@@ -18,7 +18,7 @@ DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
 MAX_QUOTA_BACKEND_BYTES = 8 * 1024 * 1024 * 1024  # etcd's suggested ceiling
 GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
-DEFAULT_GRPC_WORKERS = 64
+DEFAULT_GRPC_WORKERS = 256  # each open Watch or LeaseKeepAlive stream holds one
 DEFAULT_SHUTDOWN_GRACE = 5.0
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -80,6 +80,8 @@ class ServerConfig:
     checkpoint_journal_bytes: int | None = None
     checkpoint_memtable_records: int | None = None
     journal_segment_bytes: int | None = None
+    watch_progress_notify_interval: float | None = None  # seconds (etcd's flag; default 10 min)
+    watch_queue_events: int | None = None  # undelivered events per watch stream before catch-up mode
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -145,6 +147,8 @@ class ServerConfig:
             ("--checkpoint-journal-bytes", self.checkpoint_journal_bytes),
             ("--checkpoint-memtable-records", self.checkpoint_memtable_records),
             ("--journal-segment-bytes", self.journal_segment_bytes),
+            ("--watch-progress-notify-interval", self.watch_progress_notify_interval),
+            ("--watch-queue-events", self.watch_queue_events),
         ):
             if v is not None and v <= 0:
                 raise ConfigError(f"{flag} must be positive, got {v}")

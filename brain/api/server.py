@@ -37,6 +37,8 @@ from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.kv import KVService
 from brain.api.maintenance import MaintenanceService, maintenance_handlers
+from brain.api.lease import LeaseService, lease_handlers
+from brain.api.watch import WatchService, watch_handlers
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.config import ConfigError, ListenURL, ServerConfig, format_key
 
@@ -180,6 +182,9 @@ class ApiServer:
                     maintenance_handlers(MaintenanceService(self.engine), recv_limit))
         add_service(server, "etcdserverpb.Cluster",
                     cluster_handlers(ClusterService(self.engine, self.config.name, self.client_urls), recv_limit))
+        add_service(server, "etcdserverpb.Lease", lease_handlers(LeaseService(self.engine), recv_limit))
+        watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
+        add_service(server, "etcdserverpb.Watch", watch_handlers(watch))
 
     def start(self) -> None:
         config = self.config
@@ -262,6 +267,8 @@ def _engine_config(config: ServerConfig):
         ("checkpoint_journal_bytes", config.checkpoint_journal_bytes),
         ("checkpoint_memtable_records", config.checkpoint_memtable_records),
         ("segment_bytes", config.journal_segment_bytes),
+        ("watch_progress_notify_interval", config.watch_progress_notify_interval),
+        ("watch_queue_events", config.watch_queue_events),
     ):
         if value is not None:
             kw[field] = value
@@ -312,7 +319,9 @@ def run(config: ServerConfig) -> int:
             engine = Engine.open(engine_config)
         except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
             # expected refusals (dir locked, layout mismatch, I/O) need no traceback
-            expected = isinstance(e, (OSError, ValueError, RuntimeError))
+            from brain.journal import JournalError
+
+            expected = isinstance(e, (OSError, ValueError, RuntimeError, JournalError))
             log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=not expected)
             return 1
         if stop.is_set():  # told to stop while recovering

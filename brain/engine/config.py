@@ -28,5 +28,10 @@ class EngineConfig:
     checkpoint_interval_seconds: float = 60.0
     checkpoint_journal_bytes: int = 128 << 20
     checkpoint_memtable_records: int = 500_000
+    # etcd's --watch-progress-notify-interval, in seconds.
+    watch_progress_notify_interval: float = 600.0
+    # Undelivered events one watch stream may hold; past it, its watchers
+    # stop receiving live events and catch up from history instead.
+    watch_queue_events: int = 20_000
     # Keys compacted per step between write batches.
     compaction_step_keys: int = 2000

@@ -41,6 +41,7 @@ from ..mvcc import errors
 from ..mvcc.requests import (
     CompactRequest,
     LeaseGrantRequest,
+    LeaseRevokeRequest,
     PutRequest,
     RangeRequest,
     TxnRequest,
@@ -51,6 +52,8 @@ from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
 from .config import EngineConfig
+from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
+from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
 log = logging.getLogger("brain.engine")
@@ -206,11 +209,19 @@ class Engine:
         if replayed:
             log.info("replayed %d journal records to revision %d", replayed, self.store.revision)
         self.committed_rev = self.store.revision
+        # Lease clocks: every recovered lease gets its full TTL from now.
+        self._leases = LeaseKeeper(lambda lease_id: self.submit(LeaseRevokeRequest(lease_id)))
+        self._leases.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
+        self._lease_ids = IdGenerator(self.member_id)
+        self.watches = WatchManager(self.store, self._lock, progress_interval=cfg.watch_progress_notify_interval,
+                                    max_queued_events=cfg.watch_queue_events)
+        self.store.changes = []
         self._refresh_backend_size()
         log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
         self._committer.start()
+        self._leases.start()
         self._compactor = Compactor(cfg.auto_compaction_mode, cfg.auto_compaction_retention,
                                     lambda: self.committed_rev, self.compact)
         self._compactor.start()
@@ -224,6 +235,10 @@ class Engine:
 
     # ------------------------------------------------------------------
     # writes
+
+    def watch_stream(self) -> WatchStreamHandle:
+        """A new watch stream (one per client Watch RPC)."""
+        return self.watches.open_stream()
 
     def submit(self, request) -> Future:
         """Queue a write request; the future completes with its result or
@@ -259,10 +274,38 @@ class Engine:
         return self._write(req)
 
     def lease_grant(self, req: LeaseGrantRequest):
-        return self._write(req)
+        """Grant with etcd's minimum TTL applied and, for ID 0, an ID chosen
+        here (never 0, never an existing lease's)."""
+        ttl = effective_ttl(req.ttl)
+        lease_id = req.id
+        while lease_id == 0:
+            lease_id = self._lease_ids.next()
+            with self._lock:
+                if self.store.lessor.exists(lease_id):
+                    lease_id = 0
+        return self._write(LeaseGrantRequest(ttl, lease_id))
 
     def lease_revoke(self, req):
         return self._write(req)
+
+    def lease_keepalive(self, lease_id: int) -> int:
+        """Renew a lease (not journaled, as in etcd); returns its TTL."""
+        return self._leases.renew(lease_id)
+
+    def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLiveResult:
+        left = self._leases.remaining(lease_id)
+        if left is None:
+            raise errors.ErrLeaseNotFound
+        attached: list[bytes] = []
+        if keys:
+            with self._lock:
+                lease = self.store.lessor.leases.get(lease_id)
+                attached = sorted(lease.keys) if lease is not None else []
+        return LeaseTimeToLiveResult(self.committed_rev, lease_id, int(left[0]), left[1], attached)
+
+    def lease_leases(self) -> LeaseLeasesResult:
+        """Live lease IDs, soonest expiry first (etcd's order)."""
+        return LeaseLeasesResult(self.committed_rev, self._leases.ids_by_expiry())
 
     # ------------------------------------------------------------------
     # the committer thread
@@ -328,6 +371,8 @@ class Engine:
         with self._lock:
             results, payload = self.store.apply(requests)
             new_rev = self.store.revision
+            events = self.store.changes
+            self.store.changes = []
         if payload:
             try:
                 self.journal.append(payload)
@@ -348,8 +393,11 @@ class Engine:
                 hook(synced)
         with self._lock:
             self.committed_rev = new_rev
+        if events:
+            self.watches.notify(events, new_rev)
         self._batches += 1
         self._requests += len(admitted)
+        self._leases.on_commit(requests, results)
         for p, res in zip(admitted, results):
             if isinstance(res, errors.EtcdError):
                 p.future.set_exception(res)
@@ -548,6 +596,7 @@ class Engine:
             if self._stopping:
                 return
         self._compactor.stop()
+        self._leases.stop()
         try:
             self.checkpoint()
         except Exception:
@@ -556,6 +605,7 @@ class Engine:
             self._stopping = True
             self._cv.notify()
         self._committer.join()
+        self.watches.close()
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
         self.journal.close()

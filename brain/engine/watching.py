@@ -69,9 +69,10 @@ class WatchStreamHandle:
 
 
 class WatchManager:
-    def __init__(self, store, store_lock, *, progress_interval: float = DEFAULT_PROGRESS_INTERVAL) -> None:
+    def __init__(self, store, store_lock, *, progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+                 max_queued_events: int = 20_000) -> None:
         self.lock = threading.Lock()
-        self.hub = WatchHub(store, store_lock)
+        self.hub = WatchHub(store, store_lock, max_queued_events=max_queued_events)
         self.progress_interval = progress_interval
         self._wake = threading.Event()
         self._stop = threading.Event()
