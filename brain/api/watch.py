@@ -14,6 +14,7 @@ import threading
 
 import grpc
 
+from brain.api.convert import fill_kv
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.pb.mvccpb import kv_pb2
 from brain.mvcc.requests import EVENT_DELETE
@@ -38,20 +39,6 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _fill_kv(m, kv) -> None:
-    m.key = kv.key
-    if kv.create_revision:
-        m.create_revision = kv.create_revision
-    if kv.mod_revision:
-        m.mod_revision = kv.mod_revision
-    if kv.version:
-        m.version = kv.version
-    if kv.value:
-        m.value = kv.value
-    if kv.lease:
-        m.lease = kv.lease
-
-
 def event_bytes(ev, with_prev: bool) -> bytes:
     """The encoded mvccpb.Event, cached on the event."""
     cache = ev.wire
@@ -63,9 +50,9 @@ def event_bytes(ev, with_prev: bool) -> bytes:
         m = kv_pb2.Event()
         if ev.type == EVENT_DELETE:
             m.type = kv_pb2.Event.DELETE
-        _fill_kv(m.kv, ev.kv)
+        fill_kv(m.kv, ev.kv)
         if i:
-            _fill_kv(m.prev_kv, ev.prev_kv)
+            fill_kv(m.prev_kv, ev.prev_kv)
         data = cache[i] = m.SerializeToString()
     return data
 
