@@ -1,0 +1,352 @@
+"""Processes of the e2e control plane: brain, kube-apiserver,
+kube-controller-manager, kube-scheduler and kwok, all on loopback.
+
+Every process writes its own log file in the run's work directory; ``stop()``
+sends SIGTERM and waits (bounded), then SIGKILL. Readiness waits are bounded
+and raise ``StartError`` with the tail of the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.k8s.pki import ClusterPKI
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVICE_CIDR = "10.96.0.0/16"   # addresses only written into Service objects; no traffic
+SERVICE_IP = "10.96.0.1"
+TOKENS = {
+    "admin": ("e2e-admin-token", "admin", "system:masters"),
+    "controller-manager": ("e2e-kcm-token", "system:kube-controller-manager", ""),
+    "scheduler": ("e2e-scheduler-token", "system:kube-scheduler", ""),
+}
+
+
+class StartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, limit: int = 6000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "(no log)"
+    return data[-limit:].decode("utf-8", "replace")
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict | None = None
+    popen: subprocess.Popen | None = None
+    starts: int = 0
+
+    def start(self) -> "Proc":
+        self.starts += 1
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== e2e: start #{self.starts} at {time.strftime('%H:%M:%S')}: "
+                  f"{' '.join(self.argv)}\n".encode())
+        log.flush()
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.popen = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=str(REPO_ROOT), start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+        return self.popen.returncode
+
+    def check_alive(self) -> None:
+        if not self.alive:
+            code = self.popen.returncode if self.popen else None
+            raise StartError(f"{self.name} exited (code {code}); log tail:\n{log_tail(self.log_path)}")
+
+
+# ---------------------------------------------------------------------------
+# brain
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Brain:
+    """brain serving one client URL: tcp (http), tls (https + client certs) or unix."""
+
+    workdir: Path
+    transport: str
+    pki: ClusterPKI
+    extra_args: tuple[str, ...] = ()
+    port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+
+    def __post_init__(self):
+        self.data_dir = self.workdir / "brain-data"
+        self.socket_path = self.workdir / "brain.sock"
+        args = [sys.executable, "-m", "brain", "serve", "--data-dir", str(self.data_dir),
+                "--listen-client-urls", self.url,
+                "--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}",
+                *self.extra_args]
+        if self.transport == "tls":
+            args += ["--cert-file", str(self.pki.etcd_server.cert), "--key-file", str(self.pki.etcd_server.key),
+                     "--trusted-ca-file", str(self.pki.etcd_ca.cert), "--client-cert-auth"]
+        self.proc = Proc("brain", args, self.workdir / "brain.log")
+
+    @property
+    def url(self) -> str:
+        if self.transport == "tcp":
+            return f"http://127.0.0.1:{self.port}"
+        if self.transport == "tls":
+            return f"https://127.0.0.1:{self.port}"
+        if self.transport == "unix":
+            return f"unix://{self.socket_path}"
+        raise ValueError(self.transport)
+
+    def apiserver_flags(self) -> list[str]:
+        # etcd's client takes unix:///abs/path (absolute) endpoints as they are.
+        flags = [f"--etcd-servers={self.url}"]
+        if self.transport == "tls":
+            flags += [f"--etcd-cafile={self.pki.etcd_ca.cert}",
+                      f"--etcd-certfile={self.pki.etcd_client.cert}",
+                      f"--etcd-keyfile={self.pki.etcd_client.key}"]
+        return flags
+
+    # -- direct gRPC access (version check, key counts) --------------------
+    def channel(self):
+        import grpc
+
+        opts = [("grpc.max_receive_message_length", 64 << 20)]
+        if self.transport == "tcp":
+            return grpc.insecure_channel(f"127.0.0.1:{self.port}", options=opts)
+        if self.transport == "unix":
+            return grpc.insecure_channel(f"unix:{self.socket_path}", options=opts)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.pki.etcd_ca.cert.read_bytes(),
+            private_key=self.pki.etcd_client.key.read_bytes(),
+            certificate_chain=self.pki.etcd_client.cert.read_bytes(),
+        )
+        return grpc.secure_channel(f"127.0.0.1:{self.port}", creds, options=opts)
+
+    def status(self, timeout: float = 5.0):
+        """Maintenance.Status: returns (version, db_size) or raises grpc.RpcError."""
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        with self.channel() as ch:
+            resp = rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=timeout)
+            return resp.version, resp.dbSize
+
+    def count_prefix(self, prefix: bytes, timeout: float = 30.0) -> tuple[int, int]:
+        """(count, header revision) of keys under ``prefix``: a count_only Range."""
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        with self.channel() as ch:
+            resp = rpc_pb2_grpc.KVStub(ch).Range(
+                rpc_pb2.RangeRequest(key=prefix, range_end=end, count_only=True), timeout=timeout)
+            return resp.count, resp.header.revision
+
+    def get(self, key: bytes, timeout: float = 10.0):
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        with self.channel() as ch:
+            resp = rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=key), timeout=timeout)
+            return resp.kvs[0].value if resp.kvs else None
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.proc.start()
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            self.proc.check_alive()
+            try:
+                self.count_prefix(b"/registry/health", timeout=2.0)
+                return
+            except Exception as e:  # noqa: BLE001 - retried until the deadline
+                last = e
+                time.sleep(0.2)
+        raise StartError(f"brain not serving on {self.url} after {timeout:.0f}s ({last}); log tail:\n"
+                         f"{log_tail(self.proc.log_path)}")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        return self.proc.stop(timeout)
+
+    def rss_mib(self) -> float | None:
+        if not self.proc.alive:
+            return None
+        try:
+            for line in Path(f"/proc/{self.proc.popen.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
+
+# ---------------------------------------------------------------------------
+# the Kubernetes control plane
+# ---------------------------------------------------------------------------
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, token: str) -> Path:
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": "e2e", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(json.dumps(cfg, indent=1))
+    path.chmod(0o600)
+    return path
+
+
+@dataclass
+class ControlPlane:
+    bindir: Path
+    workdir: Path
+    pki: ClusterPKI
+    brain: Brain
+    kwok_stages: Path
+    event_ttl: str = "1m"
+    compaction_interval: str = "30s"
+    port: int = field(default_factory=free_port)
+
+    def __post_init__(self):
+        w = self.workdir
+        self.server = f"https://127.0.0.1:{self.port}"
+        tokens = w / "tokens.csv"
+        tokens.write_text("".join(f'{tok},{user},{user},"{groups}"\n' for tok, user, groups in TOKENS.values()))
+        tokens.chmod(0o600)
+        self.tokens_file = tokens
+        self.admin_token = TOKENS["admin"][0]
+        ca = self.pki.k8s_ca.cert
+        self.kubeconfig = write_kubeconfig(w / "admin.kubeconfig", self.server, ca, self.admin_token)
+        kcm_kc = write_kubeconfig(w / "kcm.kubeconfig", self.server, ca, TOKENS["controller-manager"][0])
+        sched_kc = write_kubeconfig(w / "scheduler.kubeconfig", self.server, ca, TOKENS["scheduler"][0])
+        b = self.bindir
+        self.apiserver = Proc("kube-apiserver", [
+            str(b / "kube-apiserver"),
+            *self.brain.apiserver_flags(),
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--tls-cert-file={self.pki.apiserver.cert}", f"--tls-private-key-file={self.pki.apiserver.key}",
+            f"--cert-dir={w / 'apiserver-certs'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki.sa_key}",
+            f"--service-account-signing-key-file={self.pki.sa_key}",
+            f"--token-auth-file={tokens}",
+            "--authorization-mode=RBAC",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The lease reconciler would publish 127.0.0.1 as the kubernetes
+            # Service's endpoint, which validation refuses (loopback).
+            "--endpoint-reconciler-type=none",
+            f"--event-ttl={self.event_ttl}",
+            f"--etcd-compaction-interval={self.compaction_interval}",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=2",
+        ], w / "kube-apiserver.log")
+        self.controller_manager = Proc("kube-controller-manager", [
+            str(b / "kube-controller-manager"),
+            f"--kubeconfig={kcm_kc}", f"--authentication-kubeconfig={kcm_kc}",
+            f"--authorization-kubeconfig={kcm_kc}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            f"--service-account-private-key-file={self.pki.sa_key}", f"--root-ca-file={ca}",
+            # One service account per controller, as kubeadm runs it: the
+            # system:kube-controller-manager user alone may not run them all.
+            "--use-service-account-credentials=true",
+            "--kube-api-qps=200", "--kube-api-burst=400",
+            "--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
+            "--v=1",
+        ], w / "kube-controller-manager.log")
+        self.scheduler = Proc("kube-scheduler", [
+            str(b / "kube-scheduler"),
+            f"--kubeconfig={sched_kc}", f"--authentication-kubeconfig={sched_kc}",
+            f"--authorization-kubeconfig={sched_kc}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            "--v=1",
+        ], w / "kube-scheduler.log")
+        self.kwok = Proc("kwok", [
+            str(b / "kwok"),
+            f"--kubeconfig={self.kubeconfig}", f"--config={self.kwok_stages}",
+            "--manage-all-nodes=true", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{free_port()}",
+            "--v=WARN",
+        ], w / "kwok.log")
+        self._ssl = ssl.create_default_context(cafile=str(ca))
+
+    # -- HTTP to the apiserver ----------------------------------------------
+    def http_get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
+        req = urllib.request.Request(self.server + path, headers={"Authorization": f"Bearer {self.admin_token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as r:
+                return r.status, r.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as e:
+            return 0, str(e)
+
+    def wait_readyz(self, timeout: float) -> tuple[float, str]:
+        """Poll /readyz?verbose until 200; returns (seconds waited, body)."""
+        t0 = time.monotonic()
+        body = ""
+        while time.monotonic() - t0 < timeout:
+            self.apiserver.check_alive()
+            code, body = self.http_get("/readyz?verbose", timeout=5)
+            if code == 200:
+                return time.monotonic() - t0, body
+            time.sleep(0.5)
+        raise StartError(f"kube-apiserver /readyz not green after {timeout:.0f}s; last answer:\n{body}\n"
+                         f"log tail:\n{log_tail(self.apiserver.log_path)}")
+
+    def start(self, timeout: float = 180.0) -> float:
+        t0 = time.monotonic()
+        self.apiserver.start()
+        self.wait_readyz(timeout)
+        for p in (self.controller_manager, self.scheduler, self.kwok):
+            p.start()
+        time.sleep(1.0)
+        for p in (self.controller_manager, self.scheduler, self.kwok):
+            p.check_alive()
+        return time.monotonic() - t0
+
+    def procs(self) -> list[Proc]:
+        return [self.kwok, self.scheduler, self.controller_manager, self.apiserver]
+
+    def stop(self) -> None:
+        for p in self.procs():
+            p.stop(20)

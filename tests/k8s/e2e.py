@@ -1,0 +1,916 @@
+"""A real Kubernetes control plane on brain, driven with kubectl.
+
+    python -m tests.k8s.e2e                      # full run over TCP, smoke runs over mTLS and unix
+    python -m tests.k8s.e2e --transport tcp --profile full
+    python -m tests.k8s.e2e --transport unix --profile smoke --keep
+
+What one run does (every wait is bounded; see docs/kubernetes.md):
+  1. builds (or finds cached) kube-apiserver, kube-controller-manager,
+     kube-scheduler, kubectl and kwok via tests/k8s/build.sh;
+  2. starts brain on loopback (http, https with client certificates, or a unix
+     socket), then kube-apiserver with --etcd-servers at it, then
+     kube-controller-manager and kube-scheduler (--leader-elect=false) and
+     kwok faking the nodes;
+  3. with kubectl: namespaces; N ConfigMaps created in parallel chunks and
+     listed back with --chunk-size paging; a CRD and objects of it (list, get,
+     patch, delete); a Deployment that becomes fully Running on the kwok
+     nodes; `kubectl get -w` streams that must see the changes;
+  4. restarts brain (SIGTERM, start again on the same data dir) and checks the
+     apiserver recovers, every object is still there at the same
+     resourceVersion, and the watches opened before the restart still deliver;
+  5. scales the Deployment down, rolls it, deletes it;
+  6. checks event TTL expiry and compaction, /readyz (etcd checks), the
+     apiserver log (no etcd errors outside the restart, RequestWatchProgress
+     not refused) and its metrics (consistent reads served from the watch
+     cache; request latency percentiles against the SIG Scalability SLOs).
+Prints a summary and writes summary.json in the work directory. Exit code 0
+when every check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.k8s import promstats  # noqa: E402
+from tests.k8s.cluster import SERVICE_IP, Brain, ControlPlane, StartError  # noqa: E402
+from tests.k8s.pki import make_cluster_pki  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+CRD_GROUP = "e2e.brain.test"
+SLO = {"mutating": 1.0, "get": 1.0, "list": 30.0}  # p99 seconds, SIG Scalability
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    configmaps: int
+    list_chunk: int
+    create_chunk: int
+    parallel: int
+    widgets: int
+    nodes: int
+    replicas: int
+    scale_to: int
+    rollout_timeout: float
+
+
+PROFILES = {
+    "full": Profile("full", configmaps=5000, list_chunk=500, create_chunk=250, parallel=4,
+                    widgets=200, nodes=20, replicas=200, scale_to=50, rollout_timeout=420),
+    "smoke": Profile("smoke", configmaps=300, list_chunk=50, create_chunk=100, parallel=3,
+                     widgets=20, nodes=3, replicas=12, scale_to=4, rollout_timeout=180),
+}
+
+
+class CheckFailed(RuntimeError):
+    pass
+
+
+def build(force: bool = False) -> Path:
+    """Run build.sh; returns the cache directory (parent of bin/)."""
+    argv = ["bash", str(HERE / "build.sh")] + (["--force"] if force else [])
+    r = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(f"tests/k8s/build.sh failed with exit code {r.returncode}")
+    return Path(r.stdout.strip().splitlines()[-1]).parent
+
+
+def _ts(s: str | None) -> float | None:
+    if not s:
+        return None
+    return _dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+# ---------------------------------------------------------------------------
+# kubectl get -w as a stream of events
+# ---------------------------------------------------------------------------
+
+
+class Watch:
+    """``kubectl get <what> --watch --output-watch-events -o json`` in the
+    background; events are collected as (type, name, resourceVersion).
+
+    The apiserver may close a watch whose consumer falls behind (its watch
+    cache logs "Forcing ... watcher close due to unresponsiveness"), and kubectl
+    get -w then exits. Like an informer, the stream is then resumed from the
+    last resourceVersion it delivered, through ``kubectl get --raw
+    <raw_path>?watch=1&resourceVersion=RV``, so no event is lost or repeated;
+    ``closes`` counts those resumptions.
+    """
+
+    def __init__(self, run: "Run", label: str, args: list[str], raw_path: str):
+        self.run = run
+        self.label = label
+        self.raw_path = raw_path
+        self.events: list[tuple[str, str, str]] = []
+        self.closes = 0
+        self.errors: list[str] = []
+        self._last_rv = ""
+        self._stopping = False
+        self._cond = threading.Condition()
+        self._stderr = open(run.workdir / f"watch-{label}.stderr", "ab")
+        self.proc = self._spawn(["get", *args, "--watch", "--output-watch-events", "-o", "json"])
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _spawn(self, kubectl_args: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(self.run.kubectl_argv(kubectl_args), stdout=subprocess.PIPE, stderr=self._stderr,
+                                stdin=subprocess.DEVNULL, text=True)
+
+    def _read(self) -> None:
+        while True:
+            self._read_one(self.proc)
+            self.proc.wait()
+            with self._cond:
+                if self._stopping:
+                    self._cond.notify_all()
+                    return
+                self.closes += 1
+                rv = self._last_rv
+            self._stderr.write(f"--- watch closed (exit {self.proc.returncode}); resuming from "
+                               f"resourceVersion {rv}\n".encode())
+            self._stderr.flush()
+            if not rv or self.closes > 20:
+                with self._cond:
+                    self.errors.append(f"cannot resume (rv {rv!r}, {self.closes} closes)")
+                    self._cond.notify_all()
+                return
+            self.proc = self._spawn(["get", "--raw", f"{self.raw_path}?watch=1&resourceVersion={rv}"])
+
+    def _read_one(self, proc: subprocess.Popen) -> None:
+        # One compact JSON event per line (both for get -w -o json and for a
+        # raw watch); should kubectl pretty-print, an event ends on a "}" line.
+        lines: list[str] = []
+        for line in proc.stdout:
+            lines.append(line)
+            if not line.rstrip().endswith("}"):
+                continue
+            try:
+                ev = json.loads("".join(lines))
+            except ValueError:
+                continue
+            lines = []
+            typ = ev.get("type", "?")
+            obj = ev.get("object") or {}
+            meta = obj.get("metadata") or {}
+            with self._cond:
+                if typ == "ERROR":
+                    self.errors.append(str(obj.get("message") or obj)[:300])
+                else:
+                    self._last_rv = meta.get("resourceVersion", self._last_rv)
+                self.events.append((typ, meta.get("name", "?"), meta.get("resourceVersion", "")))
+                self._cond.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait_for(self, want: list[tuple[str, str]], timeout: float, start: int = 0) -> bool:
+        """True once ``want`` (type, name) pairs have appeared in that order after index ``start``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                i = 0
+                for typ, name, _rv in self.events[start:]:
+                    if i < len(want) and (typ, name) == want[i]:
+                        i += 1
+                if i == len(want):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(min(left, 1.0))
+
+    def names(self, typ: str) -> set[str]:
+        with self._cond:
+            return {n for t, n, _rv in self.events if t == typ}
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        with self._cond:
+            for typ, _n, _rv in self.events:
+                out[typ] = out.get(typ, 0) + 1
+        return out
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._thread.join(10)
+        self._stderr.close()
+
+
+# ---------------------------------------------------------------------------
+# one run
+# ---------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, args, cache: Path, transport: str, profile: Profile, workdir: Path):
+        self.args = args
+        self.transport = transport
+        self.p = profile
+        self.workdir = workdir
+        self.bindir = cache / "bin"
+        self.kubectl_bin = os.environ.get("KUBECTL") or str(self.bindir / "kubectl")
+        self.checks: list[tuple[str, bool, str]] = []
+        self.facts: dict = {"transport": transport, "profile": profile.name}
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + args.timeout
+        self.restart_window: tuple[float, float] | None = None  # wall clock
+        self.restart_done_wall: float | None = None
+        self.cp_started_wall = time.time()
+        self.watches: list[Watch] = []
+        self.pki = make_cluster_pki(workdir / "pki", SERVICE_IP)
+        self.brain = Brain(workdir, transport, self.pki)
+        self.cp = ControlPlane(self.bindir, workdir, self.pki, self.brain, cache / "kwok-stages.yaml",
+                               event_ttl=args.event_ttl, compaction_interval=args.compaction_interval)
+
+    # -- reporting ----------------------------------------------------------
+    def log(self, msg: str) -> None:
+        print(f"[{self.transport}/{self.p.name} {time.monotonic() - self.t0:7.1f}s] {msg}", flush=True)
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.checks.append((name, bool(ok), detail))
+        self.log(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
+        return ok
+
+    def require(self, name: str, ok: bool, detail: str = "") -> None:
+        if not self.check(name, ok, detail):
+            raise CheckFailed(f"{name}: {detail}")
+
+    def time_left(self, want: float) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CheckFailed(f"run deadline ({self.args.timeout:.0f}s) exceeded")
+        return min(want, left)
+
+    def wait_until(self, what: str, fn, timeout: float, interval: float = 1.0):
+        """Call ``fn`` until it returns a truthy value; bounded by ``timeout``."""
+        timeout = self.time_left(timeout)
+        end = time.monotonic() + timeout
+        last = None
+        while True:
+            for p in [self.brain.proc, *self.cp.procs()]:
+                if p.popen is not None:
+                    p.check_alive()
+            try:
+                last = fn()
+            except subprocess.CalledProcessError as e:
+                last = f"kubectl failed: {e.stderr.strip()[-300:] if e.stderr else e}"
+            else:
+                if last and not isinstance(last, str):
+                    return last
+            if time.monotonic() >= end:
+                raise CheckFailed(f"timed out after {timeout:.0f}s waiting for {what} (last: {str(last)[:300]})")
+            time.sleep(interval)
+
+    # -- kubectl --------------------------------------------------------------
+    def kubectl_argv(self, args: list[str]) -> list[str]:
+        return [self.kubectl_bin, f"--kubeconfig={self.cp.kubeconfig}",
+                f"--cache-dir={self.workdir / 'kube-cache'}", *args]
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120.0) -> str:
+        argv = self.kubectl_argv(list(args))
+        r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self.time_left(timeout))
+        if r.returncode != 0:
+            raise subprocess.CalledProcessError(r.returncode, argv, r.stdout, r.stderr)
+        return r.stdout
+
+    def kjson(self, *args: str, timeout: float = 120.0) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout))
+
+    def create_items(self, items: list[dict], chunk: int, parallel: int) -> tuple[int, float]:
+        """``kubectl create -f -`` of JSON Lists, ``parallel`` processes at a time."""
+        chunks = [items[i:i + chunk] for i in range(0, len(items), chunk)]
+        t0 = time.monotonic()
+        created = 0
+        running: list[tuple[subprocess.Popen, int]] = []
+        throttled = 0
+
+        def reap(p: subprocess.Popen, idx: int) -> None:
+            nonlocal created, throttled
+            out, err = p.communicate(timeout=self.time_left(300))
+            if p.returncode != 0:
+                raise CheckFailed(f"kubectl create (chunk {idx}) failed: {err.strip()[-800:]}")
+            created += sum(1 for line in out.splitlines() if line.endswith(" created"))
+            throttled += err.count("client-side throttling")
+
+        for idx, c in enumerate(chunks):
+            while len(running) >= parallel:
+                p, i = running.pop(0)
+                reap(p, i)
+            p = subprocess.Popen(self.kubectl_argv(["create", "-f", "-"]), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            p.stdin.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": c}))
+            p.stdin.close()
+            p.stdin = None
+            running.append((p, idx))
+        for p, i in running:
+            reap(p, i)
+        if throttled:
+            self.log(f"kubectl reported client-side throttling {throttled} times")
+        return created, time.monotonic() - t0
+
+    def names_rvs(self, *args: str) -> dict[str, str]:
+        out = self.kubectl("get", *args, "-o",
+                           "jsonpath={range .items[*]}{.metadata.name} {.metadata.resourceVersion}{\"\\n\"}{end}",
+                           timeout=300)
+        return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+
+    def pods(self, ns: str) -> list[dict]:
+        return self.kjson("get", "pods", "-n", ns)["items"]
+
+    def metrics(self) -> list[promstats.Sample]:
+        code, body = self.cp.http_get("/metrics", timeout=30)
+        if code != 200:
+            raise CheckFailed(f"/metrics answered {code}: {body[:300]}")
+        return promstats.parse(body)
+
+    # -- the scenario -----------------------------------------------------------
+    def bring_up(self) -> None:
+        self.log(f"work dir {self.workdir}")
+        self.brain.start()
+        try:
+            version, db = self.brain.status()
+            self.facts["brain_version"] = version
+            self.check("brain Maintenance.Status reports an etcd 3.6.x version",
+                       bool(re.fullmatch(r"3\.6\.\d+.*", version)), f"version {version!r}, dbSize {db}")
+        except Exception as e:  # noqa: BLE001 - reported
+            code = getattr(e, "code", lambda: None)()
+            self.facts["brain_version"] = f"Status failed: {code}"
+            self.check("brain Maintenance.Status reports an etcd 3.6.x version", False,
+                       f"Status not served ({code}): the apiserver will treat RequestWatchProgress as unsupported")
+        self.cp_started_wall = time.time()
+        took = self.cp.start(timeout=self.time_left(180))
+        self.facts["control_plane_start_s"] = round(took, 1)
+        code, body = self.cp.http_get("/readyz?verbose")
+        self.require("/readyz green with the etcd checks", code == 200 and "[+]etcd ok" in body
+                     and "[+]etcd-readiness ok" in body, f"HTTP {code}")
+        ver = self.kjson("version")
+        server_version = ver.get("serverVersion", {}).get("gitVersion")
+        self.facts["kubernetes_version"] = server_version
+        self.check("apiserver reports the pinned version", server_version == self.args.k8s_version,
+                   f"{server_version}")
+
+    def make_nodes(self) -> None:
+        n = self.p.nodes
+        items = [{
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f"kwok-node-{i}", "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-node-{i}"},
+                         "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
+        } for i in range(n)]
+        created, _ = self.create_items(items, chunk=n, parallel=1)
+        t0 = time.monotonic()
+
+        def ready():
+            nodes = self.kjson("get", "nodes")["items"]
+            good = [x for x in nodes if any(c["type"] == "Ready" and c["status"] == "True"
+                                            for c in x.get("status", {}).get("conditions", []))
+                    and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in x["spec"].get("taints", []))]
+            return len(good) >= n or f"{len(good)}/{n} ready"
+
+        self.wait_until("kwok nodes Ready and untainted", ready, 120)
+        self.check(f"{n} kwok nodes Ready", created == n, f"in {time.monotonic() - t0:.1f}s")
+
+    def namespaces(self) -> None:
+        for ns in ("e2e-cm", "e2e-crd", "e2e-apps", "e2e-watch"):
+            self.kubectl("create", "namespace", ns)
+        self.facts["namespaces"] = 4
+
+    def start_watches(self) -> None:
+        self.cm_watch = Watch(self, "configmaps", ["configmaps", "-n", "e2e-watch"],
+                              "/api/v1/namespaces/e2e-watch/configmaps")
+        self.pod_watch = Watch(self, "pods", ["pods", "-n", "e2e-apps"], "/api/v1/namespaces/e2e-apps/pods")
+        self.watches += [self.cm_watch, self.pod_watch]
+        mark = len(self.cm_watch.events)
+        time.sleep(1.0)
+        self.kubectl("create", "configmap", "w1", "-n", "e2e-watch", "--from-literal=k=v1")
+        self.kubectl("patch", "configmap", "w1", "-n", "e2e-watch", "--type=merge", "-p", '{"data":{"k":"v2"}}')
+        self.kubectl("delete", "configmap", "w1", "-n", "e2e-watch")
+        ok = self.cm_watch.wait_for([("ADDED", "w1"), ("MODIFIED", "w1"), ("DELETED", "w1")], 30, mark)
+        self.require("kubectl get -w sees ADDED, MODIFIED, DELETED in order", ok,
+                     f"events {self.cm_watch.events[mark:][:10]}")
+
+    def configmaps(self) -> None:
+        n, chunk = self.p.configmaps, self.p.list_chunk
+        payload = "x" * 512
+        items = [{"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": f"cm-{i:05d}", "namespace": "e2e-cm", "labels": {"e2e": "bulk"}},
+                  "data": {"index": str(i), "payload": payload}} for i in range(n)]
+        created, took = self.create_items(items, self.p.create_chunk, self.p.parallel)
+        self.facts["configmaps_created"] = created
+        self.facts["configmaps_create_s"] = round(took, 1)
+        self.facts["configmaps_per_s"] = round(created / took, 1) if took else None
+        self.require(f"{n} ConfigMaps created", created == n,
+                     f"{created} in {took:.1f}s ({created / took:.0f}/s, {self.p.parallel} parallel kubectl)")
+        # Paged list: kubectl -v=6 logs each GET, so the pages can be counted.
+        r = subprocess.run(self.kubectl_argv(["get", "configmaps", "-n", "e2e-cm", "-l", "e2e=bulk",
+                                              f"--chunk-size={chunk}", "-o", "name", "-v=6"]),
+                           capture_output=True, text=True, timeout=self.time_left(300))
+        names = [x for x in r.stdout.splitlines() if x.startswith("configmap/")]
+        pages = len(re.findall(r'verb="GET" url="https://[^"]+/configmaps\?[^"]*limit=%d\b' % chunk, r.stderr))
+        self.facts["configmap_list_pages"] = pages
+        want_pages = -(-n // chunk)
+        self.require(f"--chunk-size={chunk} list counts {n}", r.returncode == 0 and len(names) == n
+                     and len(set(names)) == n, f"{len(names)} names in {pages} pages (expected {want_pages})")
+        self.check("the list was paged", pages >= want_pages, f"{pages} pages")
+        stored, rev = self.brain.count_prefix(b"/registry/configmaps/e2e-cm/")
+        # +1: kube-controller-manager publishes kube-root-ca.crt in every namespace.
+        self.check("brain holds the ConfigMaps", n <= stored <= n + 1, f"{stored} keys at revision {rev}")
+
+    def crd(self) -> None:
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"widgets.{CRD_GROUP}"},
+            "spec": {
+                "group": CRD_GROUP, "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [{
+                    "name": "v1", "served": True, "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {
+                            "size": {"type": "integer"}, "color": {"type": "string"}}},
+                        "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}}},
+                }],
+            },
+        }
+        self.kubectl("create", "-f", "-", stdin=json.dumps(crd))
+        self.kubectl("wait", "--for=condition=Established", f"crd/widgets.{CRD_GROUP}", "--timeout=60s", timeout=90)
+        n = self.p.widgets
+        items = [{"apiVersion": f"{CRD_GROUP}/v1", "kind": "Widget",
+                  "metadata": {"name": f"w-{i:04d}", "namespace": "e2e-crd"},
+                  "spec": {"size": i, "color": "blue"}} for i in range(n)]
+
+        def create():
+            try:
+                return self.create_items(items, max(1, n // 2), 2)
+            except CheckFailed as e:  # discovery can lag the Established condition by a moment
+                return str(e)
+
+        created, took = self.wait_until("Widget creation", create, 60, interval=2)
+        self.facts["widgets_created"] = created
+        got = self.names_rvs("widgets", "-n", "e2e-crd", f"--chunk-size={max(1, self.p.list_chunk // 5)}")
+        self.require(f"{n} Widgets created and listed", created == n and len(got) == n, f"{len(got)} listed")
+        self.kubectl("patch", "widget", "w-0001", "-n", "e2e-crd", "--type=merge", "-p", '{"spec":{"color":"red"}}')
+        w = self.kjson("get", "widget", "w-0001", "-n", "e2e-crd")
+        self.require("Widget patch reads back", w["spec"]["color"] == "red" and w["spec"]["size"] == 1)
+        self.kubectl("patch", "widget", "w-0001", "-n", "e2e-crd", "--subresource=status", "--type=merge",
+                     "-p", '{"status":{"phase":"Ready"}}')
+        w = self.kjson("get", "widget", "w-0001", "-n", "e2e-crd")
+        self.check("Widget status subresource update", w.get("status", {}).get("phase") == "Ready")
+        doomed = [f"w-{i:04d}" for i in range(0, n, 5)]
+        self.kubectl("delete", "widget", "-n", "e2e-crd", "--wait=false", *doomed, timeout=180)
+        left = self.names_rvs("widgets", "-n", "e2e-crd")
+        stored, _ = self.brain.count_prefix(f"/registry/{CRD_GROUP}/widgets/e2e-crd/".encode())
+        self.require("Widget deletes", len(left) == n - len(doomed) and stored == len(left),
+                     f"{len(left)} listed, {stored} stored")
+
+    def deployment(self) -> None:
+        r = self.p.replicas
+        dep = {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "e2e-apps"},
+            "spec": {
+                "replicas": r,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {
+                        "containers": [{"name": "web", "image": "fake.invalid/web:1",
+                                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                        "terminationGracePeriodSeconds": 0,
+                    },
+                },
+            },
+        }
+        t0 = time.monotonic()
+        self.kubectl("create", "-f", "-", stdin=json.dumps(dep))
+
+        def all_running():
+            pods = self.pods("e2e-apps")
+            running = [p for p in pods if p["status"].get("phase") == "Running"
+                       and not p["metadata"].get("deletionTimestamp")]
+            return (len(running) == r and len(pods) == r and pods) or f"{len(running)}/{r} Running of {len(pods)}"
+
+        pods = self.wait_until(f"{r} pods Running", all_running, self.p.rollout_timeout, interval=1.0)
+        took = time.monotonic() - t0
+        self.facts["pods_running_s"] = round(took, 1)
+        startup = []
+        for p in pods:
+            ready = [c for c in p["status"].get("conditions", []) if c["type"] == "Ready" and c["status"] == "True"]
+            if ready:
+                startup.append(_ts(ready[0]["lastTransitionTime"]) - _ts(p["metadata"]["creationTimestamp"]))
+        nodes = {p["spec"].get("nodeName") for p in pods}
+        self.facts["pod_startup_p50_s"] = _pct(startup, 0.5)
+        self.facts["pod_startup_p99_s"] = _pct(startup, 0.99)
+        self.check(f"Deployment of {r} replicas fully Running on kwok nodes", True,
+                   f"{took:.1f}s to all Running, spread over {len(nodes)} nodes, pod startup "
+                   f"p50 {self.facts['pod_startup_p50_s']}s p99 {self.facts['pod_startup_p99_s']}s "
+                   f"(SLO p99 <= 5s, 1 s timestamp resolution)")
+        self.kubectl("rollout", "status", "deployment/web", "-n", "e2e-apps", "--timeout=120s", timeout=150)
+
+    def restart_brain(self) -> None:
+        before = {
+            "configmaps": self.names_rvs("configmaps", "-n", "e2e-cm", "-l", "e2e=bulk"),
+            "widgets": self.names_rvs("widgets", "-n", "e2e-crd"),
+            "deployments": self.names_rvs("deployments", "-n", "e2e-apps"),
+        }
+        pod_names = set(self.names_rvs("pods", "-n", "e2e-apps"))
+        stored_before, rev_before = self.brain.count_prefix(b"/registry/")
+        self.metrics_before_restart = self.metrics()
+        cm_mark = len(self.cm_watch.events)
+        self.log(f"restarting brain (SIGTERM) with {stored_before} keys at revision {rev_before}")
+        w0 = time.time()
+        t0 = time.monotonic()
+        code = self.brain.stop(30)
+        stopped = time.monotonic() - t0
+        self.facts["brain_stop_s"] = round(stopped, 1)
+        self.check("brain exits cleanly on SIGTERM", code == 0, f"exit code {code} after {stopped:.1f}s")
+        # The apiserver must notice: its etcd readiness check goes red.
+        red = False
+        for _ in range(40):
+            c, body = self.cp.http_get("/readyz?verbose", timeout=5)
+            if c != 200:
+                red = "[-]etcd" in body
+                break
+            time.sleep(0.25)
+        self.check("apiserver /readyz reports etcd down while brain is stopped", red)
+        t1 = time.monotonic()
+        self.brain.start(timeout=self.time_left(90))
+        serving = time.monotonic() - t1
+        waited, body = self.cp.wait_readyz(self.time_left(120))
+        recovered = time.monotonic() - t1
+        self.restart_done_wall = time.time()
+        self.restart_window = (w0, time.time() + 30)
+        self.facts["brain_start_s"] = round(serving, 1)
+        self.facts["brain_restart_recovery_s"] = round(recovered, 1)
+        self.check("apiserver /readyz green again after brain restart", "[+]etcd ok" in body,
+                   f"brain serving {serving:.1f}s after start, apiserver green {recovered:.1f}s after start "
+                   f"(down for {time.monotonic() - t0:.1f}s in all)")
+        stored_after, rev_after = self.brain.count_prefix(b"/registry/")
+        self.check("brain reopened with the same keys", stored_after >= stored_before - 50 and rev_after >= rev_before,
+                   f"{stored_after} keys at revision {rev_after} (before: {stored_before} at {rev_before}; "
+                   "leases/events may come and go)")
+
+        def same():
+            after = {
+                "configmaps": self.names_rvs("configmaps", "-n", "e2e-cm", "-l", "e2e=bulk"),
+                "widgets": self.names_rvs("widgets", "-n", "e2e-crd"),
+                "deployments": self.names_rvs("deployments", "-n", "e2e-apps"),
+            }
+            return after
+        after = self.wait_until("lists after restart", same, 60)
+        for kind in ("configmaps", "widgets"):
+            lost = set(before[kind]) - set(after[kind])
+            changed = [k for k in before[kind] if k in after[kind] and after[kind][k] != before[kind][k]]
+            self.check(f"no {kind} lost or changed across the restart", not lost and not changed,
+                       f"{len(after[kind])} present, {len(lost)} lost, {len(changed)} with another resourceVersion")
+        pods_after = set(self.names_rvs("pods", "-n", "e2e-apps"))
+        self.check("no pods lost across the restart", pod_names <= pods_after,
+                   f"{len(pod_names & pods_after)}/{len(pod_names)} still there")
+        # A write after the restart, seen by the watch opened before it.
+        self.kubectl("create", "configmap", "after-restart", "-n", "e2e-watch", "--from-literal=k=v")
+        ok = self.cm_watch.wait_for([("ADDED", "after-restart")], 30, cm_mark)
+        self.check("a kubectl get -w opened before the restart still delivers", ok and self.cm_watch.closes == 0,
+                   f"closed and resumed {self.cm_watch.closes} times")
+
+    def scale_roll_delete(self) -> None:
+        s, r = self.p.scale_to, self.p.replicas
+        t0 = time.monotonic()
+        self.kubectl("scale", "deployment/web", "-n", "e2e-apps", f"--replicas={s}")
+
+        def scaled():
+            pods = self.pods("e2e-apps")
+            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            return (len(pods) == s and len(running) == s) or f"{len(pods)} pods, {len(running)} Running"
+
+        self.wait_until(f"scale down to {s}", scaled, self.p.rollout_timeout)
+        self.check(f"scaled {r} -> {s}", True, f"{time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()
+        self.kubectl("set", "env", "deployment/web", "-n", "e2e-apps", "ROLL=2")
+        self.kubectl("rollout", "status", "deployment/web", "-n", "e2e-apps",
+                     f"--timeout={int(self.p.rollout_timeout)}s", timeout=self.p.rollout_timeout + 30)
+
+        def rolled():
+            rs = self.kjson("get", "replicasets", "-n", "e2e-apps")["items"]
+            pods = self.pods("e2e-apps")
+            new = [x for x in rs if x["status"].get("readyReplicas", 0) == s and x["spec"]["replicas"] == s]
+            old = [x for x in rs if x["spec"]["replicas"] == 0]
+            return (len(rs) == 2 and len(new) == 1 and len(old) == 1 and len(pods) == s) or \
+                f"{len(rs)} ReplicaSets, {len(pods)} pods"
+
+        self.wait_until("rolling update settled", rolled, self.p.rollout_timeout)
+        self.check("rolling update", True, f"{time.monotonic() - t0:.1f}s, new ReplicaSet {s}/{s} ready, old at 0")
+        t0 = time.monotonic()
+        self.kubectl("delete", "deployment", "web", "-n", "e2e-apps", "--timeout=120s", timeout=150)
+
+        def gone():
+            pods = self.pods("e2e-apps")
+            rs = self.kjson("get", "replicasets", "-n", "e2e-apps")["items"]
+            return (not pods and not rs) or f"{len(pods)} pods, {len(rs)} ReplicaSets left"
+
+        self.wait_until("Deployment, ReplicaSets and pods deleted", gone, 180)
+        self.check("Deployment deleted with its ReplicaSets and pods", True, f"{time.monotonic() - t0:.1f}s")
+        total_pods = r + s  # the first ReplicaSet, then the rolled one
+        self.facts["pods_created"] = total_pods
+        w = self.pod_watch
+        end = time.monotonic() + 30
+        while time.monotonic() < end and (len(w.names("DELETED")) < total_pods or w.names("ADDED") - w.names("DELETED")):
+            time.sleep(0.5)
+        added, deleted = w.names("ADDED"), w.names("DELETED")
+        self.facts["pod_watch_resumes"] = w.closes
+        self.check("the pod watch saw every pod come and go",
+                   len(added) >= total_pods and added == deleted and not w.errors,
+                   f"{len(added)} pods ADDED, {len(deleted)} DELETED, events {w.counts()}, "
+                   f"closed by the apiserver and resumed from its last resourceVersion {w.closes} times"
+                   + (f"; errors {w.errors[:3]}" if w.errors else ""))
+
+    def events_and_compaction(self) -> None:
+        """Leases and compaction: Events carry a lease of --event-ttl (plus the
+        apiserver's reuse window, up to 5%); the apiserver compacts brain every
+        --etcd-compaction-interval (its first tick records a revision, the
+        second compacts to it)."""
+        ttl = _parse_duration(self.args.event_ttl)
+        interval = _parse_duration(self.args.compaction_interval)
+        slack = 30.0
+        # Like etcd, brain may give leases their full TTL again when it restarts.
+        since = max(self.restart_done_wall or 0.0, self.cp_started_wall)
+        wait = since + ttl * 1.05 + slack - time.time()
+        if wait > 0:
+            self.log(f"waiting {wait:.0f}s so that events written before the restart are past their TTL")
+            time.sleep(self.time_left(wait))
+        now = time.time()
+        events = self.kjson("get", "events", "-A", timeout=120)["items"]
+
+        def last_write(e) -> float:
+            stamps = [e.get("lastTimestamp"), e.get("eventTime"), (e.get("series") or {}).get("lastObservedTime"),
+                      e["metadata"].get("creationTimestamp")]
+            return max(_ts(x) for x in stamps if x)
+
+        overdue = [e["metadata"]["name"] for e in events
+                   if now > max(last_write(e), since) + ttl * 1.05 + slack]
+        posted = promstats.total(self.metrics(), "apiserver_request_total",
+                                 lambda lb: lb.get("resource") == "events" and lb.get("verb") == "POST"
+                                 and lb.get("code") == "201")
+        self.facts["events_created"] = int(posted)
+        self.facts["events_present"] = len(events)
+        self.check("events expire with their leases (--event-ttl)", not overdue and posted > len(events),
+                   f"{posted:.0f} events created, {len(events)} present, {len(overdue)} past ttl {ttl:.0f}s + "
+                   f"{slack:.0f}s" + (f": {overdue[:3]}" if overdue else ""))
+
+        def compacted():
+            v = self.brain.get(b"compact_rev_key")
+            return (v is not None and v.isdigit() and int(v) > 0 and v) or f"compact_rev_key={v!r}"
+
+        left = self.cp_started_wall + 2 * interval + slack - time.time()
+        value = self.wait_until("the apiserver's compaction", compacted, max(left, 0) + interval + slack)
+        self.facts["compact_rev"] = int(value)
+        self.check("the apiserver compacted brain (compact_rev_key)", True, f"compact_rev_key={value.decode()}")
+        try:
+            from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+            with self.brain.channel() as ch:
+                rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=b"/registry/", revision=1), timeout=10)
+            self.check("a read at revision 1 is refused as compacted", False, "it succeeded")
+        except Exception as e:  # noqa: BLE001 - the expected error
+            self.check("a read at revision 1 is refused as compacted", "compacted" in str(e),
+                       str(getattr(e, "details", lambda: e)()))
+
+    def metrics_summary(self) -> None:
+        now = self.metrics()
+        before = getattr(self, "metrics_before_restart", None)
+        consistent = promstats.total(now, "apiserver_watch_cache_consistent_read_total",
+                                     lambda lb: lb.get("success") == "true" and lb.get("fallback") == "false")
+        fallback = promstats.total(now, "apiserver_watch_cache_consistent_read_total",
+                                   lambda lb: lb.get("fallback") != "false")
+        self.facts["consistent_reads_from_cache"] = consistent
+        self.facts["consistent_reads_fallback"] = fallback
+        self.check("consistent lists served from the watch cache (RequestWatchProgress on)", consistent > 0,
+                   f"{consistent:.0f} from cache, {fallback:.0f} fell back or skipped")
+        groups = {
+            "mutating": lambda lb: lb.get("verb") in ("POST", "PUT", "PATCH", "DELETE"),
+            "get": lambda lb: lb.get("verb") == "GET",
+            "list": lambda lb: lb.get("verb") == "LIST",
+        }
+        table = {}
+        for label, keep in groups.items():
+            whole = promstats.histogram(now, "apiserver_request_duration_seconds", keep)
+            row = {"count": int(whole.count), "p50": whole.quantile(0.5), "p90": whole.quantile(0.9),
+                   "p99": whole.quantile(0.99), "slo_p99": SLO[label]}
+            if before is not None:
+                steady = promstats.histogram(before, "apiserver_request_duration_seconds", keep)
+                row["p99_before_restart"] = steady.quantile(0.99)
+                after = whole.minus(steady)
+                row["p99_after_restart"] = after.quantile(0.99)
+            table[label] = row
+        self.facts["apiserver_request_latency"] = table
+        for label, row in table.items():
+            p99 = row["p99_before_restart"] if "p99_before_restart" in row else row["p99"]
+            self.check(f"{label} calls p99 within SLO ({SLO[label]:g}s, before the restart)",
+                       p99 is not None and p99 <= SLO[label],
+                       f"p50 {_fmt(row['p50'])} p90 {_fmt(row['p90'])} p99 {_fmt(row['p99'])} over {row['count']} "
+                       f"calls (whole run); p99 before restart {_fmt(row.get('p99_before_restart'))}")
+        etcd_ops = {}
+        for op in ("get", "create", "update", "delete", "list", "listWithCount", "getList"):
+            h = promstats.histogram(now, "etcd_request_duration_seconds", lambda lb, op=op: lb.get("operation") == op)
+            if h.count:
+                etcd_ops[op] = {"count": int(h.count), "p50": h.quantile(0.5), "p99": h.quantile(0.99)}
+        self.facts["apiserver_etcd_request_latency"] = etcd_ops
+
+    def scan_apiserver_log(self) -> None:
+        text = self.cp.apiserver.log_path.read_text(errors="replace")
+        klog = re.compile(r"^([EWIF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+)")
+        etcd_words = re.compile(r"etcd|grpc|rpc error|storage|watch chan|compact", re.I)
+        year = _dt.datetime.now().year
+        bad, during, warnings = [], [], []
+        for line in text.splitlines():
+            if "RequestWatchProgress" in line or "Failed to parse etcd version" in line:
+                bad.append(line)
+                continue
+            m = klog.match(line)
+            if not m or m.group(1) not in "EFW" or not etcd_words.search(line):
+                continue
+            if m.group(1) == "W" and "Skipping API" in line:
+                continue
+            t = _dt.datetime(year, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                             int(m.group(6))).timestamp()
+            if self.restart_window and self.restart_window[0] - 1 <= t <= self.restart_window[1]:
+                during.append(line)
+            elif m.group(1) == "W":
+                warnings.append(line)
+            else:
+                bad.append(line)
+        self.facts["apiserver_etcd_errors_outside_restart"] = len(bad)
+        self.facts["apiserver_etcd_errors_during_restart"] = len(during)
+        self.facts["apiserver_etcd_warnings_outside_restart"] = len(warnings)
+        (self.workdir / "apiserver-etcd-errors.txt").write_text("\n".join(
+            bad + ["--- warnings outside the restart ---"] + warnings + ["--- during the restart ---"] + during))
+        if warnings:
+            self.log(f"{len(warnings)} etcd-related warnings outside the restart, e.g. {warnings[0][:300]}")
+        self.check("apiserver log: no etcd errors outside the restart, RequestWatchProgress not refused",
+                   not bad, "; ".join(x[:240] for x in bad[:5]) or f"{len(during)} error/warning lines during the restart")
+
+    def run(self) -> None:
+        try:
+            self.bring_up()
+            self.make_nodes()
+            self.namespaces()
+            self.start_watches()
+            self.configmaps()
+            self.crd()
+            self.deployment()
+            self.restart_brain()
+            self.scale_roll_delete()
+            self.events_and_compaction()
+            code, body = self.cp.http_get("/readyz?verbose")
+            self.check("/readyz green at the end", code == 200 and "[+]etcd ok" in body, f"HTTP {code}")
+        except (CheckFailed, StartError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            detail = str(e)
+            if isinstance(e, subprocess.CalledProcessError):
+                detail = f"{' '.join(e.cmd[3:])[:200]} -> {e.returncode}: {(e.stderr or '').strip()[-800:]}"
+            self.check("scenario ran to the end", False, detail)
+        finally:
+            for step in (self.metrics_summary, self.scan_apiserver_log):
+                try:
+                    if self.cp.apiserver.alive:
+                        step()
+                except Exception as e:  # noqa: BLE001 - reported as a failed check
+                    self.check(step.__name__, False, repr(e))
+            self.facts["brain_rss_mib"] = self.brain.rss_mib()
+            for w in self.watches:
+                w.stop()
+            self.cp.stop()
+            code = self.brain.stop(30)
+            self.check("brain exits cleanly at the end", code == 0, f"exit code {code}")
+            self.facts["elapsed_s"] = round(time.monotonic() - self.t0, 1)
+
+    @property
+    def ok(self) -> bool:
+        return all(ok for _n, ok, _d in self.checks)
+
+
+def _parse_duration(s: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", s)
+    if not m:
+        raise ValueError(f"bad duration {s!r}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else (f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s")
+
+
+def print_summary(runs: list[Run]) -> None:
+    print("\n======== brain e2e summary ========")
+    for r in runs:
+        f = r.facts
+        passed = sum(1 for _n, ok, _d in r.checks if ok)
+        print(f"\n[{r.transport}/{r.p.name}] {'OK' if r.ok else 'FAILED'}: {passed}/{len(r.checks)} checks, "
+              f"{f.get('elapsed_s')}s, work dir {r.workdir}")
+        print(f"  kubernetes {f.get('kubernetes_version')}, brain reports etcd {f.get('brain_version')}, "
+              f"brain RSS {f.get('brain_rss_mib') and round(f['brain_rss_mib'])} MiB")
+        print(f"  created: {f.get('namespaces', 0)} namespaces, {f.get('configmaps_created', 0)} ConfigMaps "
+              f"({f.get('configmaps_per_s')}/s), {f.get('widgets_created', 0)} Widgets (CRD), "
+              f"{r.p.nodes} nodes, {f.get('pods_created', 0)} pods")
+        print(f"  all {r.p.replicas} pods Running after {f.get('pods_running_s')}s; pod startup p50 "
+              f"{f.get('pod_startup_p50_s')}s p99 {f.get('pod_startup_p99_s')}s (SLO p99 <= 5s)")
+        print(f"  brain restart: SIGTERM to exit {f.get('brain_stop_s')}s, start to serving {f.get('brain_start_s')}s, "
+              f"start to apiserver /readyz green {f.get('brain_restart_recovery_s')}s; "
+              f"consistent reads from cache {f.get('consistent_reads_from_cache')}, "
+              f"fallbacks {f.get('consistent_reads_fallback')}")
+        lat = f.get("apiserver_request_latency") or {}
+        for label, row in lat.items():
+            print(f"  apiserver {label:8s} n={row['count']:6d}  p50 {_fmt(row['p50']):>7s}  p90 {_fmt(row['p90']):>7s}"
+                  f"  p99 {_fmt(row['p99']):>7s}  (before restart {_fmt(row.get('p99_before_restart'))}) "
+                  f"SLO p99 <= {row['slo_p99']:g}s")
+        for op, row in (f.get("apiserver_etcd_request_latency") or {}).items():
+            print(f"  storage {op:13s} n={row['count']:6d}  p50 {_fmt(row['p50']):>7s}  p99 {_fmt(row['p99']):>7s}")
+        failed = [(n, d) for n, ok, d in r.checks if not ok]
+        for n, d in failed:
+            print(f"  FAILED {n}: {d[:600]}")
+    total = sum(len(r.checks) for r in runs)
+    failed = sum(1 for r in runs for _n, ok, _d in r.checks if not ok)
+    print(f"\ne2e: {total - failed} passed, {failed} failed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--transport", default="all", choices=["all", "tcp", "tls", "unix"],
+                    help="all = full profile over tcp, then smoke over tls and unix")
+    ap.add_argument("--profile", choices=sorted(PROFILES), help="default: full for tcp, smoke otherwise")
+    ap.add_argument("--configmaps", type=int, help="override the profile's ConfigMap count")
+    ap.add_argument("--replicas", type=int, help="override the profile's Deployment size")
+    ap.add_argument("--nodes", type=int, help="override the profile's kwok node count")
+    ap.add_argument("--event-ttl", default="1m", help="kube-apiserver --event-ttl")
+    ap.add_argument("--compaction-interval", default="30s", help="kube-apiserver --etcd-compaction-interval")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="deadline of one run, seconds")
+    ap.add_argument("--workdir", type=Path, help="parent of the run directories (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directories even when all passed")
+    ap.add_argument("--rebuild", action="store_true", help="build.sh --force")
+    args = ap.parse_args(argv)
+
+    t_build = time.monotonic()
+    cache = build(args.rebuild)
+    print(f"control plane binaries ready in {time.monotonic() - t_build:.1f}s: {cache / 'bin'}", flush=True)
+    args.k8s_version = cache.name.split("-kwok-")[0]
+    plan = [("tcp", "full"), ("tls", "smoke"), ("unix", "smoke")] if args.transport == "all" \
+        else [(args.transport, args.profile or ("full" if args.transport == "tcp" else "smoke"))]
+    parent = Path(tempfile.mkdtemp(prefix="brain-e2e-", dir=args.workdir))
+    runs = []
+    for transport, pname in plan:
+        prof = PROFILES[pname]
+        overrides = {k: getattr(args, k) for k in ("configmaps", "replicas", "nodes") if getattr(args, k)}
+        if overrides:
+            from dataclasses import replace
+            prof = replace(prof, **overrides)
+            prof = replace(prof, scale_to=max(1, min(prof.scale_to, prof.replicas // 2)))
+        wd = parent / f"{transport}-{pname}"
+        wd.mkdir()
+        run = Run(args, cache, transport, prof, wd)
+        runs.append(run)
+        run.run()
+        (wd / "summary.json").write_text(json.dumps({"checks": run.checks, "facts": run.facts}, indent=1, default=str))
+    print_summary(runs)
+    ok = all(r.ok for r in runs)
+    if ok and not args.keep:
+        for r in runs:
+            shutil.rmtree(r.workdir / "brain-data", ignore_errors=True)
+        print(f"logs kept in {parent} (brain data removed)")
+    else:
+        print(f"work directories kept in {parent}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
