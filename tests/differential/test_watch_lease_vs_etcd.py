@@ -1,0 +1,164 @@
+"""Watch and Lease differential tests: etcd 3.4 and brain driven in lockstep
+through seeded sequences of KV writes, compactions, Watch stream actions
+(creates of every kind, cancels, RequestProgress) and Lease calls, plus a
+lease expiry phase.  See watch_harness.py / watch_compare.py for what is
+compared and WATCH_LEASE_BEHAVIOUR.md for the observed etcd behaviour and
+the deliberate exclusions.
+
+    pytest tests/differential/test_watch_lease_vs_etcd.py -s
+    DIFF_WATCH_SEEDS=1,2,3,4 DIFF_WATCH_OPS=300 BRAIN_TEST_SHARDS=1,4,8 pytest ...
+    DIFF_WATCH_AVOID=negative_start,...   # leave out features (see watch_run --help)
+
+Reproduce a failure with the command printed in its report
+(python -m tests.differential.watch_run --seed S --ops N [--shards K]).
+"""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+
+from brain.api.pb.etcdserverpb import rpc_pb2
+from tests.differential import harness
+from tests.differential.watch_generator import AVOIDABLE
+from tests.differential.watch_harness import run_watch_differential
+
+pytestmark = pytest.mark.etcd
+
+DEFAULT_SEEDS = "1,2,3"
+DEFAULT_OPS = 100  # x 3 seeds = 300 ops (+ 3 expiry phases) per shard setting
+SELF_CHECK_SEED = 2  # re-pick if the generator changes: it must cover EXPECTED
+SELF_CHECK_OPS = 250
+
+# What the etcd-vs-etcd stream must exercise (guards against the generator
+# silently losing coverage).  (kind.method, outcome prefix)
+EXPECTED = [
+    ("create.Create", "created (single key"),
+    ("create.Create", "created (prefix"),
+    ("create.Create", "created (from key"),
+    ("create.Create", "rejected: mvcc: duplicate watch ID provided on the WatchStream"),
+    ("create.Create", "rejected: mvcc: watcher range is empty"),
+    ("cancel.Cancel", "answered (registered id)"),
+    ("cancel.Cancel", "no answer (unknown id)"),
+    ("progress.Progress", "answered"),
+    ("kv.Compact", "ok"),
+    ("kv.Txn", "ok"),
+    ("kv.DeleteRange", "ok"),
+    ("lease.LeaseGrant", "ok (server-chosen id)"),
+    ("lease.LeaseGrant", "ok (client id"),
+    ("lease.LeaseGrant", "OUT_OF_RANGE: etcdserver: too large lease TTL"),
+    ("lease.LeaseRevoke", "ok"),
+    ("lease.LeaseRevoke", "NOT_FOUND: etcdserver: requested lease not found"),
+    ("lease.LeaseTimeToLive", "ok"),
+    ("lease.LeaseLeases", "ok"),
+    ("lease.LeaseKeepAlive", "ok"),
+]
+EXPECTED_TAGS = ["start=historical", "start=current", "start=future", "start=compaction revision",
+                 "start=0", "prev_kv"]
+
+
+def _seeds() -> list[int]:
+    raw = os.environ.get("DIFF_WATCH_SEEDS", DEFAULT_SEEDS)
+    return [int(s) for s in raw.replace(" ", "").split(",") if s]
+
+
+def _ops() -> int:
+    return int(os.environ.get("DIFF_WATCH_OPS", DEFAULT_OPS))
+
+
+def _avoid() -> tuple[str, ...]:
+    raw = os.environ.get("DIFF_WATCH_AVOID", "")
+    avoid = tuple(a for a in raw.replace(" ", "").split(",") if a)
+    unknown = [a for a in avoid if a not in AVOIDABLE]
+    assert not unknown, f"DIFF_WATCH_AVOID: unknown {unknown}; known {sorted(AVOIDABLE)}"
+    return avoid
+
+
+def _serves_leases(stubs) -> bool:
+    """True when the server implements the Lease service (a read-only probe)."""
+    try:
+        stubs.lease.LeaseLeases(rpc_pb2.LeaseLeasesRequest(), timeout=10)
+        return True
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return False
+        raise
+
+
+def _record(res, label):
+    # tests/conftest.py prints harness.RESULTS totals at the end of the session
+    res.label = label
+    harness.RESULTS.append(res)
+    print(res.summary())
+
+
+def test_watch_lease_etcd_vs_etcd_self_check(etcd_factory):
+    """Two etcds agree under the harness (it is deterministic and its
+    normalisation is sound), and the stream covers what it should."""
+    a, b = etcd_factory(), etcd_factory()
+    res = run_watch_differential(a.endpoint, b.endpoint, SELF_CHECK_SEED, SELF_CHECK_OPS,
+                                 labels=("etcd", "etcd#2"), repro_extra=" --brain etcd")
+    _record(res, "watch+lease etcd vs etcd")
+    assert res.diff is None, res.diff.report()
+    assert res.ops_done == SELF_CHECK_OPS
+    seen = list(res.outcomes)
+    missing = [(k, o) for k, o in EXPECTED if not any(k == sk and so.startswith(o) for sk, so in seen)]
+    assert not missing, f"generator no longer covers: {missing}\n{res.summary()}"
+    tags = [t for t in EXPECTED_TAGS if not any(t in so for _, so in seen)]
+    assert not tags, f"generator no longer covers: {tags}\n{res.summary()}"
+    c = res.counts
+    assert c["events"] >= 100 and c["progress"] >= 3 and c["expiry phases"] == 1, res.summary()
+
+
+def _drop_third_event(resp):
+    """Tamper: drop the last event of the 3rd response carrying events."""
+    _drop_third_event.seen = getattr(_drop_third_event, "seen", 0) + (1 if resp.events else 0)
+    if resp.events and _drop_third_event.seen == 3:
+        del resp.events[-1]
+    return resp
+
+
+def _bump_prev_kv(resp):
+    """Tamper: change the first prev_kv seen."""
+    for ev in resp.events:
+        if ev.HasField("prev_kv") and not getattr(_bump_prev_kv, "done", False):
+            ev.prev_kv.version += 1
+            _bump_prev_kv.done = True
+    return resp
+
+
+@pytest.mark.parametrize("tamper", [_drop_third_event, _bump_prev_kv], ids=lambda f: f.__name__)
+def test_watch_harness_detects_differences(etcd_factory, tamper):
+    """The comparison is not vacuous: a corrupted watch response from the
+    second etcd is reported as a watch stream difference."""
+    for attr in ("seen", "done"):
+        if hasattr(tamper, attr):
+            delattr(tamper, attr)
+    a, b = etcd_factory(), etcd_factory()
+    res = run_watch_differential(a.endpoint, b.endpoint, SELF_CHECK_SEED, SELF_CHECK_OPS,
+                                 labels=("etcd", "tampered"), expiry=False,
+                                 other_response_filter=tamper)
+    assert res.diff is not None, "tampering went unnoticed:\n" + res.summary()
+    report = res.diff.report()
+    assert "watch stream" in res.diff.where and "reproduce:" in report, report
+
+
+@pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
+def test_brain_watch_lease_matches_etcd(seed, brain_server, etcd_factory, kv_stub):
+    etcd = etcd_factory()
+    shards = brain_server.shards
+    leases = _serves_leases(kv_stub(brain_server.endpoint))
+    if not leases:
+        print("brain does not serve the Lease service yet: leases left out")
+    extra = f" --shards {shards}" if shards != 1 else ""
+    res = run_watch_differential(etcd.endpoint, brain_server.endpoint, seed, _ops(),
+                                 labels=("etcd", "brain"), leases=leases, avoid=_avoid(),
+                                 repro_extra=extra)
+    _record(res, f"watch+lease brain shards={shards} vs etcd")
+    c = res.counts
+    print(f"{res.ops_done} operations; compared {c['unary']} unary answers, {c['events']} watch events, "
+          f"{c['controls']} control responses, {c['progress']} progress responses, "
+          f"{c['expiry phases']} expiry phase(s) (seed {seed}, shards={shards})")
+    assert res.diff is None, res.diff.report()
