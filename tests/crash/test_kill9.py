@@ -98,6 +98,34 @@ def verify(endpoint: str, acked: list[tuple[bytes, bytes, int]], min_rev: int) -
         return head.header.revision
 
 
+def verify_history(endpoint: str, acked: list[tuple[bytes, bytes, int]]) -> None:
+    """All acknowledged writes at once: one watch from revision 1 replays the
+    whole history; every acknowledged (key, value, revision) must be in it."""
+    import queue
+
+    from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+
+    want = {rev: (key, value) for key, value, rev in acked}
+    top = max(want)
+    channel = grpc.insecure_channel(endpoint)
+    reqs: queue.Queue = queue.Queue()
+    reqs.put(rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
+        key=b"\x00", range_end=b"\x00", start_revision=1)))
+    seen = {}
+    try:
+        for resp in rpc_pb2_grpc.WatchStub(channel).Watch(iter(reqs.get, None), timeout=120):
+            for ev in resp.events:
+                seen[ev.kv.mod_revision] = seen.get(ev.kv.mod_revision, []) + [(ev.kv.key, ev.kv.value)]
+            if seen and max(seen) >= top:
+                break
+    finally:
+        reqs.put(None)
+        channel.close()
+    for rev, kv in want.items():
+        assert kv in seen.get(rev, []), f"acknowledged write {kv[0]!r} at {rev} missing from history"
+
+
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("shards", [1, 4])
 def test_kill9_loses_no_acknowledged_write(shards):
     require_brain()
@@ -113,7 +141,10 @@ def test_kill9_loses_no_acknowledged_write(shards):
             all_acked.extend(w.acked)
             assert w.acked, f"cycle {cycle}: no write was acknowledged"
             srv.start()
-            last_rev = verify(srv.endpoint, all_acked, max(last_rev, max(r for _, _, r in all_acked)))
+            # This cycle's writes one by one, at their own revisions; every
+            # earlier cycle's writes again at the end, in one history read.
+            last_rev = verify(srv.endpoint, w.acked, max(last_rev, max(r for _, _, r in all_acked)))
+        verify_history(srv.endpoint, all_acked)
         print(f"crash cycles: {CYCLES}, acknowledged writes checked: {len(all_acked)}")
     finally:
         srv.cleanup()
