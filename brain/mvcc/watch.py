@@ -13,8 +13,9 @@ Ordering invariants, per stream (a stream's responses leave in outbox order):
   * a watcher's events are queued in revision order, each revision's events
     of one Txn in one response;
   * a progress response (watch_id -1) at revision R is queued only when every
-    watcher of the stream is synced and started at or before R, i.e. after
-    every event <= R of every watcher is already in the outbox.  So progress
+    watcher of the stream is synced, i.e. after every event <= R of every
+    watcher is already in the outbox (a request that cannot be answered yet
+    is answered as soon as it can, where etcd drops it).  So progress
     can never overtake an event (the bug of kine #731 / etcd #15220).
 
 The hub does no I/O and starts no threads.  The engine calls it with the
@@ -31,7 +32,6 @@ from .requests import EVENT_DELETE, EVENT_PUT, Event
 
 ERR_EMPTY_RANGE = "mvcc: watcher range is empty"
 ERR_DUPLICATE_ID = "mvcc: duplicate watch ID provided on the WatchStream"
-ERR_COMPACTED = "etcdserver: mvcc: required revision has been compacted"
 INVALID_WATCH_ID = -1
 
 
@@ -50,7 +50,7 @@ class WatchResponse:
 
 class Watcher:
     __slots__ = ("id", "stream", "key", "end", "start_rev", "min_rev", "next_rev", "synced", "prev_kv",
-                 "no_put", "no_delete", "progress_notify", "idle", "fragment", "group")
+                 "no_put", "no_delete", "progress_notify", "idle", "fragment", "group", "compacted")
 
     def __init__(self, wid, stream, key, end, start_rev, prev_kv, no_put, no_delete, progress_notify, fragment):
         self.id = wid
@@ -68,6 +68,11 @@ class Watcher:
         self.idle = True  # no events sent since the last progress tick
         self.fragment = fragment
         self.group = (key, end)
+        # Canceled by the server for compaction.  Like etcd, the stream keeps
+        # the id until the client cancels it: a later Cancel is answered and
+        # the id cannot be reused.  It gets no more events, so it does not
+        # hold up progress responses.
+        self.compacted = False
 
     def matches(self, key: bytes) -> bool:
         end = self.end
@@ -164,9 +169,6 @@ class WatchHub:
         """Add a watcher; its `created` response is queued first."""
         if not key:
             key = b"\x00"
-        if start_rev < 0:
-            s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True, cancel_reason=ERR_COMPACTED))
-            return
         end: bytes | None | bool
         if not range_end:
             end = False
@@ -190,7 +192,9 @@ class WatchHub:
         w = Watcher(watch_id, s, key, end, start_rev, prev_kv, no_put, no_delete, progress_notify, fragment)
         s.watchers[watch_id] = w
         s.push(WatchResponse(watch_id, self.rev, created=True, fragment=fragment))
-        if start_rev == 0 or start_rev > self.rev:
+        if start_rev == 0 or start_rev > self.rev or 0 > start_rev >= self.store.compact_rev:
+            # A negative start that is not below the compaction revision
+            # reads no history and gets every new event (etcd 3.4-3.6).
             w.min_rev = max(start_rev, self.rev + 1)
             self._add_synced(w)
         else:
@@ -218,7 +222,7 @@ class WatchHub:
             return
         rev = self.rev
         for w in s.watchers.values():
-            if not w.synced or rev < w.start_rev:
+            if not w.synced and not w.compacted:  # a compacted watcher gets no more events
                 return
         s.progress_pending = False
         s.push(WatchResponse(INVALID_WATCH_ID, rev))
@@ -231,7 +235,7 @@ class WatchHub:
             for w in s.watchers.values():
                 if not w.progress_notify:
                     continue
-                if w.idle and w.synced and rev >= w.start_rev:
+                if w.idle and w.synced:
                     s.push(WatchResponse(w.id, rev))
                 w.idle = True
 
@@ -303,9 +307,8 @@ class WatchHub:
                 compact = store.compact_rev
                 if w.next_rev < compact:
                     self.unsynced.discard(w)
-                    del s.watchers[w.id]
+                    w.compacted = True
                     s.push(WatchResponse(w.id, 0, compact_revision=compact, canceled=True))
-                    self._maybe_progress(s)
                     continue
                 events, covered = store.history(w.key, w.end, w.next_rev, self.rev, self.sync_batch_records)
                 events = [ev for ev in events if w.wants(ev)]
