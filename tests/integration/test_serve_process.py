@@ -127,11 +127,15 @@ def certs(tmp_path_factory) -> Path:
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
              "-days", "2", "-subj", "/CN=brain-test-ca", cwd=d)
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, cn in (("server", "localhost"), ("client", "brain-client")):
+    # A second, unrelated CA: its client certificate must be refused.
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "rogue-ca.key", "-out", "rogue-ca.crt",
+             "-days", "2", "-subj", "/CN=rogue-ca", cwd=d)
+    for name, cn, ca in (("server", "localhost", "ca"), ("client", "brain-client", "ca"),
+                         ("rogue", "brain-client", "rogue-ca")):
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
                  "-subj", f"/CN={cn}", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.crt", "-days", "2", "-extfile", "san.ext", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", "san.ext", cwd=d)
     return d
 
 
@@ -171,6 +175,19 @@ def test_client_cert_auth(certs):
             with pytest.raises(grpc.RpcError) as ei:
                 rpc_pb2_grpc.KVStub(ch).Range(pb.RangeRequest(key=b"x"), timeout=5)
             assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+        unknown = grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=(certs / "rogue.key").read_bytes(),
+            certificate_chain=(certs / "rogue.crt").read_bytes(),
+        )
+        with grpc.secure_channel(tls, unknown) as ch:
+            with pytest.raises(grpc.RpcError) as ei:
+                rpc_pb2_grpc.KVStub(ch).Range(pb.RangeRequest(key=b"x"), timeout=5)
+            assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+        require_etcdctl()
+        r = run_etcdctl(f"https://{tls}", f"--cacert={certs / 'ca.crt'}", f"--cert={certs / 'rogue.crt'}",
+                        f"--key={certs / 'rogue.key'}", "--dial-timeout=3s", "--command-timeout=5s", "get", "x")
+        assert r.rc != 0
         mutual = grpc.ssl_channel_credentials(
             root_certificates=ca,
             private_key=(certs / "client.key").read_bytes(),

@@ -240,3 +240,32 @@ def test_watch_history_survives_restart(brain_factory, how):
         assert got[45][1].prev_kv.value == expected[5][2]
     finally:
         w.close()
+
+
+def test_fragmented_watch_response(brain_factory):
+    """etcd's fragment option: a response larger than --max-request-bytes +
+    512 KiB is split, fragment=true on all but the last part."""
+    srv = brain_factory(extra_args=["--max-request-bytes", "65536"])
+    ch = grpc.insecure_channel(srv.endpoint)
+    kv = rpc_pb2_grpc.KVStub(ch)
+    for i in range(24):
+        put(kv, b"f/%02d" % i, bytes([65 + i]) * 60000)
+    w = WatchClient(srv.endpoint)
+    try:
+        w.create(b"f/", b"f0", prev_kv=True, fragment=True)
+        kv.DeleteRange(rpc_pb2.DeleteRangeRequest(key=b"f/", range_end=b"f0"), timeout=T)
+        parts = []
+        while True:
+            resp = w.next()
+            parts.append(resp)
+            if not resp.fragment:
+                break
+        assert len(parts) >= 2
+        assert all(p.fragment for p in parts[:-1])
+        events = [e for p in parts for e in p.events]
+        assert [e.kv.key for e in events] == [b"f/%02d" % i for i in range(24)]
+        assert all(len(e.prev_kv.value) == 60000 for e in events)
+        assert all(p.ByteSize() < 65536 + 512 * 1024 + 70000 for p in parts)
+    finally:
+        w.close()
+        ch.close()
