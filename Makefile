@@ -14,7 +14,7 @@ test: deps                    ## everything CI runs
 test-full: deps               ## the long versions: 20+ crash cycles, more differential seeds
 	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTHON) -m pytest -q -p no:cacheprovider
 
-e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~10 min cold)
+e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
 
 deps: deps-system deps-python
