@@ -232,7 +232,13 @@ class ApiServer:
         ``grace`` seconds (None: cancel them now), then release threads."""
         server, self._server = self._server, None
         if server is not None:
-            server.stop(grace).wait()
+            stopped = server.stop(grace)
+            # Watch streams never finish on their own: end them now so the
+            # grace period only waits for unary calls in flight.
+            watches = getattr(self.engine, "watches", None)
+            if watches is not None:
+                watches.close_streams()
+            stopped.wait()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

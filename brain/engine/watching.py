@@ -115,6 +115,13 @@ class WatchManager:
         with self.lock:
             return self.hub.statistics()
 
+    def close_streams(self) -> None:
+        """End every open stream (their RPCs return); used on shutdown so
+        clients move on at once instead of waiting out the grace period."""
+        with self.lock:
+            for s in list(self.hub.streams):
+                self.hub.close_stream(s)
+
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
