@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import grpc
 
+from brain.api.convert import Header
 from brain.api.kv import abort_with
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.mvcc.errors import EtcdError
@@ -38,9 +39,8 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):
         self.client_urls = client_urls
 
     def _header(self, h) -> None:
-        h.cluster_id = self.engine.cluster_id
-        h.member_id = self.engine.member_id
-        h.raft_term = self.engine.raft_term
+        # etcd's Cluster responses carry no revision
+        Header(self.engine.cluster_id, self.engine.member_id, self.engine.raft_term).fill(h, 0)
 
     def _me(self, m) -> None:
         m.ID = self.engine.member_id

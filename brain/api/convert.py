@@ -250,11 +250,7 @@ def _fill_txn(resp: rpc_pb2.TxnResponse, res: core.TxnResult) -> None:
 
 def _top(cls, hdr: Header, revision: int):
     resp = cls()
-    h = resp.header
-    h.cluster_id = hdr.cluster_id
-    h.member_id = hdr.member_id
-    h.revision = revision
-    h.raft_term = hdr.raft_term
+    hdr.fill(resp.header, revision)
     return resp
 
 

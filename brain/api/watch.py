@@ -14,7 +14,7 @@ import threading
 
 import grpc
 
-from brain.api.convert import fill_kv
+from brain.api.convert import Header, fill_kv
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.pb.mvccpb import kv_pb2
 from brain.mvcc.requests import EVENT_DELETE
@@ -60,17 +60,14 @@ def event_bytes(ev, with_prev: bool) -> bytes:
 class WatchService:
     def __init__(self, engine, *, max_request_bytes: int = 1572864) -> None:
         self.engine = engine
+        self.header = Header(engine.cluster_id, engine.member_id, engine.raft_term)
         self.fragment_limit = max_request_bytes + GRPC_OVERHEAD_BYTES
 
     # -- encoding -------------------------------------------------------
 
     def _head(self, resp, fragment: bool = False) -> bytes:
         m = rpc_pb2.WatchResponse()
-        h = m.header
-        h.cluster_id = self.engine.cluster_id
-        h.member_id = self.engine.member_id
-        h.revision = resp.revision
-        h.raft_term = self.engine.raft_term
+        self.header.fill(m.header, resp.revision)
         m.watch_id = resp.watch_id
         if resp.created:
             m.created = True

@@ -112,7 +112,6 @@ class Engine:
         self._checkpoint_thread: threading.Thread | None = None
         self._checkpoint_done = threading.Event()
         self._checkpoint_error: BaseException | None = None
-        self._checkpoint_index = 0
         self._last_checkpoint_time = time.monotonic()
         self._journal_bytes = 0
         self._batches = 0
@@ -205,7 +204,6 @@ class Engine:
             if time.monotonic() - last_log > 2.0:
                 log.info("replaying journal: %d records, revision %d", replayed, self.store.revision)
                 last_log = time.monotonic()
-        self._checkpoint_index = journal_index
         if replayed:
             log.info("replayed %d journal records to revision %d", replayed, self.store.revision)
         self.committed_rev = self.store.revision
@@ -380,8 +378,7 @@ class Engine:
                 self.journal.sync()
                 synced = time.perf_counter() - synced
             except BaseException as e:
-                nospace = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or \
-                    getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
                 err = errors.ErrNoSpace if nospace else errors.ErrStopped
                 log.error("journal write failed (%r); refusing writes until restart", e)
                 self._fail(err, f"journal write failed: {e!r}")
@@ -440,7 +437,7 @@ class Engine:
             or time.monotonic() - self._last_checkpoint_time >= cfg.checkpoint_interval_seconds
         )
 
-    def _checkpoint_maintenance(self, force: bool = False) -> None:
+    def _checkpoint_maintenance(self) -> None:
         t = self._checkpoint_thread
         if t is not None:
             if not self._checkpoint_done.is_set():
@@ -448,7 +445,7 @@ class Engine:
             t.join()
             self._checkpoint_thread = None
             self._finish_checkpoint()
-        if self._failed is None and (force or self._checkpoint_due()):
+        if self._failed is None and self._checkpoint_due():
             self._start_checkpoint()
 
     def _start_checkpoint(self) -> None:
@@ -503,7 +500,6 @@ class Engine:
         with self._lock:
             self.store.checkpoint_done()
         self.journal.release(self._cut_index)
-        self._checkpoint_index = self._cut_index
         self._journal_bytes -= self._cut_bytes
         self._checkpoints += 1
         self._last_checkpoint_time = time.monotonic()
@@ -562,24 +558,18 @@ class Engine:
 
     def checkpoint(self) -> None:
         """Run a full checkpoint now (used by tests and shutdown)."""
-        fut: Future = Future()
-        self._control(lambda: self._sync_checkpoint(fut))
-        fut.result()
+        self.on_committer(self._checkpoint_now)
 
-    def _sync_checkpoint(self, fut: Future) -> None:
-        try:
-            if self._checkpoint_thread is not None:
-                self._checkpoint_thread.join()
-                self._checkpoint_thread = None
-                self._finish_checkpoint()
-            if self._failed is None and self._journal_bytes:
-                self._start_checkpoint()
-                self._checkpoint_thread.join()
-                self._checkpoint_thread = None
-                self._finish_checkpoint()
-            fut.set_result(None)
-        except BaseException as e:
-            fut.set_exception(e)
+    def _checkpoint_now(self) -> None:
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.join()
+            self._checkpoint_thread = None
+            self._finish_checkpoint()
+        if self._failed is None and self._journal_bytes:
+            self._start_checkpoint()
+            self._checkpoint_thread.join()
+            self._checkpoint_thread = None
+            self._finish_checkpoint()
 
     def _control(self, fn) -> None:
         """Run fn on the committer thread (the journal's only writer)."""

@@ -63,10 +63,6 @@ class WatchStreamHandle:
             if not self._stream.closed:
                 self._m.hub.close_stream(self._stream)
 
-    @property
-    def closed(self) -> bool:
-        return self._stream.closed
-
 
 class WatchManager:
     def __init__(self, store, store_lock, *, progress_interval: float = DEFAULT_PROGRESS_INTERVAL,

@@ -382,15 +382,12 @@ class Store:
             self._check_txn_ops(t, at, path, 0, "put")
         self._check_txn_ops(t, at, path, 0, "range")
 
-    def _check_put_state(self, p: PutRequest, at: int) -> KeyValue | None:
+    def _check_put_state(self, p: PutRequest, at: int) -> None:
+        """A top-level Put's state checks, lease first (etcd's order)."""
         if p.lease and not self.lessor.exists(p.lease):
             raise errors.ErrLeaseNotFound
-        prev = None
-        if p.ignore_value or p.ignore_lease or p.prev_kv:
-            prev = self.get_kv(p.key, at)
-            if (p.ignore_value or p.ignore_lease) and prev is None:
-                raise errors.ErrKeyNotFound
-        return prev
+        if (p.ignore_value or p.ignore_lease) and self.get_kv(p.key, at) is None:
+            raise errors.ErrKeyNotFound
 
     def _execute(self, t: TxnRequest, w: _Write | None, view: int, path: list[bool], pos: int, out: list) -> int:
         ok = path[pos]

@@ -55,6 +55,26 @@ def test_signal_stops_cleanly(brain, sig):
     assert "stopped" in log.splitlines()[-1]
 
 
+def test_sigterm_with_open_watch_does_not_wait_out_the_grace(brain):
+    import queue
+    import time
+
+    brain.extra_args = ["--shutdown-grace", "20"]
+    brain.start()
+    ch = grpc.insecure_channel(brain.endpoint)
+    reqs: queue.Queue = queue.Queue()
+    call = rpc_pb2_grpc.WatchStub(ch).Watch(iter(reqs.get, None))
+    reqs.put(pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"w")))
+    assert next(call).created
+    started = time.monotonic()
+    try:
+        assert stop_with(brain, signal.SIGTERM) == 0
+        assert time.monotonic() - started < 10  # the open stream is ended, not waited for
+    finally:
+        reqs.put(None)
+        ch.close()
+
+
 def test_startup_line_and_restart_keeps_data(brain):
     brain.start()
     log = brain.log_tail()
