@@ -107,6 +107,9 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--log-level", "log_level", str, "debug, info, warn or error (default %(default)s)"),
     ("--log-format", "log_format", str, "text or json (default %(default)s)"),
     ("--grpc-workers", "grpc_workers", _int, "gRPC handler threads (default %(default)s)"),
+    ("--grpc-front", "grpc_front", str,
+     "native: serve unary calls on http/unix listeners through the batching front (pygrpc-native); "
+     "grpcio: grpcio for everything (default %(default)s)"),
     ("--shutdown-grace", "shutdown_grace", _float,
      "seconds to let running calls finish on SIGTERM/SIGINT (default %(default)s)"),
     ("--checkpoint-interval", "checkpoint_interval", _seconds,

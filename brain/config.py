@@ -23,6 +23,7 @@ DEFAULT_SHUTDOWN_GRACE = 5.0
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("text", "json")
+GRPC_FRONTS = ("native", "grpcio")
 COMPACTION_MODES = ("periodic", "revision")
 
 
@@ -74,6 +75,9 @@ class ServerConfig:
     log_level: str = "info"
     log_format: str = "text"
     grpc_workers: int = DEFAULT_GRPC_WORKERS
+    # "native": plain-TCP and unix listeners use the batching front
+    # (brain.api.front) when pygrpc-native is installed; "grpcio": grpcio only.
+    grpc_front: str = "native"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     # engine tuning (brain-only flags); None leaves the engine's default
     checkpoint_interval: float | None = None  # seconds
@@ -140,6 +144,8 @@ class ServerConfig:
             raise ConfigError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         if self.grpc_workers < 1:
             raise ConfigError(f"--grpc-workers must be at least 1, got {self.grpc_workers}")
+        if self.grpc_front not in GRPC_FRONTS:
+            raise ConfigError(f"--grpc-front must be one of {', '.join(GRPC_FRONTS)}, got {self.grpc_front!r}")
         if self.shutdown_grace < 0:
             raise ConfigError(f"--shutdown-grace must not be negative, got {self.shutdown_grace}")
         for flag, v in (

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import grpc
 
 from brain.api.convert import Header
-from brain.api.kv import abort_with
+from brain.api.unary import abort_with
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.mvcc.errors import EtcdError
 

@@ -1,11 +1,9 @@
 """The etcdserverpb.KV service: Range, Put, DeleteRange, Txn, Compact.
 
 Each call converts the protobuf request to the core's request object, hands
-it to the engine and converts the result back (brain.api.convert).  The
-engine validates requests and raises EtcdError; the error leaves as the gRPC
-status etcd would send, with etcd's exact text.  Any other exception is a
-bug: it is logged with its traceback and answered with UNKNOWN, and the
-server goes on serving.
+it to the engine and converts the result back (brain.api.convert).  Calls
+are written as steps (brain.api.unary): reads answer at once, writes return
+a Deferred that the server completes when the write is durable.
 
 The one check made here is etcd's request-size limit.  etcd applies it to
 what it proposes through raft (writes: Put, DeleteRange, Compact and every
@@ -15,21 +13,13 @@ InternalRaftRequest, i.e. the client's request plus a small envelope.
 
 from __future__ import annotations
 
-import logging
-from typing import NoReturn
-
-import grpc
-
 from brain.api import convert
-from brain.api.pb.etcdserverpb import rpc_pb2_grpc
-from brain.mvcc.errors import ErrRequestTooLarge, EtcdError
-
-log = logging.getLogger("brain.api.kv")
+from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from brain.api.unary import Deferred, abort_with, run_step  # noqa: F401 - abort_with re-exported
+from brain.mvcc.errors import ErrRequestTooLarge
+from brain.mvcc.validation import is_txn_readonly
 
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # etcd's --max-request-bytes default (1.5 MiB)
-
-# The gRPC status code for each EtcdError.code name.
-_STATUS = {c.name: c for c in grpc.StatusCode}
 
 
 def _varint_len(n: int) -> int:
@@ -52,18 +42,6 @@ def raft_envelope_bytes(payload_len: int, member_id: int) -> int:
     return 1 + _varint_len(payload_len) + 2 + 1 + header
 
 
-def abort_with(context: grpc.ServicerContext, exc: BaseException, method: str) -> NoReturn:
-    """End the call with the status for ``exc`` (raises, like context.abort)."""
-    if isinstance(exc, EtcdError):
-        code = _STATUS.get(exc.code)
-        if code is not None:
-            context.abort(code, exc.message)
-        log.error("%s: EtcdError with unknown status code %r: %s", method, exc.code, exc.message)
-        context.abort(grpc.StatusCode.UNKNOWN, exc.message)
-    log.error("%s failed unexpectedly", method, exc_info=exc)
-    context.abort(grpc.StatusCode.UNKNOWN, f"brain: internal error in {method}: {type(exc).__name__}: {exc}")
-
-
 class KVService(rpc_pb2_grpc.KVServicer):
     """KV calls on top of an engine (see brain.engine.Engine)."""
 
@@ -82,43 +60,63 @@ class KVService(rpc_pb2_grpc.KVServicer):
             return False
         return size + raft_envelope_bytes(size, self.header.member_id) > self.max_request_bytes
 
+    # -- steps (brain.api.unary) ----------------------------------------
+
+    def range(self, m):
+        return convert.range_response(self.engine.range(convert.range_request(m)), self.header)
+
+    def put(self, m):
+        if self._too_large(m):
+            raise ErrRequestTooLarge
+        return Deferred(convert.put_request(m), self._put_done)
+
+    def _put_done(self, res):
+        return convert.put_response(res, self.header)
+
+    def delete_range(self, m):
+        if self._too_large(m):
+            raise ErrRequestTooLarge
+        return Deferred(convert.delete_range_request(m), self._delete_done)
+
+    def _delete_done(self, res):
+        return convert.delete_range_response(res, self.header)
+
+    def txn(self, m):
+        if not convert.txn_is_readonly(m) and self._too_large(m):
+            raise ErrRequestTooLarge
+        req = convert.txn_request(m)
+        if is_txn_readonly(req):  # also a nested Txn of Ranges: no journal record
+            return convert.txn_response(self.engine.txn(req), self.header)
+        return Deferred(req, self._txn_done)
+
+    def _txn_done(self, res):
+        return convert.txn_response(res, self.header)
+
+    def compact(self, m):
+        return Deferred(convert.compaction_request(m), self._compact_done)
+
+    def _compact_done(self, res):
+        return convert.compaction_response(res, self.header)
+
+    def steps(self) -> dict:
+        """Method name -> (request class, step), for the batching front."""
+        return {"Range": (rpc_pb2.RangeRequest, self.range), "Put": (rpc_pb2.PutRequest, self.put),
+                "DeleteRange": (rpc_pb2.DeleteRangeRequest, self.delete_range),
+                "Txn": (rpc_pb2.TxnRequest, self.txn), "Compact": (rpc_pb2.CompactionRequest, self.compact)}
+
+    # -- the grpcio servicer -----------------------------------------------
+
     def Range(self, request, context):
-        try:
-            res = self.engine.range(convert.range_request(request))
-            return convert.range_response(res, self.header)
-        except Exception as e:  # noqa: BLE001 - every failure becomes a status
-            abort_with(context, e, "Range")
+        return run_step(self.engine, self.range, request, context, "Range")
 
     def Put(self, request, context):
-        try:
-            if self._too_large(request):
-                raise ErrRequestTooLarge
-            res = self.engine.put(convert.put_request(request))
-            return convert.put_response(res, self.header)
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "Put")
+        return run_step(self.engine, self.put, request, context, "Put")
 
     def DeleteRange(self, request, context):
-        try:
-            if self._too_large(request):
-                raise ErrRequestTooLarge
-            res = self.engine.delete_range(convert.delete_range_request(request))
-            return convert.delete_range_response(res, self.header)
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "DeleteRange")
+        return run_step(self.engine, self.delete_range, request, context, "DeleteRange")
 
     def Txn(self, request, context):
-        try:
-            if not convert.txn_is_readonly(request) and self._too_large(request):
-                raise ErrRequestTooLarge
-            res = self.engine.txn(convert.txn_request(request))
-            return convert.txn_response(res, self.header)
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "Txn")
+        return run_step(self.engine, self.txn, request, context, "Txn")
 
     def Compact(self, request, context):
-        try:
-            res = self.engine.compact(convert.compaction_request(request))
-            return convert.compaction_response(res, self.header)
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "Compact")
+        return run_step(self.engine, self.compact, request, context, "Compact")

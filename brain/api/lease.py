@@ -26,7 +26,7 @@ import logging
 import grpc
 
 from brain.api import convert
-from brain.api.kv import abort_with
+from brain.api.unary import Deferred, abort_with, run_step
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.mvcc import errors
 from brain.mvcc.requests import LeaseGrantRequest, LeaseRevokeRequest
@@ -41,25 +41,38 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
         self.engine = engine
         self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
 
+    # -- steps (brain.api.unary) ----------------------------------------
+
+    def lease_grant(self, m):
+        return Deferred(self.engine.prepare_lease_grant(LeaseGrantRequest(m.TTL, m.ID)), self._granted)
+
+    def _granted(self, res):
+        resp = rpc_pb2.LeaseGrantResponse()
+        self.header.fill(resp.header, res.revision)
+        resp.ID = res.id
+        resp.TTL = res.ttl
+        return resp
+
+    def lease_revoke(self, m):
+        return Deferred(LeaseRevokeRequest(m.ID), self._revoked)
+
+    def _revoked(self, res):
+        resp = rpc_pb2.LeaseRevokeResponse()
+        self.header.fill(resp.header, res.revision)
+        return resp
+
+    def steps(self) -> dict:
+        """Method name -> (request class, step), for the batching front."""
+        return {"LeaseGrant": (rpc_pb2.LeaseGrantRequest, self.lease_grant),
+                "LeaseRevoke": (rpc_pb2.LeaseRevokeRequest, self.lease_revoke)}
+
+    # -- the grpcio servicer -----------------------------------------------
+
     def LeaseGrant(self, request, context):
-        try:
-            res = self.engine.lease_grant(LeaseGrantRequest(request.TTL, request.ID))
-            resp = rpc_pb2.LeaseGrantResponse()
-            self.header.fill(resp.header, res.revision)
-            resp.ID = res.id
-            resp.TTL = res.ttl
-            return resp
-        except Exception as e:  # noqa: BLE001 - every failure becomes a status
-            abort_with(context, e, "LeaseGrant")
+        return run_step(self.engine, self.lease_grant, request, context, "LeaseGrant")
 
     def LeaseRevoke(self, request, context):
-        try:
-            res = self.engine.lease_revoke(LeaseRevokeRequest(request.ID))
-            resp = rpc_pb2.LeaseRevokeResponse()
-            self.header.fill(resp.header, res.revision)
-            return resp
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "LeaseRevoke")
+        return run_step(self.engine, self.lease_revoke, request, context, "LeaseRevoke")
 
     def LeaseKeepAlive(self, request_iterator, context):
         for request in request_iterator:

@@ -36,7 +36,7 @@ import re
 import grpc
 
 from brain.api import convert
-from brain.api.kv import abort_with
+from brain.api.unary import abort_with
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.engine import snapshot as snapshots
 from brain.engine.alarms import ALARM_NONE

@@ -24,15 +24,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import shutil
 import socket
 import stat
 import sys
+import tempfile
 import threading
 from concurrent import futures
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from brain.api import front as native_front
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.kv import KVService
@@ -167,6 +170,10 @@ class ApiServer:
         self.endpoints: list[str] = []  # resolved URLs, after start()
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
+        self._fronts: list[native_front.NativeFront] = []
+        self._fallback_dir: str | None = None
+        self._handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+        self._steps: dict[str, dict] = {}
         self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
 
     def client_urls(self) -> list[str]:
@@ -177,14 +184,33 @@ class ApiServer:
     def _add_services(self, server: grpc.Server) -> None:
         recv_limit = self.config.grpc_max_recv_bytes
         kv = KVService(self.engine, max_request_bytes=self.config.max_request_bytes)
-        add_service(server, "etcdserverpb.KV", kv_handlers(kv, recv_limit))
-        add_service(server, "etcdserverpb.Maintenance",
-                    maintenance_handlers(MaintenanceService(self.engine), recv_limit))
-        add_service(server, "etcdserverpb.Cluster",
-                    cluster_handlers(ClusterService(self.engine, self.config.name, self.client_urls), recv_limit))
-        add_service(server, "etcdserverpb.Lease", lease_handlers(LeaseService(self.engine), recv_limit))
+        lease = LeaseService(self.engine)
         watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
-        add_service(server, "etcdserverpb.Watch", watch_handlers(watch))
+        self._handlers = {
+            "etcdserverpb.KV": kv_handlers(kv, recv_limit),
+            "etcdserverpb.Maintenance": maintenance_handlers(MaintenanceService(self.engine), recv_limit),
+            "etcdserverpb.Cluster": cluster_handlers(
+                ClusterService(self.engine, self.config.name, self.client_urls), recv_limit),
+            "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
+            "etcdserverpb.Watch": watch_handlers(watch),
+        }
+        self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps()}
+        for service, handlers in self._handlers.items():
+            add_service(server, service, handlers)
+
+    def _front_methods(self) -> list[native_front.Method]:
+        """Every unary method: the hot ones as steps, the rest as pooled
+        grpcio handlers.  Streaming methods are left to the fallback."""
+        methods = []
+        for service, handlers in self._handlers.items():
+            steps = self._steps.get(service, {})
+            for name, handler in handlers.items():
+                if name in steps:
+                    request_cls, step = steps[name]
+                    methods.append(native_front.Method(service, name, request_cls=request_cls, step=step))
+                elif handler.unary_unary is not None:
+                    methods.append(native_front.Method(service, name, call=handler.unary_unary))
+        return methods
 
     def start(self) -> None:
         config = self.config
@@ -192,21 +218,65 @@ class ApiServer:
         creds = server_credentials(config) if any(lu.secure for lu in listeners) else None
         if creds is None and (config.cert_file or config.key_file):
             log.warning("scheme is http/unix while key and cert files are present; ignoring key and cert files")
+        use_front = config.grpc_front == "native" and native_front.available()
+        if config.grpc_front == "native" and not native_front.available():
+            log.warning("pygrpc-native is not installed; serving every listener with grpcio")
         self._executor = futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc")
         server = grpc.server(self._executor, options=grpc_options(config),
                              interceptors=[StatsInterceptor(self.grpc_stats)])
         self._add_services(server)
         endpoints = []
         try:
+            # unix:// stays on grpcio too: grpc-go clients send the socket
+            # path as :authority, which the front's HTTP/2 layer refuses.
+            native = [lu for lu in listeners if use_front and lu.scheme == "http"]
+            fallback = None
+            if native:
+                # The fronts forward streaming calls here: a socket only this
+                # process can reach.
+                self._fallback_dir = tempfile.mkdtemp(prefix="brain-grpc-")
+                fallback = os.path.join(self._fallback_dir, "streams.sock")
+                if server.add_insecure_port(f"unix:{fallback}") == 0:
+                    raise ListenError(f"listen unix {fallback}: bind failed")
             for lu in listeners:
-                endpoints.append(self._bind(server, lu, creds))
+                if lu in native:
+                    endpoints.append(self._bind_front(lu, fallback))
+                else:
+                    endpoints.append(self._bind(server, lu, creds))
+            server.start()
+            for f in self._fronts:
+                f.start()
         except BaseException:
             server.stop(None)
+            for f in self._fronts:
+                f.stop(None)
+            self._fronts = []
             self._executor.shutdown(wait=False)
+            self._remove_fallback_dir()
             raise
-        server.start()
         self._server = server
         self.endpoints = endpoints
+
+    def _bind_front(self, lu: ListenURL, fallback_socket: str) -> str:
+        """A batching front for ``lu``; its socket is bound here (start()
+        only begins accepting), so a taken port fails before serving."""
+        f = native_front.NativeFront(
+            self.engine, lu.address, self._front_methods(), fallback_socket=fallback_socket,
+            recv_limit=self.config.grpc_max_recv_bytes, stats=self.grpc_stats, pool=self._executor,
+            keepalive_time_ms=KEEPALIVE_TIME_MS, keepalive_timeout_ms=KEEPALIVE_TIMEOUT_MS)
+        try:
+            port = f.bind()
+        except (OSError, RuntimeError, ValueError) as e:
+            log.debug("front bind %s: %s", lu.address, e)
+            raise ListenError(f"listen tcp {lu.address}: bind: {_bind_failure_reason(lu)}") from None
+        self._fronts.append(f)
+        host = lu.address.rpartition(":")[0]
+        return f"{lu.scheme}://{host}:{port}"
+
+    def _remove_fallback_dir(self) -> None:
+        if self._fallback_dir is not None:
+            shutil.rmtree(self._fallback_dir, ignore_errors=True)
+            self._fallback_dir = None
 
     def _bind(self, server: grpc.Server, lu: ListenURL, creds) -> str:
         if lu.is_unix:
@@ -231,7 +301,11 @@ class ApiServer:
         """Refuse new calls at once, let running ones finish for up to
         ``grace`` seconds (None: cancel them now), then release threads."""
         server, self._server = self._server, None
+        fronts, self._fronts = self._fronts, []
         if server is not None:
+            stopping = [threading.Thread(target=f.stop, args=(grace,), daemon=True) for f in fronts]
+            for t in stopping:
+                t.start()
             stopped = server.stop(grace)
             # Watch streams never finish on their own: end them now so the
             # grace period only waits for unary calls in flight.
@@ -239,6 +313,9 @@ class ApiServer:
             if watches is not None:
                 watches.close_streams()
             stopped.wait()
+            for t in stopping:
+                t.join()
+        self._remove_fallback_dir()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

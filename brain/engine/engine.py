@@ -241,17 +241,25 @@ class Engine:
     def submit(self, request) -> Future:
         """Queue a write request; the future completes with its result or
         EtcdError once its journal record is on disk."""
-        p = _Pending(request)
-        if isinstance(request, CompactRequest) and request.physical:
-            p.wait_compact = request.revision
+        return self.submit_many((request,))[0]
+
+    def submit_many(self, requests) -> list[Future]:
+        """``submit`` for several requests at once: one queue operation and
+        one wake-up, so a batch that arrived together commits together."""
+        pending = [_Pending(r) for r in requests]
+        for p in pending:
+            if isinstance(p.request, CompactRequest) and p.request.physical:
+                p.wait_compact = p.request.revision
         with self._cv:
             if self._stopping:
-                p.future.set_exception(errors.ErrStopped)
-                return p.future
-            self._queue.append(p)
-            if len(self._queue) == 1:
-                self._cv.notify()
-        return p.future
+                for p in pending:
+                    p.future.set_exception(errors.ErrStopped)
+            else:
+                was_empty = not self._queue
+                self._queue.extend(pending)
+                if was_empty and pending:
+                    self._cv.notify()
+        return [p.future for p in pending]
 
     def _write(self, request):
         return self.submit(request).result()
@@ -272,8 +280,11 @@ class Engine:
         return self._write(req)
 
     def lease_grant(self, req: LeaseGrantRequest):
-        """Grant with etcd's minimum TTL applied and, for ID 0, an ID chosen
-        here (never 0, never an existing lease's)."""
+        return self._write(self.prepare_lease_grant(req))
+
+    def prepare_lease_grant(self, req: LeaseGrantRequest) -> LeaseGrantRequest:
+        """The grant to submit: etcd's minimum TTL applied and, for ID 0, an
+        ID chosen here (never 0, never an existing lease's)."""
         ttl = effective_ttl(req.ttl)
         lease_id = req.id
         while lease_id == 0:
@@ -281,7 +292,7 @@ class Engine:
             with self._lock:
                 if self.store.lessor.exists(lease_id):
                     lease_id = 0
-        return self._write(LeaseGrantRequest(ttl, lease_id))
+        return LeaseGrantRequest(ttl, lease_id)
 
     def lease_revoke(self, req):
         return self._write(req)

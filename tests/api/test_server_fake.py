@@ -7,6 +7,7 @@ import os
 import socket
 import tempfile
 import threading
+from concurrent.futures import Future
 import time
 
 import grpc
@@ -88,6 +89,25 @@ class FakeEngine:
     def compact(self, req: core.CompactRequest) -> core.CompactResult:
         self._enter(req)
         return core.CompactResult(self.rev)
+
+    def submit(self, req) -> Future:
+        return self.submit_many([req])[0]
+
+    def submit_many(self, reqs) -> list[Future]:
+        """Like the real engine: the writes complete later, on another thread."""
+        by_type = {core.PutRequest: self.put, core.DeleteRangeRequest: self.delete_range,
+                   core.TxnRequest: self.txn, core.CompactRequest: self.compact}
+        futures = [Future() for _ in reqs]
+
+        def apply() -> None:
+            for req, fut in zip(reqs, futures):
+                try:
+                    fut.set_result(by_type[type(req)](req))
+                except BaseException as e:  # noqa: BLE001 - handed to the caller
+                    fut.set_exception(e)
+
+        threading.Thread(target=apply, daemon=True).start()
+        return futures
 
     def close(self) -> None:
         self.closed = True

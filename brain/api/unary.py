@@ -1,0 +1,68 @@
+"""What every unary etcd call shares, whichever gRPC server carries it.
+
+A call is split into a *step* that runs at once and, for writes, a
+``Deferred`` part that runs when the engine has made the write durable:
+
+    step(request) -> response message          (reads: answered at once)
+    step(request) -> Deferred(write, finish)   (writes: finish(result) once
+                                                the journal record is synced)
+
+The split lets the batching front (brain.api.front) hand a whole batch of
+writes to the engine without a thread per call, while the grpcio servicers
+run the same steps and simply wait on the write's future.
+
+Errors: the engine and the steps raise EtcdError; ``status_of`` turns one
+into the gRPC status etcd would send, with etcd's exact text.  Any other
+exception is a bug: it is logged with its traceback and answered with
+UNKNOWN, and the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, NamedTuple, NoReturn
+
+import grpc
+
+from brain.mvcc.errors import EtcdError
+
+log = logging.getLogger("brain.api")
+
+# The gRPC status code for each EtcdError.code name.
+_STATUS = {c.name: c for c in grpc.StatusCode}
+
+
+class Deferred(NamedTuple):
+    """A write the call must wait for: ``finish(result)`` builds the
+    response once ``request`` (a core write request) is committed."""
+
+    request: object
+    finish: Callable[[object], object]
+
+
+def status_of(exc: BaseException, method: str) -> tuple[grpc.StatusCode, str]:
+    """The (status, message) a failed call ends with."""
+    if isinstance(exc, EtcdError):
+        code = _STATUS.get(exc.code)
+        if code is not None:
+            return code, exc.message
+        log.error("%s: EtcdError with unknown status code %r: %s", method, exc.code, exc.message)
+        return grpc.StatusCode.UNKNOWN, exc.message
+    log.error("%s failed unexpectedly", method, exc_info=exc)
+    return grpc.StatusCode.UNKNOWN, f"brain: internal error in {method}: {type(exc).__name__}: {exc}"
+
+
+def abort_with(context: grpc.ServicerContext, exc: BaseException, method: str) -> NoReturn:
+    """End the call with the status for ``exc`` (raises, like context.abort)."""
+    context.abort(*status_of(exc, method))
+
+
+def run_step(engine, step, request, context, method: str):
+    """Run ``step`` to completion on the calling thread (the grpcio way)."""
+    try:
+        out = step(request)
+        if type(out) is Deferred:
+            out = out.finish(engine.submit(out.request).result())
+        return out
+    except Exception as e:  # noqa: BLE001 - every failure becomes a status
+        abort_with(context, e, method)
