@@ -122,9 +122,15 @@ def engine():
     return FakeEngine()
 
 
+@pytest.fixture(params=["native", "grpcio"])
+def front(request):
+    """Every server test runs on the batching front and on grpcio alone."""
+    return request.param
+
+
 @pytest.fixture
-def server(engine):
-    api = ApiServer(engine, _tcp_config(max_request_bytes=4096))
+def server(engine, front):
+    api = ApiServer(engine, _tcp_config(max_request_bytes=4096, grpc_front=front))
     api.start()
     yield api
     api.stop(0)
@@ -333,8 +339,8 @@ def test_second_server_on_same_port_is_refused(server, engine):
         other.start()
 
 
-def test_stop_drains_in_flight_calls_and_refuses_new_ones(engine):
-    api = ApiServer(engine, _tcp_config())
+def test_stop_drains_in_flight_calls_and_refuses_new_ones(engine, front):
+    api = ApiServer(engine, _tcp_config(grpc_front=front))
     api.start()
     ch, stub = _kv(api.endpoints[0].removeprefix("http://"))
     engine.gate = threading.Event()
