@@ -189,6 +189,16 @@ func (c *common) dial(n int) (pool, error) {
 			return nil, fmt.Errorf("connecting to %s: %w", c.endpoints, err)
 		}
 		p = append(p, cli)
+		// clientv3.New does not wait for the connection: one Get of a key
+		// that need not exist, within the 5 s dial timeout, makes an
+		// unreachable server fail here instead of on every op.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = cli.Get(ctx, c.prefix+"brainload-connect-check")
+		cancel()
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("connecting to %s: %w", c.endpoints, err)
+		}
 	}
 	return p, nil
 }

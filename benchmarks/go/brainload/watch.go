@@ -61,7 +61,7 @@ func runWatch(args []string) (result, error) {
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
 	var created, done sync.WaitGroup
-	var createFailed atomic.Int64
+	var createFailed, createdN atomic.Int64
 	for i := range ws {
 		ws[i] = &watcher{h: newHist()}
 		created.Add(1)
@@ -78,6 +78,7 @@ func runWatch(args []string) (result, error) {
 				if first {
 					first = false
 					created.Done()
+					createdN.Add(1)
 					if !resp.Created {
 						createFailed.Add(1)
 					}
@@ -118,7 +119,8 @@ func runWatch(args []string) (result, error) {
 	case <-createdCh:
 	case <-time.After(*timeout):
 		el.into(r)
-		return r, fmt.Errorf("watch creation did not finish within %v", *timeout)
+		r["watches_created"] = createdN.Load()
+		return r, fmt.Errorf("only %d of %d watches were created within %v", createdN.Load(), *watchers, *timeout)
 	}
 	fmt.Fprintf(os.Stderr, "watch: %d watchers created in %.2f s\n", *watchers, time.Since(tc).Seconds())
 	r["create_seconds"] = round3(time.Since(tc).Seconds())
