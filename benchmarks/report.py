@@ -1,0 +1,517 @@
+"""Turn a benchmark JSON file into the markdown report, PNG plots and the README table.
+
+    python -m benchmarks.report benchmarks/results/2026-01-01.json [--readme]
+
+Medians are over the successful runs of each (workload, server); ratios are
+brain's median over the peer's (for throughput higher is better, for times,
+latencies, CPU and memory lower is better: the table says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVERS = ["brain", "etcd-3.6", "etcd-3.4", "kine"]
+PEERS = ["etcd-3.6", "etcd-3.4", "kine"]
+README_BEGIN = "<!-- bench:begin -->"
+README_END = "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Workload:
+    title: str
+    metric: str          # key in the run's result
+    unit: str
+    higher_better: bool = True
+    latency: str = "latency_ms"  # dict with p50/p99 in ms, or "" for none
+
+
+WORKLOADS: dict[str, Workload] = {
+    "put-c1": Workload("put, 256 B values, 1 client", "ops_per_s", "ops/s"),
+    "put-c64": Workload("put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
+    "put-c256": Workload("put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
+    "range-l-c64": Workload("range, one key, linearizable, 64 clients", "ops_per_s", "ops/s"),
+    "range-l-c256": Workload("range, one key, linearizable, 256 clients", "ops_per_s", "ops/s"),
+    "range-s-c64": Workload("range, one key, serializable, 64 clients", "ops_per_s", "ops/s"),
+    "range-s-c256": Workload("range, one key, serializable, 256 clients", "ops_per_s", "ops/s"),
+    "txn-put-c64": Workload("txn-put (kube-apiserver update shape), 64 clients", "ops_per_s", "ops/s"),
+    "txn-put-c256": Workload("txn-put (kube-apiserver update shape), 256 clients", "ops_per_s", "ops/s"),
+    "list": Workload("paginated list of a {list_keys:,}-key prefix, limit {list_limit}, {list_clients} clients "
+                     "(a whole listing is one op)", "ops_per_s", "listings/s"),
+    "count": Workload("count_only over the {list_keys:,}-key prefix, {list_clients} clients", "ops_per_s", "ops/s"),
+    "watch": Workload("watch fan-out: {watch_watchers:,} watchers on one prefix, a gRPC stream each; "
+                      "{watch_events} puts as fast as they go", "delivered_per_s", "events/s"),
+    "watch-shared": Workload("watch fan-out: {watch_watchers:,} watchers, watchers on one connection share a "
+                             "stream (clientv3's default)", "delivered_per_s", "events/s"),
+    "lease": Workload("{lease_leases:,} x (lease grant + put with lease), then the {lease_ttl} s expiries",
+                      "grant_put_per_s", "grant+put/s"),
+    "k8s-mix": Workload("Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
+                        "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s", "ops_per_s", "ops/s"),
+    "check-perf": Workload("etcdctl check perf --load {check_perf_load}", "writes_per_s", "writes/s"),
+    "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B: start to first linearizable read",
+                        "ready_after_s", "s", higher_better=False, latency=""),
+}
+
+
+_TITLE_DEFAULTS = {"list_keys": 100_000, "list_limit": 500, "list_clients": 4, "watch_watchers": 1000,
+                   "watch_events": 300, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
+                   "k8s_pod_rate": 200, "k8s_pods": 3000, "k8s_duration": 10.0, "check_perf_load": "l",
+                   "restart_keys": 1_000_000, "restart_val": 1024}
+
+
+def title(workload: str, settings: dict | None = None) -> str:
+    vals = dict(_TITLE_DEFAULTS)
+    vals.update(settings or {})
+    try:
+        return WORKLOADS[workload].title.format(**vals)
+    except (KeyError, ValueError):
+        return WORKLOADS[workload].title
+
+
+def _num(x):
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def metric_of(run: dict, workload: str):
+    w = WORKLOADS.get(workload)
+    if w is None or not run.get("ok"):
+        return None
+    return _num(run.get("result", {}).get(w.metric))
+
+
+def _fmt(x, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int) or (isinstance(x, float) and abs(x) >= 1000):
+        return f"{x:,.0f}"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.{digits - 1}f}" if abs(x) >= 1 else f"{x:.{digits}f}"
+
+
+def one_line(rec: dict) -> str:
+    """The progress line for one run."""
+    if not rec.get("ok"):
+        return "ERROR " + str(rec.get("error", ""))[:300].replace("\n", " ")
+    r = rec.get("result", {})
+    w = WORKLOADS.get(rec["workload"])
+    bits = []
+    if w:
+        bits.append(f"{_fmt(_num(r.get(w.metric)))} {w.unit}")
+    lat = r.get("latency_ms") or {}
+    if lat.get("p99") is not None:
+        bits.append(f"p50 {_fmt(lat.get('p50'))} ms p99 {_fmt(lat.get('p99'))} ms")
+    if rec.get("cpu_us_per_op") is not None:
+        bits.append(f"cpu {_fmt(rec['cpu_us_per_op'])} µs/op")
+    if r.get("errors"):
+        bits.append(f"{r['errors']} errors")
+    for k in ("expire_seconds", "on_schedule", "pass", "ready_after_kill9_s", "rss_after_load_kb",
+              "keys_loaded"):
+        if k in r:
+            bits.append(f"{k} {_fmt(r[k]) if not isinstance(r[k], bool) else r[k]}")
+    if rec.get("partial"):
+        bits.append(f"PARTIAL: {rec['partial']}")
+    return ", ".join(bits)
+
+
+# ---------------------------------------------------------------------------
+# Aggregation
+# ---------------------------------------------------------------------------
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def aggregate(data: dict) -> dict:
+    """{workload: {server: {...medians, n, errors}}}"""
+    out: dict = {}
+    for run in data["runs"]:
+        w, s = run["workload"], run["server"]
+        if w not in WORKLOADS:
+            continue
+        cell = out.setdefault(w, {}).setdefault(s, {"runs": [], "failures": []})
+        (cell["runs"] if run.get("ok") else cell["failures"]).append(run)
+    for w, by_server in out.items():
+        for s, cell in by_server.items():
+            runs = cell["runs"]
+            res = [r.get("result", {}) for r in runs]
+            cell["n"] = len(runs)
+            cell["value"] = _median([metric_of(r, w) for r in runs])
+            cell["values"] = [metric_of(r, w) for r in runs]
+            cell["p50"] = _median([_num((x.get("latency_ms") or {}).get("p50")) for x in res])
+            cell["p99"] = _median([_num((x.get("latency_ms") or {}).get("p99")) for x in res])
+            cell["cpu_us_per_op"] = _median([r.get("cpu_us_per_op") for r in runs])
+            cell["op_errors"] = sum(int(x.get("errors") or 0) for x in res)
+            cell["error"] = cell["failures"][0]["error"] if cell["failures"] else None
+            extra = {}
+            for key in ("expire_seconds", "on_schedule", "ready_after_kill9_s", "rss_after_load_kb",
+                        "rss_after_restart_kb", "rss_after_restart_read_kb", "stop_seconds", "keys_loaded",
+                        "load_keys_per_s", "du_kb", "events_delivered", "writes_per_s", "slowest_s", "stddev_s"):
+                v = _median([_num(x.get(key)) for x in res])
+                if v is not None:
+                    extra[key] = v
+            for key in ("lease_latency_ms", "pod_latency_ms"):
+                v = _median([_num((x.get(key) or {}).get("p99")) for x in res])
+                if v is not None:
+                    extra[key + "_p99"] = v
+            if any("pass" in x for x in res):
+                extra["pass"] = all(x.get("pass") for x in res)
+            partial = [r.get("partial") for r in runs if r.get("partial")]
+            if partial:
+                extra["partial"] = partial[0]
+            cell["extra"] = extra
+    return out
+
+
+def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
+    cells = agg.get(workload, {})
+    b, p = (cells.get("brain") or {}).get(key), (cells.get(peer) or {}).get(key)
+    if b is None or p is None or p == 0:
+        return None
+    return b / p
+
+
+def _extra(agg, w, s, k):
+    return ((agg.get(w, {}).get(s) or {}).get("extra") or {}).get(k)
+
+
+def targets(agg: dict, settings: dict | None = None) -> list[dict]:
+    """The issue's targets, each: target, value, goal, status (pass / miss / n/a) and a note.
+
+    A target whose workload failed on brain is a miss (the note carries the error); one whose
+    peer did not run, or whose restart load was cut short, is n/a."""
+    t: list[dict] = []
+    keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
+
+    def add(name, value, ok, goal, workload=None, note=""):
+        b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
+        if value is None and b.get("error") and b.get("value") is None:
+            status, note = "miss", "brain failed: " + _oneline(b["error"], 160)
+        elif value is None or note.startswith("partial"):
+            status = "n/a"
+        else:
+            status = "pass" if ok else "miss"
+        t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note})
+
+    for w in ("put-c64", "put-c256", "txn-put-c64", "txn-put-c256", "range-l-c64", "range-l-c256"):
+        r = ratio(agg, w, "etcd-3.6")
+        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 1.5, ">= 1.5", w)
+    for w in ("list", "count"):
+        r = ratio(agg, w, "etcd-3.6")
+        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 3, ">= 3", w)
+    for w in ("watch", "watch-shared"):
+        r = ratio(agg, w, "etcd-3.6")
+        add(f"{w}: brain/etcd-3.6 delivered events/s", r, r is not None and r >= 1, ">= 1", w)
+        r = ratio(agg, w, "etcd-3.6", "p99")
+        add(f"{w}: brain/etcd-3.6 p99 delivery latency", r, r is not None and r <= 1, "<= 1", w)
+    b = agg.get("restart", {}).get("brain") or {}
+    partial = (b.get("extra") or {}).get("partial")
+    pnote = f"partial load: {_oneline(partial, 160)}" if partial else ""
+    v = b.get("value")
+    add(f"restart (SIGTERM) with {keys}: brain seconds", v, v is not None and v <= 10, "<= 10 s", "restart", pnote)
+    v = _extra(agg, "restart", "brain", "ready_after_kill9_s")
+    add(f"restart (kill -9) with {keys}: brain seconds", v, v is not None and v <= 10, "<= 10 s", "restart", pnote)
+    for peer in ("etcd-3.6", "etcd-3.4"):
+        bv, pv = _extra(agg, "restart", "brain", "rss_after_load_kb"), _extra(agg, "restart", peer, "rss_after_load_kb")
+        r = bv / pv if bv and pv else None
+        note = pnote or ("partial load on " + peer if _extra(agg, "restart", peer, "partial") else "")
+        add(f"RSS after loading {keys}: brain/{peer}", r, r is not None and r <= 1, "<= 1", "restart", note)
+    for w in ("put-c1", "put-c64", "put-c256"):
+        r = ratio(agg, w, "kine")
+        add(f"{w}: brain/kine throughput", r, r is not None and r >= 10, ">= 10", w)
+    p = _extra(agg, "check-perf", "brain", "pass")
+    add("etcdctl check perf --load l on brain", None if p is None else (1.0 if p else 0.0), bool(p), "PASS",
+        "check-perf", "" if p is None else ("PASS" if p else "FAIL"))
+    return t
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------
+
+
+def _servers_in(data: dict) -> list[str]:
+    ran = {r["server"] for r in data["runs"]}
+    return [s for s in SERVERS if s in ran]
+
+
+def summary_table(data: dict, agg: dict) -> list[str]:
+    servers = _servers_in(data)
+    peers = [p for p in PEERS if p in servers]
+    head = ["workload", "unit"] + servers + [f"brain/{p}" for p in peers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for w, meta in WORKLOADS.items():
+        if w not in agg:
+            continue
+        row = [w, meta.unit + ("" if meta.higher_better else " (lower is better)")]
+        for s in servers:
+            c = agg[w].get(s)
+            if c is None:
+                row.append("–")
+            elif c["value"] is None:
+                row.append("error" if c.get("error") else "–")
+            else:
+                row.append(_fmt(c["value"]) + (" (partial)" if (c.get("extra") or {}).get("partial") else ""))
+        for p in peers:
+            r = ratio(agg, w, p)
+            row.append(f"{r:.2f}" if r is not None else "–")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def detail_tables(data: dict, agg: dict) -> list[str]:
+    servers = _servers_in(data)
+    out: list[str] = []
+    for w, meta in WORKLOADS.items():
+        if w not in agg:
+            continue
+        out += [f"### {w}: {title(w, data['meta'].get('settings'))}", ""]
+        head = ["server", f"{meta.unit} median (n)", "runs", "p50 ms", "p99 ms", "CPU µs/op", "op errors"]
+        head += [f"brain/{p}" for p in PEERS if p in servers]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for s in servers:
+            c = agg[w].get(s)
+            if c is None:
+                continue
+            vals = ", ".join(_fmt(v) for v in c["values"] if v is not None)
+            row = [s, f"{_fmt(c['value'])} ({c['n']})", vals or "–", _fmt(c["p50"]), _fmt(c["p99"]),
+                   _fmt(c["cpu_us_per_op"]), str(c["op_errors"])]
+            for p in PEERS:
+                if p in servers:
+                    r = ratio(agg, w, p) if s == "brain" else None
+                    row.append(f"{r:.2f}" if r is not None else "")
+            out.append("| " + " | ".join(row) + " |")
+        notes = []
+        for s in servers:
+            c = agg[w].get(s)
+            if c is None:
+                continue
+            ex = c.get("extra") or {}
+            bits = []
+            for k, v in ex.items():
+                if k == "partial":
+                    continue
+                if k.endswith("_kb"):
+                    bits.append(f"{k[:-3]} {v / 1024:,.0f} MiB")
+                else:
+                    bits.append(f"{k} {_fmt(v) if not isinstance(v, bool) else ('PASS' if v else 'FAIL')}")
+            if ex.get("partial"):
+                bits.append(f"partial: {ex['partial']}")
+            if c.get("error"):
+                bits.append(f"{len(c['failures'])} failed run(s), first error: `{_oneline(c['error'], 300)}`")
+            if bits:
+                notes.append(f"- {s}: " + "; ".join(bits))
+        out += [""] + notes + ([""] if notes else [])
+    return out
+
+
+def _oneline(s: str, n: int) -> str:
+    s = " ".join(str(s).split()).replace("`", "'").replace("|", "/")
+    return s[:n] + ("…" if len(s) > n else "")
+
+
+def header(data: dict) -> list[str]:
+    m = data["meta"]
+    mach = m.get("machine", {})
+    st = m.get("settings", {})
+    lines = [
+        f"# brain benchmarks, {m.get('started', '?')[:10]} ({st.get('name', '?')} run)",
+        "",
+        f"Machine: {mach.get('nproc')} CPUs ({mach.get('cpu')}), {mach.get('memory_gib')} GiB RAM, "
+        f"kernel {mach.get('kernel')}, data dirs on {mach.get('data_dir_fs')}; "
+        f"load generators run on the same machine as the server.  "
+        f"Started {m.get('started')}, took {m.get('elapsed_s', 0) / 60:.1f} min.",
+        "",
+        "| server | version | settings | measured process |",
+        "|---|---|---|---|",
+    ]
+    for name, s in m.get("servers", {}).items():
+        if not s.get("selected"):
+            continue
+        if s.get("available"):
+            lines.append(f"| {name} | {s.get('version')} | {s.get('flags')} | {s.get('measured_process')} |")
+        else:
+            lines.append(f"| {name} | **skipped**: {s.get('reason')} | | |")
+    lines += ["", "Tools: " + "; ".join(f"{k}: {v or 'missing'}" for k, v in m.get("tools", {}).items()) + ".", ""]
+    lines.append(
+        f"Each workload ran {st.get('rounds')} time(s) per server, servers alternating (A B C D A B C D ...), "
+        f"{st.get('duration')} s per timed phase, each group on a freshly started server; values are medians. "
+        f"put and range use etcd's `benchmark` tool (sized from a short calibration pass that also warms up), "
+        f"everything else `brainload`.  {m.get('conns_rule', '')}.  CPU µs/op is the server process group's "
+        f"utime+stime during the timed phase divided by its operations (load generator excluded).")
+    notes = m.get("notes") or []
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    return lines
+
+
+def targets_section(agg: dict, settings: dict | None) -> list[str]:
+    out = ["## Targets (issue 5)", "", "| target | value | goal | status |", "|---|---|---|---|"]
+    for t in targets(agg, settings):
+        val = t["note"] if t["target"].startswith("etcdctl") else _fmt(t["value"])
+        if t["note"] and not t["target"].startswith("etcdctl"):
+            val += f" ({t['note']})"
+        status = {"pass": "pass", "miss": "**miss**", "n/a": "n/a"}[t["status"]]
+        out.append(f"| {t['target']} | {val or '–'} | {t['goal']} | {status} |")
+    return out
+
+
+def markdown(data: dict, plots: list[str]) -> str:
+    agg = aggregate(data)
+    lines = header(data) + ["", "## Summary (medians)", ""] + summary_table(data, agg)
+    lines += ["", *targets_section(agg, data["meta"].get("settings")), ""]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    lines += ["## Workloads", ""] + detail_tables(data, agg)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------
+
+COLORS = {"brain": "#d62728", "etcd-3.6": "#1f77b4", "etcd-3.4": "#7f7f7f", "kine": "#2ca02c"}
+
+
+def plots(data: dict, out_dir: Path, base: str) -> list[str]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    agg = aggregate(data)
+    servers = _servers_in(data)
+    made = []
+
+    put = [w for w in ("put-c1", "put-c64", "put-c256") if w in agg]
+    if put:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for s in servers:
+            pts = [(agg[w][s]["value"], agg[w][s]["p99"], w.split("-c")[1]) for w in put
+                   if s in agg[w] and agg[w][s]["value"] is not None and agg[w][s]["p99"] is not None]
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=s, color=COLORS.get(s))
+            for x, y, c in pts:
+                ax.annotate(f"{c}c", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("throughput, put/s (median)")
+        ax.set_ylabel("p99 latency, ms (median)")
+        ax.set_yscale("log")
+        ax.set_title("put, 256 B values: throughput vs p99 latency at 1/64/256 clients")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        name = f"{base}-put-latency.png"
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    ws = [w for w in WORKLOADS if w in agg]
+    if ws:
+        cols = 4
+        rows = (len(ws) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+        for ax, w in zip(axes.flat, ws):
+            names, vals, lo, hi = [], [], [], []
+            for s in servers:
+                c = agg[w].get(s)
+                if c is None:
+                    continue
+                v = c["value"]
+                names.append(s)
+                vals.append(v or 0)
+                vv = [x for x in c["values"] if x is not None] or [0]
+                lo.append((v or 0) - min(vv))
+                hi.append(max(vv) - (v or 0))
+            ax.bar(names, vals, color=[COLORS.get(n) for n in names], yerr=[lo, hi], capsize=3)
+            for i, (n, v) in enumerate(zip(names, vals)):
+                if not v:
+                    ax.text(i, 0, "error" if agg[w][n].get("error") else "–", ha="center", va="bottom",
+                            fontsize=8)
+            meta = WORKLOADS[w]
+            ax.set_title(f"{w} ({meta.unit}{'' if meta.higher_better else ', lower better'})", fontsize=9)
+            ax.tick_params(axis="x", labelsize=7)
+            ax.tick_params(axis="y", labelsize=7)
+        for ax in list(axes.flat)[len(ws):]:
+            ax.axis("off")
+        fig.suptitle("median per server (bars: min-max over rounds)")
+        fig.tight_layout()
+        name = f"{base}-workloads.png"
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        made.append(name)
+    return made
+
+
+# ---------------------------------------------------------------------------
+# README block
+# ---------------------------------------------------------------------------
+
+
+def readme_block(data: dict, md_rel: str) -> str:
+    agg = aggregate(data)
+    m = data["meta"]
+    mach = m.get("machine", {})
+    tg = targets(agg, m.get("settings"))
+    passed = sum(1 for t in tg if t["status"] == "pass")
+    missed = [t["target"] for t in tg if t["status"] == "miss"]
+    lines = [
+        README_BEGIN,
+        f"Latest `make bench` ({m.get('started', '?')[:10]}, {mach.get('nproc')} CPUs {mach.get('cpu')}, "
+        f"medians of {m.get('settings', {}).get('rounds')} alternating runs; full report: [{md_rel}]({md_rel})):",
+        "",
+        *summary_table(data, agg),
+        "",
+        f"Targets: {passed} of {len(tg)} met" + (f"; missed: {', '.join(missed)}." if missed else "."),
+        README_END,
+    ]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, block: str) -> None:
+    text = readme.read_text() if readme.exists() else ""
+    if README_BEGIN in text and README_END in text:
+        pre, rest = text.split(README_BEGIN, 1)
+        _, post = rest.split(README_END, 1)
+        text = pre + block + post
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    readme.write_text(text)
+
+
+def write_all(json_path: Path, md_path: Path, readme: bool = False) -> None:
+    data = json.loads(Path(json_path).read_text())
+    base = Path(md_path).stem
+    made = plots(data, Path(md_path).parent, base)
+    Path(md_path).write_text(markdown(data, made))
+    if readme:
+        from benchmarks.servers import REPO_ROOT
+
+        rel = Path(md_path).resolve().relative_to(REPO_ROOT).as_posix()
+        update_readme(REPO_ROOT / "README.md", readme_block(data, rel))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", type=Path)
+    ap.add_argument("--readme", action="store_true", help="also rewrite the README's bench block")
+    a = ap.parse_args(argv)
+    md = a.json.with_suffix(".md")
+    write_all(a.json, md, readme=a.readme)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,822 @@
+"""Benchmark brain against etcd 3.4, etcd 3.6 and kine (sqlite) on loopback.
+
+    python -m benchmarks.run            # the full run (make bench), ~45 min
+    python -m benchmarks.run --smoke    # every workload for a second or two (make bench-smoke)
+
+One server at a time, each start on a fresh data dir and free ports.  For
+each workload group the servers take turns (A B C D A B C D ...) for
+``--rounds`` rounds; the report takes the median per server.  Load comes from
+etcd's own ``benchmark`` tool (put, range) and from ``brainload`` (the rest),
+the same binaries for every server.  Server CPU time (process group
+utime+stime from /proc) is read before and after each measured phase and
+divided by its operations.
+
+Results: ``<out>/<date>.json`` (every run, raw), ``<out>/<date>.md`` and PNG
+plots, and with the full run the table in the top-level README.  A server
+that fails a workload gets the error recorded and the run moves on; a server
+whose binary is missing is skipped with the reason in the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import report
+from benchmarks.servers import (REPO_ROOT, Flavor, Server, ServerError, StartOptions, all_flavors,
+                                make_root, tool_path)
+
+
+# ---------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str
+    rounds: int
+    duration: float            # seconds of each timed phase (put, range, txn-put, list, count, watch)
+    put_clients: tuple = (1, 64, 256)
+    range_clients: tuple = (64, 256)
+    txn_clients: tuple = (64, 256)
+    keyspace: int = 100_000    # put / txn-put key space
+    val_size: int = 256
+    list_keys: int = 100_000
+    list_limit: int = 500
+    list_clients: int = 4
+    watch_watchers: int = 1000
+    watch_writers: int = 4
+    watch_events: int = 300    # keys put, as fast as they go; each event goes to every watcher
+    watch_timeout: float = 30  # for watch creation, and for deliveries after the last put
+    lease_leases: int = 10_000
+    lease_ttl: int = 5
+    k8s_nodes: int = 10_000
+    k8s_pods: int = 3_000
+    k8s_pod_rate: int = 200
+    k8s_duration: float = 10.0
+    restart_keys: int = 1_000_000
+    restart_val: int = 1024
+    restart_chunk: int = 100_000
+    restart_load_cap: float = 330.0   # seconds of loading allowed per server (kine needs ~10 min for 1M)
+    check_perf: bool = True
+    check_perf_load: str = "l"
+
+
+FULL = Settings(name="full", rounds=3, duration=4.0)
+SMOKE = Settings(
+    name="smoke", rounds=1, duration=1.0, keyspace=1_000,
+    list_keys=2_000, list_clients=2,
+    watch_watchers=50, watch_writers=1, watch_events=50, watch_timeout=10,
+    lease_leases=200, lease_ttl=2,
+    k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=2.0,
+    restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0,
+    check_perf=False,
+)
+
+
+def conns_for(clients: int) -> int:
+    """gRPC connections for a client count: one per 8 clients, at least one."""
+    return max(1, clients // 8)
+
+
+# ---------------------------------------------------------------------------
+# Tools
+# ---------------------------------------------------------------------------
+
+
+class ToolError(RuntimeError):
+    pass
+
+
+def _run_tool(cmd: list[str], timeout: float, log_dir: Path, tag: str) -> tuple[int, str, str]:
+    """Run a load tool; stdout/stderr go to files in ``log_dir`` and are returned."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out_path, err_path = log_dir / f"{tag}.out", log_dir / f"{tag}.err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        out.write(b"")
+        try:
+            proc = subprocess.run(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, timeout=timeout,
+                                  start_new_session=True)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = -999
+    stdout = out_path.read_text(errors="replace")
+    stderr = err_path.read_text(errors="replace")
+    if rc == -999:
+        raise ToolError(f"{Path(cmd[0]).name} {cmd[1]} timed out after {timeout:.0f}s; stderr tail: "
+                        f"{_tail(stderr)}")
+    return rc, stdout, stderr
+
+
+def _tail(text: str, n: int = 600) -> str:
+    text = text.strip()
+    return text[-n:] if len(text) > n else text
+
+
+def brainload(sub: str, endpoint: str, args: list, timeout: float, log_dir: Path, tag: str) -> dict:
+    exe = tool_path("brainload")
+    if exe is None:
+        raise ToolError("brainload not built (run benchmarks/build.sh)")
+    cmd = [str(exe), sub, "--endpoints", endpoint, *map(str, args)]
+    rc, stdout, stderr = _run_tool(cmd, timeout, log_dir, tag)
+    result = None
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                result = json.loads(line)
+                break
+            except ValueError:
+                continue
+    if result is None:
+        raise ToolError(f"brainload {sub} exit {rc}, no JSON result; stderr tail: {_tail(stderr)}")
+    result["_cmd"] = " ".join(cmd[1:])
+    # "failed" is brainload's error text; txn-put also has a numeric "failed" (compares that failed).
+    if isinstance(result.get("failed"), str):
+        result["_error"] = result["failed"]
+    elif rc != 0:
+        result["_error"] = f"exit code {rc}: {_tail(stderr, 300)}"
+    return result
+
+
+_BENCH_PCT = re.compile(r"^\s*([\d.]+)% in ([\d.]+) secs", re.M)
+_BENCH_FIELD = re.compile(r"^\s*(Total|Slowest|Fastest|Average|Stddev|Requests/sec):\s*([\d.]+)", re.M)
+_BENCH_ERR = re.compile(r"^\s*\[(\d+)\]\s+(.*)$", re.M)
+
+
+def parse_benchmark(text: str) -> dict:
+    """etcd's ``benchmark`` text summary -> brainload-shaped result."""
+    fields = {k: float(v) for k, v in _BENCH_FIELD.findall(text)}
+    pct = {float(p): float(s) * 1000 for p, s in _BENCH_PCT.findall(text)}
+    errors = {}
+    if "Error distribution:" in text:
+        for n, msg in _BENCH_ERR.findall(text.split("Error distribution:", 1)[1]):
+            errors[msg.strip()] = int(n)
+    rps = fields.get("Requests/sec", 0.0)
+    secs = fields.get("Total", 0.0)
+    res = {
+        "ops": int(round(rps * secs)),
+        "errors": sum(errors.values()),
+        "seconds": secs,
+        "ops_per_s": rps,
+        "latency_ms": {
+            "p50": pct.get(50.0), "p90": pct.get(90.0), "p99": pct.get(99.0),
+            "max": fields["Slowest"] * 1000 if "Slowest" in fields else None,
+            "mean": fields["Average"] * 1000 if "Average" in fields else None,
+        },
+    }
+    if errors:
+        res["first_error"] = next(iter(errors))
+        res["error_kinds"] = errors
+    return res
+
+
+def etcd_benchmark(endpoint: str, clients: int, sub: list, total: int, timeout: float, log_dir: Path,
+                   tag: str) -> dict:
+    exe = tool_path("benchmark")
+    if exe is None:
+        raise ToolError("benchmark not built")
+    cmd = [str(exe), "--endpoints", endpoint, "--clients", str(clients), "--conns", str(conns_for(clients)),
+           *sub, "--total", str(total)]
+    rc, stdout, stderr = _run_tool(cmd, timeout, log_dir, tag)
+    res = parse_benchmark(stdout)
+    res["_cmd"] = " ".join(cmd[1:])
+    res["clients"] = clients
+    if rc != 0:
+        res["_error"] = f"exit code {rc}: {_tail(stderr, 300)}"
+    elif res["ops"] == 0:
+        res["_error"] = res.get("first_error") or f"no successful requests; stderr tail: {_tail(stderr, 300)}"
+    return res
+
+
+_PERF_LINE = re.compile(r"^(PASS|FAIL)(?::\s*(.*))?$|^(Slowest request took too long|Stddev too high):?\s*(.*)$")
+
+
+def parse_check_perf(text: str, rc: int) -> dict:
+    lines = [ln.strip() for ln in re.split(r"[\r\n]+", text) if ln.strip()]
+    checks = []
+    for ln in lines:
+        m = _PERF_LINE.match(ln)
+        if m and (m.group(2) or m.group(4)):
+            checks.append(ln)
+    verdict = "PASS" if rc == 0 and "PASS" in lines else "FAIL"
+    res: dict = {"pass": verdict == "PASS", "checks": checks}
+    m = re.search(r"(?:Throughput is|Throughput too low:)\s*(\d+) writes/s", text)
+    if m:
+        res["writes_per_s"] = int(m.group(1))
+    m = re.search(r"Slowest request took(?: too long)?:?\s*([\d.]+)s", text)
+    if m:
+        res["slowest_s"] = float(m.group(1))
+    m = re.search(r"Stddev (?:is|too high:)\s*([\d.]+)s", text)
+    if m:
+        res["stddev_s"] = float(m.group(1))
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Runner
+# ---------------------------------------------------------------------------
+
+
+def now_s() -> float:
+    return time.monotonic()
+
+
+class Bench:
+    def __init__(self, settings: Settings, flavors: list[Flavor], groups: list[str], out_dir: Path,
+                 tmp_root: Path, keep: bool, readme: bool):
+        self.s = settings
+        self.flavors = flavors
+        self.groups = groups
+        self.out_dir = out_dir
+        self.root = tmp_root
+        self.keep = keep
+        self.readme = readme
+        self.t0 = now_s()
+        self.runs: list[dict] = []
+        self.notes: list[str] = []
+        self.templates: dict[str, Path | str] = {}
+        self.stamp = _dt.datetime.now().strftime("%Y-%m-%d")
+        self.json_path, self.md_path = self._paths()
+        self.meta = self._meta()
+        self.use_benchmark = tool_path("benchmark") is not None
+        if not self.use_benchmark:
+            self.notes.append("etcd's `benchmark` tool is not built: put and range use brainload instead.")
+
+    # -- bookkeeping -------------------------------------------------------
+    def _paths(self) -> tuple[Path, Path]:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        base = self.stamp if self.s.name == "full" else f"{self.stamp}-{self.s.name}"
+        n = 1
+        name = base
+        while (self.out_dir / f"{name}.json").exists():
+            n += 1
+            name = f"{base}-{n}"
+        self.base = name
+        return self.out_dir / f"{name}.json", self.out_dir / f"{name}.md"
+
+    def _meta(self) -> dict:
+        servers = {}
+        for f in all_flavors():
+            ok, why = f.available()
+            selected = f.name in [x.name for x in self.flavors]
+            servers[f.name] = {
+                "selected": selected, "available": ok, "reason": why,
+                "version": f.version() if ok else None, "flags": f.flags_note(),
+                "measured_process": f.process_note,
+            }
+        tools = {}
+        for name in ("benchmark", "brainload", "etcdctl-3.6"):
+            p = tool_path(name)
+            tools[name] = _go_module_version(p) if p else None
+        etcdctl = self._etcdctl()
+        tools["etcdctl (check perf)"] = _first_line_of([etcdctl, "version"]) if etcdctl else None
+        return {
+            "settings": dataclasses.asdict(self.s),
+            "groups": self.groups,
+            "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": machine_facts(self.root),
+            "servers": servers,
+            "tools": tools,
+            "conns_rule": "gRPC connections = max(1, clients // 8)",
+        }
+
+    def elapsed(self) -> str:
+        s = int(now_s() - self.t0)
+        return f"{s // 60:02d}:{s % 60:02d}"
+
+    def say(self, msg: str) -> None:
+        print(f"[{self.elapsed()}] {msg}", flush=True)
+
+    def save(self, final: bool = False) -> None:
+        self.meta["notes"] = self.notes
+        self.meta["elapsed_s"] = round(now_s() - self.t0, 1)
+        if final:
+            self.meta["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        data = {"meta": self.meta, "runs": self.runs}
+        tmp = self.json_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+        tmp.replace(self.json_path)
+
+    def record(self, server: str, workload: str, rnd: int, result: dict | None = None, *,
+               error: str | None = None, tool: str = "", cpu_s: float | None = None,
+               mem: dict | None = None, extra: dict | None = None) -> dict:
+        result = dict(result or {})
+        cmd = result.pop("_cmd", None)
+        err = error or result.pop("_error", None)
+        ops = result.get("ops") or 0
+        if err is None and not ops and workload not in ("restart", "check-perf"):
+            err = result.get("first_error") or "no successful operations"
+        rec = {
+            "server": server, "workload": workload, "round": rnd, "tool": tool,
+            "ok": err is None, "error": err, "cmd": cmd, "result": result,
+            "cpu_s": cpu_s,
+            "cpu_us_per_op": (cpu_s * 1e6 / ops) if (cpu_s is not None and ops) else None,
+            "memory_kb": mem or {},
+        }
+        if extra:
+            rec.update(extra)
+        self.runs.append(rec)
+        self.say(f"  {server:9s} {workload:14s} r{rnd}: {report.one_line(rec)}")
+        return rec
+
+    # -- server handling -----------------------------------------------------
+    def server(self, flavor: Flavor, tag: str, opts: StartOptions | None = None) -> Server:
+        return Server(flavor, self.root / f"{flavor.name}-{tag}", opts or StartOptions(), ready_timeout=300.0)
+
+    def measured(self, srv: Server, fn):
+        """Run ``fn()`` and return (result, server CPU seconds it cost, memory after)."""
+        c0 = srv.cpu_seconds()
+        res = fn()
+        c1 = srv.cpu_seconds()
+        return res, (c1 - c0), srv.memory()
+
+    def finish(self, srv: Server) -> None:
+        try:
+            srv.stop()
+        finally:
+            if not self.keep:
+                srv.remove()
+
+    # -- main loop ------------------------------------------------------------
+    def run(self) -> int:
+        s = self.s
+        sel = ", ".join(f.name for f in self.flavors)
+        self.say(f"{s.name} run: servers {sel}; groups {', '.join(self.groups)}; {s.rounds} round(s); "
+                 f"temp root {self.root}; results {self.json_path}")
+        for name, info in self.meta["servers"].items():
+            if info["selected"] and not info["available"]:
+                self.say(f"skipping {name}: {info['reason']}")
+        self.flavors = [f for f in self.flavors if self.meta["servers"][f.name]["available"]]
+        for g in self.groups:
+            rounds = 1 if g in ("restart", "check-perf") else s.rounds
+            for rnd in range(1, rounds + 1):
+                for f in self.flavors:
+                    self.say(f"{g} round {rnd}/{rounds}: {f.name}")
+                    try:
+                        getattr(self, "group_" + g.replace("-", "_"))(f, rnd)
+                    except Exception as e:  # keep going: record and move on
+                        self.say(f"  {f.name} {g}: harness error {e!r}")
+                        self.record(f.name, g, rnd, error=f"harness error: {e!r}",
+                                    extra={"traceback": traceback.format_exc()[-2000:]})
+                self.save()
+        self.save(final=True)
+        report.write_all(self.json_path, self.md_path, readme=self.readme)
+        self.say(f"done in {self.elapsed()}: {self.md_path}")
+        return 0
+
+    def _with_server(self, f: Flavor, rnd: int, tag: str, workloads: list[str], body,
+                     opts: StartOptions | None = None, template: Path | None = None) -> None:
+        """Start a fresh server (from a template data dir if given), run body(srv), stop it.
+        A start failure is recorded against every workload of the group."""
+        srv = self.server(f, f"{tag}-r{rnd}", opts)
+        try:
+            if template is not None:
+                shutil.copytree(template, srv.data_dir)
+            try:
+                srv.start()
+            except ServerError as e:
+                for w in workloads:
+                    self.record(f.name, w, rnd, error=f"server did not start: {e}"[:2000])
+                return
+            body(srv)
+        finally:
+            self.finish(srv)
+
+    # -- groups -----------------------------------------------------------------
+    def _bench_or_load(self, srv: Server, workload: str, rnd: int, clients: int, kind: str) -> None:
+        """put / range-l / range-s with etcd's benchmark (calibrated to ~duration) or brainload."""
+        s, name = self.s, srv.flavor.name
+        logs = srv.root / "tools"
+        if not self.use_benchmark:
+            args = ["--clients", clients, "--conns", conns_for(clients), "--duration", f"{s.duration}s",
+                    "--val-size", s.val_size]
+            if kind == "put":
+                args += ["--prefix", "/bench/put/", "--keys", s.keyspace]
+                sub = "put"
+            else:
+                args += ["--prefix", "/bench/range/", "--keys", 1]
+                if kind == "range-s":
+                    args.append("--serializable")
+                sub = "range"
+            try:
+                res, cpu, mem = self.measured(srv, lambda: brainload(
+                    sub, srv.endpoint, args, s.duration + 120, logs, workload))
+                self.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+            except ToolError as e:
+                self.record(name, workload, rnd, error=str(e), tool="brainload")
+            return
+        if kind == "put":
+            sub = ["put", "--key-size", "8", "--val-size", str(s.val_size), "--key-space-size", str(s.keyspace)]
+        else:
+            sub = ["range", RANGE_KEY, "--consistency", "l" if kind == "range-l" else "s"]
+        try:
+            # Calibration (and warm-up): a short pass sizes --total for ~duration seconds.
+            probe_total = max(200, clients * 4)
+            probe = etcd_benchmark(srv.endpoint, clients, sub, probe_total, 120, logs, workload + "-probe")
+            if probe.get("_error"):
+                self.record(name, workload, rnd, probe, tool="benchmark")
+                return
+            total = int(max(clients * 10, min(probe["ops_per_s"] * s.duration, 5_000_000)))
+            res, cpu, mem = self.measured(srv, lambda: etcd_benchmark(
+                srv.endpoint, clients, sub, total, s.duration * 10 + 120, logs, workload))
+            res["probe_ops_per_s"] = probe["ops_per_s"]
+            self.record(name, workload, rnd, res, tool="benchmark", cpu_s=cpu, mem=mem)
+        except ToolError as e:
+            self.record(name, workload, rnd, error=str(e), tool="benchmark")
+
+    def group_put(self, f: Flavor, rnd: int) -> None:
+        wl = [f"put-c{c}" for c in self.s.put_clients]
+
+        def body(srv):
+            for c, w in zip(self.s.put_clients, wl):
+                self._bench_or_load(srv, w, rnd, c, "put")
+        self._with_server(f, rnd, "put", wl, body)
+
+    def group_range(self, f: Flavor, rnd: int) -> None:
+        combos = [("l", c) for c in self.s.range_clients] + [("s", c) for c in self.s.range_clients]
+        wl = [f"range-{k}-c{c}" for k, c in combos]
+
+        def body(srv):
+            put_key(srv.endpoint, RANGE_KEY.encode(), b"v" * self.s.val_size)
+            for (k, c), w in zip(combos, wl):
+                self._bench_or_load(srv, w, rnd, c, f"range-{k}")
+        self._with_server(f, rnd, "range", wl, body)
+
+    def group_txn_put(self, f: Flavor, rnd: int) -> None:
+        s = self.s
+        wl = [f"txn-put-c{c}" for c in s.txn_clients]
+
+        def body(srv):
+            for c, w in zip(s.txn_clients, wl):
+                self._load(srv, w, rnd, "txn-put", [
+                    "--clients", c, "--conns", conns_for(c), "--duration", f"{s.duration}s",
+                    "--prefix", f"/bench/txn/c{c}/", "--keys", min(s.keyspace, 10_000), "--val-size", s.val_size,
+                ], timeout=s.duration + 300)
+        self._with_server(f, rnd, "txn-put", wl, body)
+
+    def _load(self, srv: Server, workload: str, rnd: int, sub: str, args: list, timeout: float) -> dict | None:
+        try:
+            res, cpu, mem = self.measured(srv, lambda: brainload(sub, srv.endpoint, args, timeout,
+                                                                  srv.root / "tools", workload))
+            return self.record(srv.flavor.name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+        except ToolError as e:
+            return self.record(srv.flavor.name, workload, rnd, error=str(e), tool="brainload")
+
+    def _list_template(self, f: Flavor) -> Path | str:
+        """Load the list prefix once per server, stop it, keep the data dir as a template."""
+        if f.name in self.templates:
+            return self.templates[f.name]
+        s = self.s
+        srv = self.server(f, "list-template")
+        self.say(f"  {f.name}: loading {s.list_keys} keys for the list template")
+        try:
+            srv.start()
+            t = now_s()
+            res = brainload("load", srv.endpoint, [
+                "--count", s.list_keys, "--clients", 64, "--conns", 8, "--prefix", LIST_PREFIX,
+                "--val-size", s.val_size], 3600, srv.root / "tools", "list-load")
+            if res.get("_error") or (res.get("ops") or 0) < s.list_keys:
+                raise ToolError(f"load: {res.get('_error') or res.get('first_error')} "
+                                f"({res.get('ops')} of {s.list_keys} keys)")
+            self.say(f"  {f.name}: loaded in {now_s() - t:.1f}s ({res.get('ops_per_s', 0):.0f} keys/s)")
+            srv.stop()
+            tpl = self.root / "templates" / f.name
+            tpl.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(srv.data_dir, tpl)
+            self.templates[f.name] = tpl
+        except (ServerError, ToolError, OSError) as e:
+            self.templates[f.name] = f"list template: {e}"[:2000]
+        finally:
+            srv.remove()
+        return self.templates[f.name]
+
+    def group_list(self, f: Flavor, rnd: int) -> None:
+        s = self.s
+        wl = ["list", "count"]
+        tpl = self._list_template(f)
+        if isinstance(tpl, str):
+            for w in wl:
+                self.record(f.name, w, rnd, error=tpl)
+            return
+
+        def body(srv):
+            common = ["--clients", s.list_clients, "--conns", conns_for(s.list_clients),
+                      "--duration", f"{s.duration}s", "--prefix", LIST_PREFIX]
+            self._load(srv, "list", rnd, "list", [*common, "--limit", s.list_limit, "--expect", s.list_keys],
+                       timeout=s.duration + 600)
+            self._load(srv, "count", rnd, "count", common, timeout=s.duration + 600)
+        self._with_server(f, rnd, "list", wl, body, template=tpl)
+
+    def group_watch(self, f: Flavor, rnd: int) -> None:
+        """Fan-out: W watchers on one prefix, E puts as fast as they go (rate 0).  Twice: one gRPC
+        stream per watcher, then clientv3's default (watchers on one connection share a stream)."""
+        s = self.s
+        common = ["--watchers", s.watch_watchers, "--events", s.watch_events, "--writers", s.watch_writers,
+                  "--rate", 0, "--val-size", s.val_size, "--conns", conns_for(s.watch_watchers),
+                  "--timeout", f"{s.watch_timeout}s"]
+
+        def body(srv):
+            self._load(srv, "watch", rnd, "watch", [*common, "--prefix", "/bench/watch/"], timeout=400)
+            self._load(srv, "watch-shared", rnd, "watch", [*common, "--prefix", "/bench/watch-shared/",
+                                                            "--share-streams"], timeout=400)
+        self._with_server(f, rnd, "watch", ["watch", "watch-shared"], body)
+
+    def group_lease(self, f: Flavor, rnd: int) -> None:
+        s = self.s
+
+        def body(srv):
+            self._load(srv, "lease", rnd, "lease", [
+                "--leases", s.lease_leases, "--ttl", s.lease_ttl, "--clients", 64, "--conns", 8,
+                "--prefix", "/bench/lease/", "--val-size", s.val_size], timeout=s.lease_ttl + 600)
+        self._with_server(f, rnd, "lease", ["lease"], body)
+
+    def group_k8s_mix(self, f: Flavor, rnd: int) -> None:
+        s = self.s
+
+        def body(srv):
+            self._load(srv, "k8s-mix", rnd, "k8s-mix", [
+                "--nodes", s.k8s_nodes, "--pods", s.k8s_pods, "--pod-rate", s.k8s_pod_rate,
+                "--duration", f"{s.k8s_duration}s", "--registry", "/registry/"], timeout=s.k8s_duration + 600)
+        self._with_server(f, rnd, "k8s-mix", ["k8s-mix"], body)
+
+    def _etcdctl(self) -> str | None:
+        p = tool_path("etcdctl-3.6")
+        return str(p) if p else shutil.which("etcdctl")
+
+    def group_check_perf(self, f: Flavor, rnd: int) -> None:
+        etcdctl = self._etcdctl()
+        if etcdctl is None:
+            self.record(f.name, "check-perf", rnd, error="etcdctl not found")
+            return
+        load = self.s.check_perf_load
+
+        def body(srv):
+            cmd = [etcdctl, "--endpoints", srv.endpoint, "check", "perf", "--load", load]
+            try:
+                (rc, out, err), cpu, mem = self.measured(srv, lambda: _run_tool(
+                    cmd, 300, srv.root / "tools", "check-perf"))
+            except ToolError as e:
+                self.record(f.name, "check-perf", rnd, error=str(e), tool="etcdctl")
+                return
+            res = parse_check_perf(out + "\n" + err, rc)
+            res["_cmd"] = " ".join(cmd[1:])
+            if "writes_per_s" in res:
+                res["ops"] = res["writes_per_s"] * 60
+                res["ops_per_s"] = res["writes_per_s"]
+            error = None
+            if "writes_per_s" not in res:
+                error = f"check perf exit {rc}: {_tail(out + err, 400)}"
+            self.record(f.name, "check-perf", rnd, res, tool="etcdctl", cpu_s=cpu, mem=mem, error=error)
+        self._with_server(f, rnd, "check-perf", ["check-perf"], body)
+
+    def group_restart(self, f: Flavor, rnd: int) -> None:
+        """Load N keys of 1 KiB, RSS, SIGTERM + start (time to a linearizable read), kill -9 + start."""
+        s = self.s
+        name = f.name
+        srv = self.server(f, "restart", StartOptions(big_quota=True))
+        out: dict = {"keys_target": s.restart_keys, "val_size": s.restart_val}
+        cpu_total = 0.0
+        try:
+            srv.start()
+            t = now_s()
+            loaded = 0
+            chunk_no = 0
+            while loaded < s.restart_keys:
+                n = min(s.restart_chunk, s.restart_keys - loaded)
+                c0 = srv.cpu_seconds()
+                res = brainload("load", srv.endpoint, [
+                    "--count", n, "--start", loaded, "--clients", 64, "--conns", 8, "--prefix", "/bench/restart/",
+                    "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools",
+                    f"restart-load-{chunk_no:03d}")
+                cpu_total += srv.cpu_seconds() - c0
+                chunk_no += 1
+                loaded += int(res.get("ops") or 0)
+                if res.get("_error") or (res.get("ops") or 0) < n:
+                    out["load_error"] = res.get("_error") or res.get("first_error") or "short load"
+                    break
+                spent = now_s() - t
+                rate = loaded / spent if spent > 0 else 0
+                out.update(load_seconds=round(spent, 1), load_keys_per_s=round(rate, 1))
+                if loaded < s.restart_keys:
+                    projected = spent + (s.restart_keys - loaded) / max(rate, 1e-9)
+                    self.say(f"  {name}: {loaded} keys loaded in {spent:.0f}s ({rate:.0f}/s)")
+                    if projected > s.restart_load_cap:
+                        out["load_error"] = (f"stopped at {loaded} keys: loading {s.restart_keys} would take "
+                                             f"~{projected:.0f}s (> cap {s.restart_load_cap:.0f}s)")
+                        break
+            out["keys_loaded"] = loaded
+            out["load_cpu_us_per_key"] = round(cpu_total * 1e6 / loaded, 1) if loaded else None
+            time.sleep(2)
+            out["rss_after_load_kb"] = srv.memory().get("rss_kb")
+            out["memory_after_load_kb"] = srv.memory()
+            out["count_after_load"] = count_prefix(srv.endpoint, b"/bench/restart/")
+            out["du_kb"] = du_kb(srv.data_dir)
+            out["stop_seconds"] = round(srv.stop(grace=120), 3)
+            out["ready_after_s"] = round(srv.start(), 3)
+            out["rss_after_restart_kb"] = srv.memory().get("rss_kb")
+            out["count_after_restart"] = count_prefix(srv.endpoint, b"/bench/restart/")
+            time.sleep(1)
+            out["rss_after_restart_read_kb"] = srv.memory().get("rss_kb")
+            srv.kill()
+            out["ready_after_kill9_s"] = round(srv.start(), 3)
+            out["count_after_kill9"] = count_prefix(srv.endpoint, b"/bench/restart/")
+            out["ops"] = loaded
+            error = None
+            for when in ("count_after_restart", "count_after_kill9"):
+                if out[when] != loaded:
+                    error = f"{out[when]} keys found ({when}), {loaded} loaded"
+            self.record(name, "restart", rnd, out, tool="brainload load + harness probe",
+                        cpu_s=cpu_total, error=error, extra={"partial": out.get("load_error")})
+        except (ServerError, ToolError, OSError) as e:
+            self.record(name, "restart", rnd, out, error=str(e)[:2000], tool="brainload load + harness probe")
+        finally:
+            self.finish(srv)
+
+
+RANGE_KEY = "/bench/range/key"
+LIST_PREFIX = "/bench/list/"
+
+
+def _stub(endpoint: str):
+    import grpc
+
+    from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+
+    ch = grpc.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", 64 << 20)])
+    return ch, rpc_pb2_grpc.KVStub(ch)
+
+
+def put_key(endpoint: str, key: bytes, value: bytes) -> None:
+    from brain.api.pb.etcdserverpb import rpc_pb2
+
+    ch, kv = _stub(endpoint)
+    try:
+        kv.Put(rpc_pb2.PutRequest(key=key, value=value), timeout=30)
+    finally:
+        ch.close()
+
+
+def count_prefix(endpoint: str, prefix: bytes) -> int | None:
+    from brain.api.pb.etcdserverpb import rpc_pb2
+
+    end = prefix[:-1] + bytes([prefix[-1] + 1])
+    ch, kv = _stub(endpoint)
+    try:
+        return int(kv.Range(rpc_pb2.RangeRequest(key=prefix, range_end=end, count_only=True), timeout=120).count)
+    except Exception:
+        return None
+    finally:
+        ch.close()
+
+
+def du_kb(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for fn in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, fn)).st_blocks * 512
+            except OSError:
+                pass
+    return total // 1024
+
+
+# ---------------------------------------------------------------------------
+# Machine facts
+# ---------------------------------------------------------------------------
+
+
+def _first_line_of(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def _go_module_version(path: Path) -> str:
+    """`go version -m`: the main module and version a Go binary was built from."""
+    go = shutil.which("go")
+    if go:
+        try:
+            out = subprocess.run([go, "version", "-m", str(path)], capture_output=True, text=True, timeout=20).stdout
+            mod = re.search(r"^\s*mod\s+(\S+)\s+(\S+)", out, re.M)
+            gov = re.search(r":\s*(go[\d.]+)", out)
+            deps = dict(re.findall(r"^\s*dep\s+(go\.etcd\.io/etcd/\S+|github\.com/k3s-io/kine)\s+(\S+)", out, re.M))
+            bits = [f"{mod.group(1)} {mod.group(2)}" if mod else path.name]
+            for k in ("go.etcd.io/etcd/client/v3", "go.etcd.io/etcd/etcdctl/v3", "github.com/k3s-io/kine"):
+                if k in deps:
+                    bits.append(f"{k} {deps[k]}")
+            if gov:
+                bits.append(gov.group(1))
+            return ", ".join(bits)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return path.name
+
+
+def machine_facts(tmp_root: Path) -> dict:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = None
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    fs = _first_line_of(["stat", "-f", "-c", "%T", str(tmp_root)])
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1) if mem_kb else None,
+        "python": platform.python_version(),
+        "data_dir_fs": fs,
+    }
+
+
+# ---------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------
+
+GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "k8s-mix", "check-perf", "restart"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="every workload briefly, one round (CI)")
+    ap.add_argument("--servers", default="etcd-3.4,etcd-3.6,kine,brain",
+                    help="comma-separated subset of etcd-3.4,etcd-3.6,kine,brain")
+    ap.add_argument("--groups", help="comma-separated subset of " + ",".join(GROUPS) + " (default: all)")
+    ap.add_argument("--rounds", type=int, help="alternating rounds per workload (full: 3, smoke: 1)")
+    ap.add_argument("--duration", type=float, help="seconds per timed phase (full: 5, smoke: 1)")
+    ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results; smoke: a temp dir)")
+    ap.add_argument("--tmp-root", help="parent of the data dirs (default: the system temp dir; use a disk, "
+                                       "not tmpfs, or fsync costs nothing)")
+    ap.add_argument("--keep", action="store_true", help="keep data dirs and tool logs")
+    ap.add_argument("--readme", action=argparse.BooleanOptionalAction, default=None,
+                    help="write the summary table into README.md (default: on for full runs to benchmarks/results)")
+    a = ap.parse_args(argv)
+
+    settings = SMOKE if a.smoke else FULL
+    if a.rounds:
+        settings = dataclasses.replace(settings, rounds=a.rounds)
+    if a.duration:
+        settings = dataclasses.replace(settings, duration=a.duration)
+    wanted = [x.strip() for x in a.servers.split(",") if x.strip()]
+    known = {f.name: f for f in all_flavors()}
+    bad = [w for w in wanted if w not in known]
+    groups = [g.strip() for g in (a.groups or ",".join(GROUPS)).split(",") if g.strip()]
+    bad += [g for g in groups if g not in GROUPS]
+    if bad:
+        ap.error(f"unknown server or group: {', '.join(bad)}")
+    if a.groups is None and not settings.check_perf:
+        groups.remove("check-perf")  # the smoke leaves it out unless asked for by name
+    tmp_root = make_root(a.tmp_root)
+    default_out = REPO_ROOT / "benchmarks" / "results"
+    out = a.out or (default_out if not a.smoke else tmp_root / "results")
+    readme = a.readme if a.readme is not None else (not a.smoke and out.resolve() == default_out.resolve())
+    flavors = [known[w] for w in known if w in wanted]
+    bench = Bench(settings, flavors, groups, out, tmp_root, a.keep, readme)
+    if not settings.check_perf:
+        bench.notes.append("`etcdctl check perf` is not part of the smoke run (it always takes 60 s per server).")
+    try:
+        return bench.run()
+    except KeyboardInterrupt:
+        bench.say("interrupted; writing what there is")
+        bench.save(final=True)
+        report.write_all(bench.json_path, bench.md_path, readme=False)
+        return 130
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp_root / "templates", ignore_errors=True)
+            for p in tmp_root.iterdir() if tmp_root.exists() else []:
+                if p.name != "results":
+                    shutil.rmtree(p, ignore_errors=True)
+            if not (tmp_root / "results").exists():
+                shutil.rmtree(tmp_root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,458 @@
+"""The servers under benchmark: etcd 3.4, etcd 3.6, kine (sqlite) and brain.
+
+Each start gets a fresh data directory under the run's temporary root, free
+loopback ports, its stdout/stderr in ``server.log`` beside the data dir, and
+returns once a linearizable gRPC Range succeeds.  ``stop()`` sends SIGTERM to
+the process group, waits, then SIGKILLs it.
+
+Resource readings come from /proc: CPU is utime+stime (plus cutime+cstime of
+waited children) summed over the server's process group, memory is VmRSS
+summed the same way.  kine links sqlite in-process, so its figures cover the
+database too; brain's lmdb and etcd's bbolt are memory-mapped files, whose
+touched pages count in RSS (the file-backed part is reported separately).
+
+Binaries: etcd 3.4 is ``etcd`` from PATH (Debian's etcd-server); the others
+are read from ``<repo>/.cache/bench/bin`` (written by benchmarks/build.sh),
+or from ``$BRAIN_BENCH_BIN`` when set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def bin_dir() -> Path:
+    explicit = os.environ.get("BRAIN_BENCH_BIN")
+    return Path(explicit) if explicit else REPO_ROOT / ".cache" / "bench" / "bin"
+
+
+def tool_path(name: str) -> Path | None:
+    """A built tool (benchmark, brainload, etcdctl-3.6, ...) or None."""
+    p = bin_dir() / name
+    return p if p.is_file() and os.access(p, os.X_OK) else None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerError(RuntimeError):
+    """A server did not start, or died; the message carries its log tail."""
+
+
+# ---------------------------------------------------------------------------
+# /proc readings
+# ---------------------------------------------------------------------------
+
+
+def _group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(rest[2]) == pgid:  # field 5: pgrp
+            pids.append(int(entry))
+    return pids
+
+
+def cpu_seconds(pgid: int) -> float:
+    """utime+stime+cutime+cstime over the process group, in seconds."""
+    ticks = 0
+    for pid in _group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # rest[0] is field 3 (state); utime/stime/cutime/cstime are fields 14..17.
+        ticks += sum(int(x) for x in rest[11:15])
+    return ticks / CLK_TCK
+
+
+def memory_kb(pgid: int) -> dict:
+    """VmRSS, RssAnon, RssFile and VmHWM (kB) summed over the process group."""
+    out = {"rss_kb": 0, "rss_anon_kb": 0, "rss_file_kb": 0, "hwm_kb": 0}
+    keys = {"VmRSS": "rss_kb", "RssAnon": "rss_anon_kb", "RssFile": "rss_file_kb", "VmHWM": "hwm_kb"}
+    for pid in _group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    name, _, value = line.partition(":")
+                    if name in keys:
+                        out[keys[name]] += int(value.split()[0])
+        except OSError:
+            continue
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Server flavours
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class StartOptions:
+    big_quota: bool = False  # the 1M-key restart run: 8 GiB backend quota
+
+
+QUOTA_8G = 8 * 1024 ** 3
+
+
+class Flavor:
+    """How to run one kind of server.  Subclasses fill in the details."""
+
+    name = "server"
+    #: process whose RSS/CPU is measured (for documentation in the report)
+    process_note = ""
+
+    def binary(self) -> str | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def available(self) -> tuple[bool, str]:
+        b = self.binary()
+        if b is None:
+            return False, self.missing_reason()
+        return True, ""
+
+    def missing_reason(self) -> str:
+        return "binary not found"
+
+    def version(self) -> str:
+        return "?"
+
+    def command(self, data_dir: Path, port: int, peer_port: int, opts: StartOptions) -> list[str]:
+        raise NotImplementedError  # pragma: no cover
+
+    def env(self) -> dict:
+        return dict(os.environ)
+
+    def cwd(self) -> str | None:
+        return None
+
+    def flags_note(self) -> str:
+        return ""
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"? ({e})"
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0].strip() if text else "?"
+
+
+class Etcd(Flavor):
+    def __init__(self, name: str, binary_name: str, from_path: bool):
+        self.name = name
+        self._binary_name = binary_name
+        self._from_path = from_path
+        self.process_note = "the etcd process"
+
+    def binary(self) -> str | None:
+        if self._from_path:
+            return shutil.which(self._binary_name)
+        p = tool_path(self._binary_name)
+        return str(p) if p else None
+
+    def missing_reason(self) -> str:
+        if self._from_path:
+            return f"`{self._binary_name}` not in PATH (Debian package etcd-server)"
+        return f"{self._binary_name} not built (run benchmarks/build.sh)"
+
+    def version(self) -> str:
+        return _first_line([self.binary(), "--version"])
+
+    def command(self, data_dir, port, peer_port, opts):
+        client = f"http://127.0.0.1:{port}"
+        peer = f"http://127.0.0.1:{peer_port}"
+        cmd = [
+            self.binary(),
+            "--name", "bench",
+            "--data-dir", str(data_dir),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"bench={peer}",
+        ]
+        if opts.big_quota:
+            cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        return cmd
+
+    def flags_note(self) -> str:
+        return "single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run)"
+
+
+class Kine(Flavor):
+    name = "kine"
+    process_note = "the kine process (sqlite is linked in)"
+
+    def binary(self):
+        p = tool_path("kine")
+        return str(p) if p else None
+
+    def missing_reason(self):
+        return "kine not built (run benchmarks/build.sh)"
+
+    def version(self):
+        return _first_line([self.binary(), "--version"])
+
+    def _help(self) -> str:
+        if not hasattr(self, "_help_text"):
+            try:
+                out = subprocess.run([self.binary(), "--help"], capture_output=True, text=True, timeout=20)
+                self._help_text = out.stdout + out.stderr
+            except (OSError, subprocess.TimeoutExpired):
+                self._help_text = ""
+        return self._help_text
+
+    def command(self, data_dir, port, peer_port, opts):
+        dsn = f"sqlite://{data_dir}/state.db?_journal=WAL&cache=shared"
+        cmd = [self.binary(), "--endpoint", dsn, "--listen-address", f"127.0.0.1:{port}"]
+        # Newer kine serves metrics on :8080 by default; keep it on loopback and free.
+        if "--metrics-bind-address" in self._help():
+            cmd += ["--metrics-bind-address", f"127.0.0.1:{peer_port}"]
+        return cmd
+
+    def flags_note(self):
+        return "sqlite backend (WAL journal, shared cache), defaults otherwise"
+
+
+class Brain(Flavor):
+    name = "brain"
+    process_note = "the python process (lmdb is memory-mapped in it)"
+
+    def binary(self):
+        return sys.executable if (REPO_ROOT / "brain" / "__main__.py").is_file() else None
+
+    def missing_reason(self):
+        return "brain/__main__.py not found"
+
+    def version(self):
+        v = _first_line([sys.executable, "-m", "brain", "serve", "--version"])
+        try:
+            rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        except OSError:
+            rev = ""
+        py = "python " + ".".join(map(str, sys.version_info[:3]))
+        return f"{v} (commit {rev or '?'}, {py})"
+
+    def command(self, data_dir, port, peer_port, opts):
+        cmd = [sys.executable, "-m", "brain", "serve",
+               "--data-dir", str(data_dir),
+               "--listen-client-urls", f"http://127.0.0.1:{port}"]
+        if opts.big_quota:
+            cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        return cmd
+
+    def env(self):
+        env = dict(os.environ)
+        pp = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
+        return env
+
+    def cwd(self):
+        return str(REPO_ROOT)
+
+    def flags_note(self):
+        return "`brain serve` defaults (8 GiB quota for the 1M-key restart run, as for etcd)"
+
+
+def all_flavors() -> list[Flavor]:
+    return [Etcd("etcd-3.4", "etcd", from_path=True), Etcd("etcd-3.6", "etcd-3.6", from_path=False),
+            Kine(), Brain()]
+
+
+# ---------------------------------------------------------------------------
+# A running server
+# ---------------------------------------------------------------------------
+
+
+def _range_once(endpoint: str, timeout: float, serializable: bool = False) -> None:
+    import grpc
+
+    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        rpc_pb2_grpc.KVStub(channel).Range(
+            rpc_pb2.RangeRequest(key=b"/bench-readiness", serializable=serializable), timeout=timeout)
+    finally:
+        channel.close()
+
+
+@dataclass
+class Server:
+    flavor: Flavor
+    root: Path  # this server's directory: data/ and server.log
+    opts: StartOptions = field(default_factory=StartOptions)
+    ready_timeout: float = 60.0
+    port: int = 0
+    peer_port: int = 0
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+    ready_after_s: float | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log_tail(self, nbytes: int = 4000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - nbytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError as e:
+            return f"<no log: {e}>"
+
+    def start(self) -> float:
+        """Start and wait for a linearizable Range; returns seconds from spawn to ready."""
+        for attempt in range(3):
+            if not self.port or attempt:
+                self.port, self.peer_port = free_port(), free_port()
+            try:
+                return self._start_once()
+            except ServerError as e:
+                self.kill()
+                if "address already in use" in str(e).lower() and attempt < 2:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> float:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = self.flavor.command(self.data_dir, self.port, self.peer_port, self.opts)
+        with open(self.log_path, "ab", buffering=0) as log:
+            log.write(("\n=== start: " + " ".join(cmd) + "\n").encode())
+            self.started_at = time.monotonic()
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.flavor.env(), cwd=self.flavor.cwd(), start_new_session=True)
+        self.ready_after_s = self._wait_ready()
+        return self.ready_after_s
+
+    def _wait_ready(self) -> float:
+        """Poll: TCP connect every 10 ms, then a linearizable Range on a fresh channel."""
+        deadline = self.started_at + self.ready_timeout
+        last = "not attempted"
+        while True:
+            if self.proc is None or self.proc.poll() is not None:
+                rc = None if self.proc is None else self.proc.returncode
+                raise ServerError(f"{self.flavor.name} exited during startup (exit code {rc})\n"
+                                  f"--- log tail ---\n{self.log_tail()}")
+            now = time.monotonic()
+            if now > deadline:
+                raise ServerError(f"{self.flavor.name} not ready after {self.ready_timeout:.0f}s "
+                                  f"(last error: {last})\n--- log tail ---\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    pass
+            except OSError as e:
+                last = f"connect: {e}"
+                time.sleep(0.01)
+                continue
+            try:
+                _range_once(self.endpoint, timeout=min(2.0, max(0.2, deadline - now)))
+                return time.monotonic() - self.started_at
+            except Exception as e:  # grpc.RpcError and friends
+                code = getattr(e, "code", lambda: None)()
+                last = f"range: {code}: {getattr(e, 'details', lambda: e)()}"
+                time.sleep(0.02)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.pid) if self.alive() else float("nan")
+
+    def memory(self) -> dict:
+        return memory_kb(self.pid) if self.alive() else {}
+
+    def stop(self, grace: float = 30.0) -> float:
+        """SIGTERM the process group, wait up to ``grace``, then SIGKILL.  Returns seconds taken."""
+        t0 = time.monotonic()
+        proc = self.proc
+        if proc is None:
+            return 0.0
+        if proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+        self._reap_group()
+        self.proc = None
+        return time.monotonic() - t0
+
+    def kill(self) -> None:
+        """SIGKILL the process group (no clean shutdown); the data dir is kept."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self._signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        self._reap_group()
+        self.proc = None
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def _reap_group(self) -> None:
+        # Leftover children of the group (none expected) get SIGKILL too.
+        if self.proc is not None and _group_pids(self.proc.pid):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def remove(self) -> None:
+        self.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def make_root(parent: str | None = None) -> Path:
+    """The temporary root of one benchmark session (on disk, not tmpfs: fsync must cost)."""
+    return Path(tempfile.mkdtemp(prefix="brain-bench-", dir=parent))
