@@ -74,7 +74,7 @@ func main() {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "brainload %s: %v\n", name, err)
-		res["failed"] = err.Error()
+		res["failure"] = err.Error()
 	}
 	out, jerr := json.Marshal(res)
 	if jerr != nil {
