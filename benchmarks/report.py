@@ -58,7 +58,7 @@ WORKLOADS: dict[str, Workload] = {
 
 
 _TITLE_DEFAULTS = {"list_keys": 100_000, "list_limit": 500, "list_clients": 4, "watch_watchers": 1000,
-                   "watch_events": 300, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
+                   "watch_events": 200, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
                    "k8s_pod_rate": 200, "k8s_pods": 3000, "k8s_duration": 10.0, "check_perf_load": "l",
                    "restart_keys": 1_000_000, "restart_val": 1024}
 

@@ -59,8 +59,8 @@ class Settings:
     list_clients: int = 4
     watch_watchers: int = 1000
     watch_writers: int = 4
-    watch_events: int = 300    # keys put, as fast as they go; each event goes to every watcher
-    watch_timeout: float = 30  # for watch creation, and for deliveries after the last put
+    watch_events: int = 200    # keys put, as fast as they go; each event goes to every watcher
+    watch_timeout: float = 40  # for watch creation, and for deliveries after the last put
     lease_leases: int = 10_000
     lease_ttl: int = 5
     k8s_nodes: int = 10_000
@@ -73,6 +73,8 @@ class Settings:
     restart_load_cap: float = 330.0   # seconds of loading allowed per server (kine needs ~10 min for 1M)
     check_perf: bool = True
     check_perf_load: str = "l"
+    settle: float = 2.0        # seconds between the restart load and the RSS reading
+    probe_per_client: int = 4  # requests per client in benchmark's calibration pass
 
 
 FULL = Settings(name="full", rounds=3, duration=4.0)
@@ -81,9 +83,9 @@ SMOKE = Settings(
     list_keys=2_000, list_clients=2,
     watch_watchers=50, watch_writers=1, watch_events=50, watch_timeout=10,
     lease_leases=200, lease_ttl=2,
-    k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=2.0,
+    k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
     restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0,
-    check_perf=False,
+    check_perf=False, settle=0.0, probe_per_client=2,
 )
 
 
@@ -144,9 +146,9 @@ def brainload(sub: str, endpoint: str, args: list, timeout: float, log_dir: Path
     if result is None:
         raise ToolError(f"brainload {sub} exit {rc}, no JSON result; stderr tail: {_tail(stderr)}")
     result["_cmd"] = " ".join(cmd[1:])
-    # "failed" is brainload's error text; txn-put also has a numeric "failed" (compares that failed).
-    if isinstance(result.get("failed"), str):
-        result["_error"] = result["failed"]
+    # "failure" is brainload's error text (txn-put's numeric "failed" counts else-branches).
+    if result.get("failure") or isinstance(result.get("failed"), str):
+        result["_error"] = result.get("failure") or result["failed"]
     elif rc != 0:
         result["_error"] = f"exit code {rc}: {_tail(stderr, 300)}"
     return result
@@ -425,7 +427,7 @@ class Bench:
             sub = ["range", RANGE_KEY, "--consistency", "l" if kind == "range-l" else "s"]
         try:
             # Calibration (and warm-up): a short pass sizes --total for ~duration seconds.
-            probe_total = max(200, clients * 4)
+            probe_total = max(200, clients * s.probe_per_client)
             probe = etcd_benchmark(srv.endpoint, clients, sub, probe_total, 120, logs, workload + "-probe")
             if probe.get("_error"):
                 self.record(name, workload, rnd, probe, tool="benchmark")
@@ -620,7 +622,7 @@ class Bench:
                         break
             out["keys_loaded"] = loaded
             out["load_cpu_us_per_key"] = round(cpu_total * 1e6 / loaded, 1) if loaded else None
-            time.sleep(2)
+            time.sleep(s.settle)
             out["rss_after_load_kb"] = srv.memory().get("rss_kb")
             out["memory_after_load_kb"] = srv.memory()
             out["count_after_load"] = count_prefix(srv.endpoint, b"/bench/restart/")
@@ -629,7 +631,7 @@ class Bench:
             out["ready_after_s"] = round(srv.start(), 3)
             out["rss_after_restart_kb"] = srv.memory().get("rss_kb")
             out["count_after_restart"] = count_prefix(srv.endpoint, b"/bench/restart/")
-            time.sleep(1)
+            time.sleep(s.settle / 2)
             out["rss_after_restart_read_kb"] = srv.memory().get("rss_kb")
             srv.kill()
             out["ready_after_kill9_s"] = round(srv.start(), 3)

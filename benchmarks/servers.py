@@ -227,16 +227,20 @@ class Kine(Flavor):
                 self._help_text = ""
         return self._help_text
 
+    # kine's own sqlite DefaultParams: a DSN given in --endpoint replaces them, so they are repeated.
+    SQLITE_PARAMS = ("_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate"
+                     "&_stmt_cache_size=20&cache=shared")
+
     def command(self, data_dir, port, peer_port, opts):
-        dsn = f"sqlite://{data_dir}/state.db?_journal=WAL&cache=shared"
+        dsn = f"sqlite://{data_dir}/state.db?{self.SQLITE_PARAMS}"
         cmd = [self.binary(), "--endpoint", dsn, "--listen-address", f"127.0.0.1:{port}"]
-        # Newer kine serves metrics on :8080 by default; keep it on loopback and free.
+        # kine serves metrics on :8080 by default; keep it on loopback on a free port.
         if "--metrics-bind-address" in self._help():
             cmd += ["--metrics-bind-address", f"127.0.0.1:{peer_port}"]
         return cmd
 
     def flags_note(self):
-        return "sqlite backend (WAL journal, shared cache), defaults otherwise"
+        return "sqlite backend with kine's default parameters (WAL, synchronous=NORMAL, busy timeout 30 s)"
 
 
 class Brain(Flavor):
