@@ -1,0 +1,91 @@
+"""``make bench-smoke`` as a test: every benchmark workload for about a second
+on etcd 3.4, etcd 3.6, kine and brain, through the real harness.
+
+The Go binaries come from ``benchmarks/build.sh`` (cached in .cache/bench;
+the first build takes a few minutes, later runs under a second).  Skipped
+when Go is missing and nothing is built yet (a failure under $CI instead).
+``$BRAIN_BENCH_BIN`` points at prebuilt binaries and skips the build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import servers as _servers
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD = REPO_ROOT / "benchmarks" / "build.sh"
+BINARIES = ("etcd-3.6", "etcdctl-3.6", "benchmark", "kine", "brainload")
+
+pytestmark = [pytest.mark.etcd, pytest.mark.timeout(1800)]
+
+
+def _skip_or_fail(msg: str) -> None:
+    if _servers.in_ci():
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def bench_bin() -> Path:
+    explicit = os.environ.get("BRAIN_BENCH_BIN")
+    if explicit:
+        return Path(explicit)
+    if not BUILD.is_file():
+        _skip_or_fail("benchmarks/build.sh is missing")
+    if shutil.which("go") is None:
+        cached = REPO_ROOT / ".cache" / "bench" / "bin"
+        if all((cached / b).is_file() for b in BINARIES):
+            return cached
+        _skip_or_fail("go is not on PATH and the benchmark binaries are not built")
+    r = subprocess.run(["bash", str(BUILD)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, f"benchmarks/build.sh failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> None:
+    from benchmarks import report
+
+    env = dict(os.environ, BRAIN_BENCH_BIN=str(bench_bin), PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(tmp_path)],
+                       cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"smoke run failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+
+    [json_path] = tmp_path.glob("*.json")
+    data = json.loads(json_path.read_text())
+    meta = data["meta"]
+    assert meta.get("finished"), "the run did not finish"
+    for name in ("etcd-3.4", "etcd-3.6", "kine", "brain"):
+        assert meta["servers"][name]["available"], f"{name}: {meta['servers'][name]['reason']}"
+
+    expected = {w for w in report.WORKLOADS if w != "check-perf"}
+    seen: dict[str, dict[str, dict]] = {}
+    for run in data["runs"]:
+        seen.setdefault(run["server"], {})[run["workload"]] = run
+    for server in ("etcd-3.4", "etcd-3.6", "kine", "brain"):
+        missing = expected - set(seen.get(server, {}))
+        assert not missing, f"{server}: no record for {sorted(missing)}"
+    for w in sorted(expected):
+        run = seen["brain"][w]
+        assert run["ok"], f"brain {w}: {run['error']}"
+        assert (run["result"].get("ops") or 0) > 0, f"brain {w}: no operations"
+        assert run["cpu_s"] is not None and run["cpu_s"] >= 0, f"brain {w}: no CPU reading"
+    # The references ran too (kine may reject some workloads; etcd must not).
+    for server in ("etcd-3.4", "etcd-3.6"):
+        failed = {w: run["error"] for w, run in seen[server].items() if not run["ok"]}
+        assert not failed, f"{server} failed: {failed}"
+
+    md = json_path.with_suffix(".md").read_text()
+    assert "## Targets" in md and "| brain |" in md
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert len(list(tmp_path.glob("*.png"))) == 2
