@@ -17,6 +17,17 @@ test-full: deps               ## the long versions: 20+ crash cycles, more diffe
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
 
+.PHONY: bench bench-smoke
+bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine, ~45 min: benchmarks/results/<date>.md, plots, README table
+	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
+	bash benchmarks/build.sh
+	$(PYTHON) -m benchmarks.run
+
+bench-smoke: deps             ## every benchmark workload for a second on each server (~2 min; what the pytest in tests/benchmarks runs)
+	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
+	bash benchmarks/build.sh
+	$(PYTHON) -m benchmarks.run --smoke
+
 deps: deps-system deps-python
 
 deps-python:
