@@ -103,23 +103,43 @@ class ToolError(RuntimeError):
     pass
 
 
+# The server the tools are aimed at; a tool whose server died is stopped at once.
+_current_server: Server | None = None
+
+
 def _run_tool(cmd: list[str], timeout: float, log_dir: Path, tag: str) -> tuple[int, str, str]:
-    """Run a load tool; stdout/stderr go to files in ``log_dir`` and are returned."""
+    """Run a load tool; stdout/stderr go to files in ``log_dir`` and are returned.
+
+    Raises ToolError when it outlives ``timeout`` or when the server under test exits meanwhile."""
     log_dir.mkdir(parents=True, exist_ok=True)
     out_path, err_path = log_dir / f"{tag}.out", log_dir / f"{tag}.err"
+    why = None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        out.write(b"")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
         try:
-            proc = subprocess.run(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, timeout=timeout,
-                                  start_new_session=True)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = -999
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() > deadline:
+                    why = f"timed out after {timeout:.0f}s"
+                elif _current_server is not None and not _current_server.alive():
+                    srv = _current_server
+                    why = (f"stopped: the server exited (code {srv.proc.returncode if srv.proc else None}); "
+                           f"server log tail: {_tail(srv.log_tail(1000), 500)}")
+                if why:
+                    break
+        finally:
+            if proc.poll() is None:  # timeout, dead server, or an interrupt of the harness
+                proc.kill()
+                proc.wait()
     stdout = out_path.read_text(errors="replace")
     stderr = err_path.read_text(errors="replace")
-    if rc == -999:
-        raise ToolError(f"{Path(cmd[0]).name} {cmd[1]} timed out after {timeout:.0f}s; stderr tail: "
-                        f"{_tail(stderr)}")
+    if why:
+        raise ToolError(f"{tag}: {Path(cmd[0]).name} {why}; its stderr tail: {_tail(stderr, 300)}")
     return rc, stdout, stderr
 
 
@@ -318,6 +338,8 @@ class Bench:
                mem: dict | None = None, extra: dict | None = None) -> dict:
         result = dict(result or {})
         cmd = result.pop("_cmd", None)
+        if cpu_s is not None and cpu_s != cpu_s:  # NaN: the server was gone
+            cpu_s = None
         err = error or result.pop("_error", None)
         ops = result.get("ops") or 0
         if err is None and not ops and workload not in ("restart", "check-perf"):
@@ -335,16 +357,39 @@ class Bench:
         self.say(f"  {server:9s} {workload:14s} r{rnd}: {report.one_line(rec)}")
         return rec
 
+    def workloads_of(self, group: str) -> list[str]:
+        s = self.s
+        return {
+            "put": [f"put-c{c}" for c in s.put_clients],
+            "range": [f"range-{k}-c{c}" for k in "ls" for c in s.range_clients],
+            "txn-put": [f"txn-put-c{c}" for c in s.txn_clients],
+            "list": ["list", "count"],
+            "watch": ["watch", "watch-shared"],
+        }.get(group, [group])
+
     # -- server handling -----------------------------------------------------
     def server(self, flavor: Flavor, tag: str, opts: StartOptions | None = None) -> Server:
         return Server(flavor, self.root / f"{flavor.name}-{tag}", opts or StartOptions(), ready_timeout=300.0)
 
     def measured(self, srv: Server, fn):
-        """Run ``fn()`` and return (result, server CPU seconds it cost, memory after)."""
+        """Run ``fn()`` and return (result, server CPU seconds it cost, memory after).
+
+        A server that is down beforehand (it died in an earlier workload) is started again on
+        its data dir; one that dies during ``fn`` turns the result into an error with its log."""
+        if not srv.alive():
+            self.say(f"  {srv.flavor.name} is not running (exit code {srv.proc and srv.proc.returncode}); "
+                     f"starting it again")
+            srv.kill()
+            srv.start()
         c0 = srv.cpu_seconds()
         res = fn()
-        c1 = srv.cpu_seconds()
-        return res, (c1 - c0), srv.memory()
+        if not srv.alive():
+            rc = srv.proc.returncode if srv.proc else None
+            if isinstance(res, dict):
+                res["_error"] = (f"server exited (code {rc}) during the run; log tail: "
+                                 f"{_tail(srv.log_tail(1500), 1200)}")
+            return res, None, {}
+        return res, (srv.cpu_seconds() - c0), srv.memory()
 
     def finish(self, srv: Server) -> None:
         try:
@@ -372,8 +417,11 @@ class Bench:
                         getattr(self, "group_" + g.replace("-", "_"))(f, rnd)
                     except Exception as e:  # keep going: record and move on
                         self.say(f"  {f.name} {g}: harness error {e!r}")
-                        self.record(f.name, g, rnd, error=f"harness error: {e!r}",
-                                    extra={"traceback": traceback.format_exc()[-2000:]})
+                        done = {(r["workload"]) for r in self.runs if r["server"] == f.name and r["round"] == rnd}
+                        for w in self.workloads_of(g):
+                            if w not in done:
+                                self.record(f.name, w, rnd, error=f"harness error: {e!r}",
+                                            extra={"traceback": traceback.format_exc()[-2000:]})
                 self.save()
         self.save(final=True)
         report.write_all(self.json_path, self.md_path, readme=self.readme)
@@ -384,7 +432,9 @@ class Bench:
                      opts: StartOptions | None = None, template: Path | None = None) -> None:
         """Start a fresh server (from a template data dir if given), run body(srv), stop it.
         A start failure is recorded against every workload of the group."""
+        global _current_server
         srv = self.server(f, f"{tag}-r{rnd}", opts)
+        _current_server = srv
         try:
             if template is not None:
                 shutil.copytree(template, srv.data_dir)
@@ -449,8 +499,8 @@ class Bench:
         self._with_server(f, rnd, "put", wl, body)
 
     def group_range(self, f: Flavor, rnd: int) -> None:
-        combos = [("l", c) for c in self.s.range_clients] + [("s", c) for c in self.s.range_clients]
-        wl = [f"range-{k}-c{c}" for k, c in combos]
+        combos = [(k, c) for k in "ls" for c in self.s.range_clients]
+        wl = self.workloads_of("range")
 
         def body(srv):
             put_key(srv.endpoint, RANGE_KEY.encode(), b"v" * self.s.val_size)
@@ -483,7 +533,9 @@ class Bench:
         if f.name in self.templates:
             return self.templates[f.name]
         s = self.s
+        global _current_server
         srv = self.server(f, "list-template")
+        _current_server = srv
         self.say(f"  {f.name}: loading {s.list_keys} keys for the list template")
         try:
             srv.start()
@@ -589,7 +641,9 @@ class Bench:
         """Load N keys of 1 KiB, RSS, SIGTERM + start (time to a linearizable read), kill -9 + start."""
         s = self.s
         name = f.name
+        global _current_server
         srv = self.server(f, "restart", StartOptions(big_quota=True))
+        _current_server = srv
         out: dict = {"keys_target": s.restart_keys, "val_size": s.restart_val}
         cpu_total = 0.0
         try:

@@ -394,8 +394,9 @@ class Server:
                 _range_once(self.endpoint, timeout=min(2.0, max(0.2, deadline - now)))
                 return time.monotonic() - self.started_at
             except Exception as e:  # grpc.RpcError and friends
-                code = getattr(e, "code", lambda: None)()
-                last = f"range: {code}: {getattr(e, 'details', lambda: e)()}"
+                details = e.details() if hasattr(e, "details") else str(e)
+                code = e.code() if hasattr(e, "code") else type(e).__name__
+                last = f"range: {code}: {details}"
                 time.sleep(0.02)
 
     def alive(self) -> bool:
