@@ -169,15 +169,17 @@ class NativeFront:
         methods = self.methods
         recv_limit = self.recv_limit
         stats = self.stats
-        submit_many = self.engine.submit_many
+        submit_batch = self.engine.submit_batch
         respond = front.respond
         while (events := front.recv_batch(BATCH_EVENTS)) is not None:
             writes = []
+            started: dict = {}
+            answered: dict = {}
             for kind, call_id, method_id, payload, _client in events:
                 if kind != EVENT_CALL:
                     continue  # a cancel: answers to it are dropped by the front
                 m = methods[method_id]
-                stats.on_start(m.stats_key)
+                started[m.stats_key] = started.get(m.stats_key, 0) + 1
                 if self._stopping:
                     self._fail(call_id, m, _UNAVAILABLE, "Unavailable", "brain: server is shutting down")
                     continue
@@ -200,41 +202,50 @@ class NativeFront:
                         writes.append((call_id, m, out))
                         continue
                     respond(call_id, out.SerializeToString())
-                    stats.on_handled(m.stats_key, _OK, 1, 1)
+                    answered[m.stats_key] = answered.get(m.stats_key, 0) + 1
                 except Exception as e:  # noqa: BLE001 - every failure becomes a status
                     self._fail_with(call_id, m, e)
+            for key, n in started.items():
+                stats.on_start(key, n)
+            for key, n in answered.items():
+                stats.on_handled(key, _OK, n, n, calls=n)
             if writes:
                 with self._inflight_lock:
                     self._inflight += len(writes)
                 try:
-                    futs = submit_many([w[2].request for w in writes])
+                    submit_batch([w[2].request for w in writes], self._completer(writes))
                 except Exception as e:  # noqa: BLE001
-                    futs = None
                     for call_id, m, _ in writes:
                         self._fail_with(call_id, m, e)
                     self._end(len(writes))
-                if futs is not None:
-                    for (call_id, m, deferred), fut in zip(writes, futs):
-                        fut.add_done_callback(self._completer(call_id, m, deferred))
 
-    def _completer(self, call_id: int, m: Method, deferred: Deferred):
-        def done(fut) -> None:
+    def _completer(self, writes: list):
+        """Answers the calls of one dispatch round as the engine settles
+        their writes (on the committer thread, once per commit batch)."""
+        respond = self._front.respond
+        stats = self.stats
+
+        def settled(items) -> None:
+            ok: dict = {}
             try:
-                exc = fut.exception()
-                if exc is not None:
+                for index, result, exc in items:
+                    call_id, m, deferred = writes[index]
+                    if exc is None:
+                        try:
+                            data = deferred.finish(result).SerializeToString()
+                        except Exception as e:  # noqa: BLE001
+                            exc = e
+                        else:
+                            respond(call_id, data)
+                            ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
+                            continue
                     self._fail_with(call_id, m, exc)
-                else:
-                    try:
-                        data = deferred.finish(fut.result()).SerializeToString()
-                    except Exception as e:  # noqa: BLE001
-                        self._fail_with(call_id, m, e)
-                    else:
-                        self._front.respond(call_id, data)
-                        self.stats.on_handled(m.stats_key, _OK, 1, 1)
             finally:
-                self._end(1)
+                for key, n in ok.items():
+                    stats.on_handled(key, _OK, n, n, calls=n)
+                self._end(len(items))
 
-        return done
+        return settled
 
     def _run_pooled(self, call_id: int, m: Method, payload: bytes) -> None:
         try:

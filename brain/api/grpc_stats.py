@@ -55,9 +55,9 @@ class GrpcStats:
         self.received: dict[tuple[str, str, str], int] = {}
         self.sent: dict[tuple[str, str, str], int] = {}
 
-    def on_start(self, key: tuple[str, str, str]) -> None:
+    def on_start(self, key: tuple[str, str, str], calls: int = 1) -> None:
         with self._lock:
-            self.started[key] = self.started.get(key, 0) + 1
+            self.started[key] = self.started.get(key, 0) + calls
 
     def on_messages(self, key: tuple[str, str, str], received: int, sent: int) -> None:
         with self._lock:
@@ -66,10 +66,11 @@ class GrpcStats:
             if sent:
                 self.sent[key] = self.sent.get(key, 0) + sent
 
-    def on_handled(self, key: tuple[str, str, str], code: str, received: int = 0, sent: int = 0) -> None:
+    def on_handled(self, key: tuple[str, str, str], code: str, received: int = 0, sent: int = 0,
+                   calls: int = 1) -> None:
         hkey = (*key, code)
         with self._lock:
-            self.handled[hkey] = self.handled.get(hkey, 0) + 1
+            self.handled[hkey] = self.handled.get(hkey, 0) + calls
             if received:
                 self.received[key] = self.received.get(key, 0) + received
             if sent:

@@ -83,14 +83,60 @@ class EngineStatistics:
     failed: str | None
 
 
-class _Pending:
-    __slots__ = ("request", "future", "wait_compact", "result")
+class _FutureSink:
+    """Where a ``submit`` call's outcome goes: a Future per request."""
 
-    def __init__(self, request) -> None:
+    __slots__ = ("futures",)
+
+    def __init__(self, n: int) -> None:
+        self.futures = [Future() for _ in range(n)]
+
+    def add(self, index: int, result, exc) -> bool:
+        f = self.futures[index]
+        if exc is not None:
+            f.set_exception(exc)
+        else:
+            f.set_result(result)
+        return False  # nothing to flush
+
+
+class _BatchSink:
+    """Where a ``submit_batch`` call's outcomes go: collected while the
+    committer settles a commit batch, then handed to ``callback`` in one
+    call (no Future, lock or closure per request)."""
+
+    __slots__ = ("callback", "items")
+
+    def __init__(self, callback) -> None:
+        self.callback = callback
+        self.items: list = []
+
+    def add(self, index: int, result, exc) -> bool:
+        self.items.append((index, result, exc))
+        return len(self.items) == 1  # first item: flush this sink later
+
+    def flush(self) -> None:
+        items, self.items = self.items, []
+        if items:
+            try:
+                self.callback(items)
+            except Exception:  # noqa: BLE001 - a caller's bug must not stop the committer
+                log.exception("write completion callback failed")
+
+
+class _Pending:
+    """A queued write: settled exactly once, with a result or an EtcdError."""
+
+    __slots__ = ("request", "sink", "index", "wait_compact", "result", "settled")
+
+    def __init__(self, request, sink, index: int) -> None:
         self.request = request
-        self.future: Future = Future()
-        self.wait_compact = 0
+        self.sink = sink
+        self.index = index
+        self.wait_compact = (request.revision if isinstance(request, CompactRequest) and request.physical
+                             else 0)
         self.result = None
+        self.settled = False
 
 
 class DataDirLocked(RuntimeError):
@@ -109,6 +155,7 @@ class Engine:
         self._failed: errors.EtcdError | None = None
         self._failed_reason: str | None = None
         self._compact_waiters: list[tuple[int, _Pending]] = []
+        self._dirty_sinks: list[_BatchSink] = []  # settled outcomes not yet delivered
         self._checkpoint_thread: threading.Thread | None = None
         self._checkpoint_done = threading.Event()
         self._checkpoint_error: BaseException | None = None
@@ -246,20 +293,42 @@ class Engine:
     def submit_many(self, requests) -> list[Future]:
         """``submit`` for several requests at once: one queue operation and
         one wake-up, so a batch that arrived together commits together."""
-        pending = [_Pending(r) for r in requests]
-        for p in pending:
-            if isinstance(p.request, CompactRequest) and p.request.physical:
-                p.wait_compact = p.request.revision
+        sink = _FutureSink(len(requests))
+        self._enqueue([_Pending(r, sink, i) for i, r in enumerate(requests)])
+        return sink.futures
+
+    def submit_batch(self, requests, callback) -> None:
+        """Queue ``requests`` like ``submit_many``; outcomes are delivered as
+        ``callback([(index, result, exc), ...])`` on the committer thread,
+        once per commit batch that settles some of them (``exc`` is None or
+        an EtcdError).  The cheap path for the batching gRPC front."""
+        sink = _BatchSink(callback)
+        self._enqueue([_Pending(r, sink, i) for i, r in enumerate(requests)])
+        sink.flush()  # outcomes settled already (engine stopping)
+
+    def _enqueue(self, pending: list[_Pending]) -> None:
         with self._cv:
-            if self._stopping:
+            if self._stopping:  # settled here, on the caller's thread
                 for p in pending:
-                    p.future.set_exception(errors.ErrStopped)
-            else:
-                was_empty = not self._queue
-                self._queue.extend(pending)
-                if was_empty and pending:
-                    self._cv.notify()
-        return [p.future for p in pending]
+                    p.settled = True
+                    p.sink.add(p.index, None, errors.ErrStopped)
+                return
+            was_empty = not self._queue
+            self._queue.extend(pending)
+            if was_empty and pending:
+                self._cv.notify()
+
+    def _settle(self, p: _Pending, result, exc=None) -> None:
+        if p.settled:
+            return
+        p.settled = True
+        if p.sink.add(p.index, result, exc):
+            self._dirty_sinks.append(p.sink)
+
+    def _flush_sinks(self) -> None:
+        sinks, self._dirty_sinks = self._dirty_sinks, []
+        for sink in sinks:
+            sink.flush()
 
     def _write(self, request):
         return self.submit(request).result()
@@ -339,9 +408,9 @@ class Engine:
                     log.exception("commit failed")
                     self._fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
                     for p in batch:
-                        if not p.future.done():
-                            p.future.set_exception(errors.ErrStopped)
+                        self._settle(p, None, errors.ErrStopped)
             self._maintain()
+            self._flush_sinks()
             for c in controls:
                 c.request.fn()
             if stopping and not batch:
@@ -356,7 +425,7 @@ class Engine:
     def _commit(self, batch: list[_Pending]) -> None:
         if self._failed is not None:
             for p in batch:
-                p.future.set_exception(self._failed)
+                self._settle(p, None, self._failed)
             return
         requests = []
         admitted = []
@@ -365,13 +434,13 @@ class Engine:
         corrupt = self.alarms.has(ALARM_CORRUPT)
         for p in batch:
             if corrupt:
-                p.future.set_exception(errors.ErrCorrupt)
+                self._settle(p, None, errors.ErrCorrupt)
                 continue
             if capped and _adds_data(p.request):
                 if over:
                     over = False  # raise the alarm once per batch
                     self._raise_nospace()
-                p.future.set_exception(errors.ErrNoSpace)
+                self._settle(p, None, errors.ErrNoSpace)
                 continue
             requests.append(p.request)
             admitted.append(p)
@@ -394,7 +463,7 @@ class Engine:
                 log.error("journal write failed (%r); refusing writes until restart", e)
                 self._fail(err, f"journal write failed: {e!r}")
                 for p in admitted:
-                    p.future.set_exception(err)
+                    self._settle(p, None, err)
                 return
             self._journal_bytes += len(payload)
             for hook in self.journal_sync_hooks:
@@ -408,12 +477,12 @@ class Engine:
         self._leases.on_commit(requests, results)
         for p, res in zip(admitted, results):
             if isinstance(res, errors.EtcdError):
-                p.future.set_exception(res)
+                self._settle(p, None, res)
             elif p.wait_compact:
                 p.result = res
                 self._compact_waiters.append((p.wait_compact, p))
             else:
-                p.future.set_result(res)
+                self._settle(p, res)
 
     def _fail(self, err: errors.EtcdError, reason: str) -> None:
         self._failed = err
@@ -429,7 +498,7 @@ class Engine:
             still = []
             for rev, p in self._compact_waiters:
                 if done_rev >= rev:
-                    p.future.set_result(p.result)
+                    self._settle(p, p.result)
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
@@ -584,7 +653,7 @@ class Engine:
 
     def _control(self, fn) -> None:
         """Run fn on the committer thread (the journal's only writer)."""
-        p = _Pending(_Control(fn))
+        p = _Pending(_Control(fn), None, 0)
         with self._cv:
             self._queue.append(p)
             self._cv.notify()

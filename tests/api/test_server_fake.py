@@ -109,6 +109,18 @@ class FakeEngine:
         threading.Thread(target=apply, daemon=True).start()
         return futures
 
+    def submit_batch(self, reqs, callback) -> None:
+        futures = self.submit_many(reqs)
+
+        def deliver() -> None:
+            items = []
+            for i, f in enumerate(futures):
+                exc = f.exception(timeout=30)
+                items.append((i, None if exc else f.result(), exc))
+            callback(items)
+
+        threading.Thread(target=deliver, daemon=True).start()
+
     def close(self) -> None:
         self.closed = True
 
