@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict, SortedList
 
 from .codec import decode_record
 from .key_index import KeyIndex
@@ -25,11 +25,17 @@ from .revision import to_bytes
 
 
 class Shard:
-    __slots__ = ("id", "index", "active", "frozen", "active_order", "frozen_order", "pending_deletes", "backend")
+    __slots__ = ("id", "index", "dead", "active", "frozen", "active_order", "frozen_order", "pending_deletes",
+                 "backend")
 
     def __init__(self, shard_id: int, backend) -> None:
         self.id = shard_id
         self.index: SortedDict = SortedDict()  # key -> KeyIndex
+        # Keys of `index` that do not exist at the newest revision (deleted,
+        # history kept until compaction).  Invariant: dead == {k in index :
+        # not index[k].is_live()}; with it, the live keys in a range are
+        # counted by bisection (``live_count``) instead of by a scan.
+        self.dead: SortedList = SortedList()
         self.active: dict[int, tuple] = {}
         self.frozen: dict[int, tuple] = {}
         # Revisions of `active` / `frozen` in increasing order (records are
@@ -96,6 +102,14 @@ class Shard:
             ki = KeyIndex(key)
             self.index[key] = ki
         return ki
+
+    def live_count(self, key: bytes, end: bytes | None) -> int:
+        """Keys in [key, end) that exist at the newest revision (end None:
+        no upper bound), in O(log n)."""
+        index, dead = self.index, self.dead
+        if end is None:
+            return (len(index) - index.bisect_left(key)) - (len(dead) - dead.bisect_left(key))
+        return (index.bisect_left(end) - index.bisect_left(key)) - (dead.bisect_left(end) - dead.bisect_left(key))
 
     def keys_in(self, key: bytes, end: bytes | None):
         """Keys of this shard's index in [key, end); end None = no upper bound."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 import heapq
 from typing import Iterable
 
+from sortedcontainers import SortedList
+
 from . import errors, validation
 from .codec import DELETE, PUT, BatchEncoder, decode_batch, decode_record, encode_record
 from .key_index import KeyIndex
@@ -139,6 +141,13 @@ class Store:
         self.compact_done_rev = -1  # physical compaction finished up to here
         self.lessor = Lessor()
         self.keys_live = 0
+        # Every record with a main revision above this is in a memtable
+        # (active or frozen), so recent history is readable without I/O.
+        self.memtable_floor = 0
+        self._cut_revision = 0
+        # The newest main revision in the key indexes: ahead of `revision`
+        # while a Txn is half applied (its Ranges see its own writes).
+        self.index_rev = 0
         self._compaction: _Compaction | None = None
         # When a list, every change applied is appended here as an Event, in
         # revision order, for the watch hub (the engine drains it per batch).
@@ -165,6 +174,46 @@ class Store:
             for k in shard.keys_in(key, end):
                 yield index[k]
 
+    # Counting at an older revision corrects the newest count with the keys
+    # changed since; beyond this many revisions a scan is cheaper.
+    COUNT_CORRECTION_REVISIONS = 4096
+
+    def _count(self, key: bytes, end: bytes | None | bool, at: int) -> int | None:
+        """Keys in [key, end) that exist at main revision ``at``, without a
+        scan; None when only a scan can tell (``at`` too far back).
+
+        The newest count comes from the shards' live_count (bisection).  A
+        key exists at ``at`` but not now, or the reverse, only if it changed
+        after ``at``; every such change is a memtable record when ``at`` is
+        at or above memtable_floor, so those few keys are checked one by one.
+        """
+        if end is False:
+            ki = self.shard_for_key(key).index.get(key)
+            return 1 if ki is not None and ki.get(at) is not None else 0
+        if end is not None and end <= key:
+            return 0
+        sids = self.shard_map.shards_for(key, end)
+        total = sum(self.shards[sid].live_count(key, end) for sid in sids)
+        newest = self.index_rev
+        if at >= newest:
+            return total
+        if at < self.memtable_floor or newest - at > self.COUNT_CORRECTION_REVISIONS:
+            return None
+        lo, hi = pack(at + 1), pack(newest + 1)
+        for sid in sids:
+            shard = self.shards[sid]
+            checked: set[bytes] = set()
+            for _rev, rec in shard.memtable_history(lo, hi):
+                k = rec[0]
+                if k in checked or k < key or (end is not None and k >= end):
+                    continue
+                checked.add(k)
+                ki = shard.index.get(k)
+                if ki is None:
+                    continue
+                total += (ki.get(at) is not None) - ki.is_live()
+        return total
+
     def _kv(self, ki: KeyIndex, found: tuple[int, int, int]) -> KeyValue:
         mod, created, version = found
         rec = self.shard_for_key(ki.key).record(mod)
@@ -189,7 +238,10 @@ class Store:
         else:
             created, version = rev, 1
             self.keys_live += 1
+            if len(ki.generations) > 1:  # a deleted key, put again
+                shard.dead.remove(key)
         ki.put(rev)
+        self.index_rev = rev >> 32
         shard.active[rev] = (key, value, created, version, lease)
         shard.active_order.append(rev)
         self.lessor.set_key(key, lease)
@@ -200,6 +252,8 @@ class Store:
         shard = self.shard_for_key(key)
         ki = shard.index[key]
         ki.tombstone(rev)
+        shard.dead.add(key)
+        self.index_rev = rev >> 32
         self.keys_live -= 1
         shard.active[rev] = (key, None, 0, 0, 0)
         shard.active_order.append(rev)
@@ -233,20 +287,30 @@ class Store:
         limit = r.limit if (default_order and not filters and r.limit > 0) else 0
         fetch = limit + 1 if limit else 0
 
-        total = 0
-        found_list: list[tuple[KeyIndex, tuple[int, int, int]]] = []
         if r.count_only:
-            for ki in self._key_indexes(r.key, end):
-                if ki.get(at) is not None:
-                    total += 1
+            total = self._count(r.key, end, at)
+            if total is None:
+                total = sum(1 for ki in self._key_indexes(r.key, end) if ki.get(at) is not None)
             return RangeResult(view, [], False, total)
-        for ki in self._key_indexes(r.key, end):
-            found = ki.get(at)
-            if found is None:
-                continue
-            total += 1
-            if not fetch or len(found_list) < fetch:
-                found_list.append((ki, found))
+        found_list: list[tuple[KeyIndex, tuple[int, int, int]]] = []
+        total = self._count(r.key, end, at) if fetch else None
+        if total is not None:
+            # The count is known: stop scanning once the page is full.
+            for ki in self._key_indexes(r.key, end):
+                found = ki.get(at)
+                if found is not None:
+                    found_list.append((ki, found))
+                    if len(found_list) >= fetch:
+                        break
+        else:
+            total = 0
+            for ki in self._key_indexes(r.key, end):
+                found = ki.get(at)
+                if found is None:
+                    continue
+                total += 1
+                if not fetch or len(found_list) < fetch:
+                    found_list.append((ki, found))
         kvs = [self._kv(ki, f) for ki, f in found_list]
 
         if r.max_mod_revision:
@@ -600,12 +664,17 @@ class Store:
                     ki.tombstone(rev)  # may stand alone: a tombstone kept at the compaction revision
                 else:
                     ki.restore(rev, created, version)
+                self.memtable_floor = self.index_rev = max(self.memtable_floor, main_of(rev))
+            dead = []
             for key, ki in index.items():
                 if ki.is_live():
                     self.keys_live += 1
                     lease = shard.record(ki.generations[-1].revs[-1])[4]
                     if lease:
                         self.lessor.set_key(key, lease)
+                else:
+                    dead.append(key)
+            shard.dead = SortedList(dead)
 
     # ------------------------------------------------------------------
     # checkpoints
@@ -624,6 +693,7 @@ class Store:
             deletes.append(shard.pending_deletes)
             shard.pending_deletes = []
         leases = sorted((lease.id, lease.ttl) for lease in self.lessor.leases.values())
+        self._cut_revision = self.revision
         return CheckpointCut(self.revision, self.compact_rev, self.compact_done_rev if not self.compacting else -1,
                              frozen, deletes, leases)
 
@@ -631,6 +701,7 @@ class Store:
         for shard in self.shards:
             shard.frozen = {}
             shard.frozen_order = []
+        self.memtable_floor = self._cut_revision
 
     def checkpoint_abort(self, cut: "CheckpointCut") -> None:
         """The cut was not written: serve its records from memory again and
@@ -709,6 +780,7 @@ class _Compaction:
                 ki.compact(self.rev, removed)
                 if ki.is_empty():
                     del index[k]
+                    shard.dead.discard(k)
             for r in removed:
                 shard.drop(r)
             budget -= len(batch)

@@ -47,6 +47,7 @@ ops = st.one_of(
               keys, values, keys),
     st.tuples(st.just("compact"), st.integers(0, 40)),
     st.tuples(st.just("range"), keys, ends, st.integers(0, 40), st.integers(0, 3)),
+    st.tuples(st.just("checkpoint")),
 )
 
 
@@ -77,6 +78,14 @@ def check_range(store: Store, m: Model, key: bytes, end: bytes, rev: int, limit:
     res = store.range(RangeRequest(key, end, limit=limit, revision=rev), store.revision)
     assert (res.kvs, res.count, res.more) == expected, (key, end, rev, limit)
     assert res.revision == m.rev
+    counted = store.range(RangeRequest(key, end, revision=rev, count_only=True), store.revision)
+    assert (counted.kvs, counted.count) == ([], expected[1]), (key, end, rev, "count_only")
+
+
+def check_dead_keys(store: Store) -> None:
+    """Shard.dead lists exactly the index's keys that do not exist now."""
+    for shard in store.shards:
+        assert list(shard.dead) == [k for k, ki in shard.index.items() if not ki.is_live()]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,7 +122,11 @@ def test_store_matches_model(layout, program):
             _, ckey, target, result, num, pkey, value, dkey = op
             operand = value if target == CMP_VALUE else num
             union = {CMP_VALUE: "value", CMP_VERSION: "version", CMP_MOD: "mod_revision"}[target]
-            ops_ok = [PutRequest(pkey, value), RangeRequest(b"a", b"\x00")]
+            # a limited Range counts keys, including the Txn's own write
+            # and a limited Range at the revision before the Txn does not
+            before = sorted(m.state().values(), key=lambda kv: kv.key)
+            ops_ok = [PutRequest(pkey, value), RangeRequest(b"a", b"\x00", limit=2),
+                      RangeRequest(b"a", b"\x00", limit=2, revision=m.rev)]
             ops_else = [DeleteRangeRequest(dkey), RangeRequest(dkey)]
             res = apply(TxnRequest([Compare(result, target, ckey, union=union, operand=operand)], ops_ok, ops_else))
             ok = model_compare(m, ckey, target, result, operand)
@@ -127,7 +140,13 @@ def test_store_matches_model(layout, program):
                 w.delete(dkey, b"")
                 expect_range = [kv for k, kv in w.st.items() if k == dkey]
                 rng = res.responses[1]
-            assert rng.kvs == expect_range
+            if ok:
+                assert (rng.kvs, rng.count, rng.more) == (expect_range[:2], len(expect_range),
+                                                          len(expect_range) > 2)
+                old = res.responses[2]
+                assert (old.kvs, old.count, old.more) == (before[:2], len(before), len(before) > 2)
+            else:
+                assert rng.kvs == expect_range
             assert res.revision == w.commit()
         elif kind == "compact":
             rev = op[1]
@@ -143,7 +162,12 @@ def test_store_matches_model(layout, program):
         elif kind == "range":
             _, key, end, rev, limit = op
             check_range(store, m, key, end, rev, limit)
+        elif kind == "checkpoint":  # moves history out of the memtables
+            cut = store.checkpoint_cut()
+            store.backend.write(WriteBatch(puts=list(cut.records()), deletes=list(cut.deleted())))
+            store.checkpoint_done()
         assert store.revision == m.rev
+        check_dead_keys(store)
 
     # Rebuild by replaying the journal payloads.
     replayed = Store(MemoryBackend(len(layout) + 1), layout)
@@ -159,6 +183,7 @@ def test_store_matches_model(layout, program):
     restored.revision, restored.compact_rev = store.revision, store.compact_rev
 
     for s in (store, replayed, restored):
+        check_dead_keys(s)
         assert s.revision == m.rev
         assert s.keys_live == len(m.state())
         for rev in range(max(m.compact_rev, 1), m.rev + 1):
