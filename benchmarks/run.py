@@ -74,6 +74,7 @@ class Settings:
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
+    slow_group: float = 90.0   # a server whose first round of a group takes longer runs it only once
     probe_per_client: int = 4  # requests per client in benchmark's calibration pass
 
 
@@ -271,6 +272,7 @@ class Bench:
         self.runs: list[dict] = []
         self.notes: list[str] = []
         self.templates: dict[str, Path | str] = {}
+        self.untimed = 0.0  # seconds of the current group spent on one-off setup (the list template)
         self.stamp = _dt.datetime.now().strftime("%Y-%m-%d")
         self.json_path, self.md_path = self._paths()
         self.meta = self._meta()
@@ -408,11 +410,16 @@ class Bench:
             if info["selected"] and not info["available"]:
                 self.say(f"skipping {name}: {info['reason']}")
         self.flavors = [f for f in self.flavors if self.meta["servers"][f.name]["available"]]
-        for g in self.groups:
+        for gi, g in enumerate(self.groups, 1):
             rounds = 1 if g in ("restart", "check-perf") else s.rounds
+            slow: dict[str, float] = {}
             for rnd in range(1, rounds + 1):
                 for f in self.flavors:
-                    self.say(f"{g} round {rnd}/{rounds}: {f.name}")
+                    if f.name in slow:
+                        continue
+                    self.say(f"[group {gi}/{len(self.groups)}] {g} round {rnd}/{rounds}: {f.name}")
+                    t = now_s()
+                    self.untimed = 0.0
                     try:
                         getattr(self, "group_" + g.replace("-", "_"))(f, rnd)
                     except Exception as e:  # keep going: record and move on
@@ -422,6 +429,13 @@ class Bench:
                             if w not in done:
                                 self.record(f.name, w, rnd, error=f"harness error: {e!r}",
                                             extra={"traceback": traceback.format_exc()[-2000:]})
+                    took = now_s() - t - self.untimed
+                    if rnd == 1 and rounds > 1 and took > s.slow_group:
+                        slow[f.name] = took
+                        note = (f"{f.name}: {g} ran once (its first round took {took:.0f} s, over the "
+                                f"{s.slow_group:.0f} s after which a server's group is not repeated)")
+                        self.notes.append(note)
+                        self.say("  " + note)
                 self.save()
         self.save(final=True)
         report.write_all(self.json_path, self.md_path, readme=self.readme)
@@ -537,6 +551,7 @@ class Bench:
         srv = self.server(f, "list-template")
         _current_server = srv
         self.say(f"  {f.name}: loading {s.list_keys} keys for the list template")
+        t0 = now_s()
         try:
             srv.start()
             t = now_s()
@@ -556,6 +571,7 @@ class Bench:
             self.templates[f.name] = f"list template: {e}"[:2000]
         finally:
             srv.remove()
+            self.untimed += now_s() - t0
         return self.templates[f.name]
 
     def group_list(self, f: Flavor, rnd: int) -> None:
