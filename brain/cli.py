@@ -106,7 +106,8 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--client-cert-auth", "client_cert_auth", _bool, "require client certificates signed by the trusted CA"),
     ("--log-level", "log_level", str, "debug, info, warn or error (default %(default)s)"),
     ("--log-format", "log_format", str, "text or json (default %(default)s)"),
-    ("--grpc-workers", "grpc_workers", _int, "gRPC handler threads (default %(default)s)"),
+    ("--grpc-workers", "grpc_workers", _int,
+     "gRPC handler threads; every open Watch or LeaseKeepAlive stream holds one (default %(default)s)"),
     ("--grpc-front", "grpc_front", str,
      "native: serve unary calls on http/unix listeners through the batching front (pygrpc-native); "
      "grpcio: grpcio for everything (default %(default)s)"),

@@ -18,7 +18,10 @@ DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
 MAX_QUOTA_BACKEND_BYTES = 8 * 1024 * 1024 * 1024  # etcd's suggested ceiling
 GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
-DEFAULT_GRPC_WORKERS = 256  # each open Watch or LeaseKeepAlive stream holds one
+# Each open Watch or LeaseKeepAlive stream holds one grpcio thread for its
+# whole life, so this bounds the streams served at once (etcd has no such
+# bound).  Threads start only when needed; an idle stream's costs little.
+DEFAULT_GRPC_WORKERS = 4096
 DEFAULT_SHUTDOWN_GRACE = 5.0
 
 LOG_LEVELS = ("debug", "info", "warn", "error")

@@ -107,7 +107,55 @@ class Stream:
         items = list(self.outbox)
         self.outbox.clear()
         self.queued_events = 0
+        return coalesce(items)
+
+
+# Most events one coalesced response carries (etcd batches at most 1000
+# revisions per response when a watcher catches up).
+COALESCE_MAX_EVENTS = 1000
+
+
+def coalesce(items: list[WatchResponse], max_events: int = COALESCE_MAX_EVENTS) -> list[WatchResponse]:
+    """Merge each watcher's event responses that wait in the outbox together.
+
+    Routing makes one response per watcher per revision; when a stream is
+    backlogged its outbox holds many per watcher, and every response costs
+    a gRPC message (the dominant cost of a fan-out).  A watcher's later
+    events are appended to its earlier response, whose header revision
+    becomes the later one's, as when etcd sends a catching-up watcher many
+    revisions at once.  Nothing moves across a response that is not plain
+    events (created, canceled, progress): for example, with outbox
+
+        [w1@5, w2@5, w1@6, progress@6, w1@7]
+
+    the result is [w1@6 (events of 5 and 6), w2@5, progress@6, w1@7]: every
+    event still precedes the progress response that vouches for it, and no
+    event of revision 7 moves before it.
+    """
+    if len(items) < 2:
         return items
+    out: list[WatchResponse] = []
+    open_at: dict[int, int] = {}  # watch_id -> index in `out` that can take more events
+    copied: set[int] = set()  # indexes of `out` that hold a private copy
+    for r in items:
+        if not r.events or r.created or r.canceled or r.compact_revision or r.cancel_reason:
+            open_at.clear()  # a barrier
+            out.append(r)
+            continue
+        i = open_at.get(r.watch_id)
+        if i is not None:
+            m = out[i]
+            if len(m.events) + len(r.events) <= max_events:
+                if i not in copied:
+                    m = out[i] = WatchResponse(m.watch_id, m.revision, list(m.events), fragment=m.fragment,
+                                               prev_kv=m.prev_kv)
+                    copied.add(i)
+                m.events.extend(r.events)
+                m.revision = r.revision
+                continue
+        open_at[r.watch_id] = len(out)
+        out.append(r)
+    return out
 
 
 class WatchHub:
