@@ -25,6 +25,7 @@ which never included that batch) until it is restarted.
 from __future__ import annotations
 
 import errno
+import gc
 import fcntl
 import json
 import logging
@@ -57,6 +58,9 @@ from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
 log = logging.getLogger("brain.engine")
+
+# A recovered index this large is moved out of the cyclic GC's reach.
+FREEZE_INDEX_KEYS = 100_000
 
 META_CHECKPOINT = b"brain.checkpoint"
 META_IDENTITY = b"brain.identity"
@@ -227,6 +231,21 @@ class Engine:
 
         self.store = Store(self.backend, boundaries, cfg.max_txn_ops)
         started = time.monotonic()
+        # Recovery allocates millions of long-lived index objects and no
+        # garbage cycles: the cyclic GC would rescan them again and again.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._recover(cfg, started)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        if self.store.keys_total() >= FREEZE_INDEX_KEYS:
+            # Keep the recovered index out of future full collections, each
+            # of which would otherwise walk every one of its objects.
+            gc.freeze()
+
+    def _recover(self, cfg, started: float) -> None:
         cp = self.backend.get_meta(META_CHECKPOINT)
         journal_index = 0
         if cp is not None:

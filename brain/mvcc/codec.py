@@ -143,6 +143,14 @@ def encode_record(rec: Record) -> bytes:
     return _REC_HEAD.pack(0, create, version, lease, len(key)) + key + value
 
 
+def decode_record_head(data) -> tuple[bytes, bool, int, int, int]:
+    """(key, is_delete, create, version, lease) without copying the value:
+    what rebuilding the key index needs."""
+    flags, create, version, lease, klen = _REC_HEAD.unpack_from(data, 0)
+    start = _REC_HEAD.size
+    return bytes(data[start : start + klen]), bool(flags & 1), create, version, lease
+
+
 def decode_record(data: bytes) -> Record:
     flags, create, version, lease, klen = _REC_HEAD.unpack_from(data, 0)
     start = _REC_HEAD.size

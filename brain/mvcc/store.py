@@ -16,10 +16,10 @@ from __future__ import annotations
 import heapq
 from typing import Iterable
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedDict, SortedList
 
 from . import errors, validation
-from .codec import DELETE, PUT, BatchEncoder, decode_batch, decode_record, encode_record
+from .codec import DELETE, PUT, BatchEncoder, decode_batch, decode_record, decode_record_head, encode_record
 from .key_index import KeyIndex
 from .lease import MAX_LEASE_TTL, Lessor
 from .requests import (
@@ -652,29 +652,40 @@ class Store:
         for lease_id, ttl in leases:
             self.lessor.grant(lease_id, ttl)
         self.keys_live = 0
+        floor = 0
         for shard in self.shards:
-            index = shard.index
+            # Records come in revision order, not key order: collect into a
+            # dict and sort once.  A key's newest record comes last, so its
+            # lease is the last one seen (no second read per key).
+            index: dict[bytes, KeyIndex] = {}
+            key_lease: dict[bytes, int] = {}
             for rev_bytes, data in self.backend.scan(shard.id):
                 rev = from_bytes(rev_bytes)
-                key, value, created, version, lease = decode_record(data)
+                key, deleted, created, version, lease = decode_record_head(data)
                 ki = index.get(key)
                 if ki is None:
                     ki = index[key] = KeyIndex(key)
-                if value is None:
+                if deleted:
                     ki.tombstone(rev)  # may stand alone: a tombstone kept at the compaction revision
                 else:
                     ki.restore(rev, created, version)
-                self.memtable_floor = self.index_rev = max(self.memtable_floor, main_of(rev))
+                if lease:
+                    key_lease[key] = lease
+                else:
+                    key_lease.pop(key, None)
+                floor = rev
+            shard.index = SortedDict(index)
             dead = []
             for key, ki in index.items():
                 if ki.is_live():
                     self.keys_live += 1
-                    lease = shard.record(ki.generations[-1].revs[-1])[4]
+                    lease = key_lease.get(key)
                     if lease:
                         self.lessor.set_key(key, lease)
                 else:
                     dead.append(key)
             shard.dead = SortedList(dead)
+            self.memtable_floor = self.index_rev = max(self.memtable_floor, main_of(floor))
 
     # ------------------------------------------------------------------
     # checkpoints
