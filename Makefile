@@ -18,12 +18,12 @@ e2e: deps-python               ## real kube-apiserver + controllers + kwok on br
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
 
 .PHONY: bench bench-smoke
-bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine, ~45 min: benchmarks/results/<date>.md, plots, README table
+bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine, ~40 min: benchmarks/results/<date>.md, plots, README table
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	$(PYTHON) -m benchmarks.run
 
-bench-smoke: deps             ## every benchmark workload for a second on each server (~2 min; what the pytest in tests/benchmarks runs)
+bench-smoke: deps             ## every benchmark workload for a second on each server (~1.5 min; what the pytest in tests/benchmarks runs)
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	$(PYTHON) -m benchmarks.run --smoke

@@ -24,10 +24,12 @@ README_END = "<!-- bench:end -->"
 @dataclass(frozen=True)
 class Workload:
     title: str
-    metric: str          # key in the run's result
+    metric: str          # key in the run's result ("a.b" for a nested one)
     unit: str
     higher_better: bool = True
     latency: str = "latency_ms"  # dict with p50/p99 in ms, or "" for none
+    source: str = ""     # a summary row drawn from another workload's runs
+    scale: float = 1.0   # metric x scale is shown
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -50,10 +52,15 @@ WORKLOADS: dict[str, Workload] = {
     "lease": Workload("{lease_leases:,} x (lease grant + put with lease), then the {lease_ttl} s expiries",
                       "grant_put_per_s", "grant+put/s"),
     "k8s-mix": Workload("Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
-                        "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s", "ops_per_s", "ops/s"),
+                        "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
+                        "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
     "check-perf": Workload("etcdctl check perf --load {check_perf_load}", "writes_per_s", "writes/s"),
     "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B: start to first linearizable read",
                         "ready_after_s", "s", higher_better=False, latency=""),
+    "restart-kill9": Workload("the same after kill -9", "ready_after_kill9_s", "s", higher_better=False, latency="",
+                              source="restart"),
+    "rss": Workload("resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
+                    higher_better=False, latency="", source="restart", scale=1 / 1024),
 }
 
 
@@ -80,7 +87,11 @@ def metric_of(run: dict, workload: str):
     w = WORKLOADS.get(workload)
     if w is None or not run.get("ok"):
         return None
-    return _num(run.get("result", {}).get(w.metric))
+    v = run.get("result", {})
+    for part in w.metric.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    v = _num(v)
+    return v * w.scale if v is not None else None
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -135,12 +146,16 @@ def _median(xs):
 def aggregate(data: dict) -> dict:
     """{workload: {server: {...medians, n, errors}}}"""
     out: dict = {}
+    derived = {}
+    for name, meta in WORKLOADS.items():
+        if meta.source:
+            derived.setdefault(meta.source, []).append(name)
     for run in data["runs"]:
-        w, s = run["workload"], run["server"]
-        if w not in WORKLOADS:
-            continue
-        cell = out.setdefault(w, {}).setdefault(s, {"runs": [], "failures": []})
-        (cell["runs"] if run.get("ok") else cell["failures"]).append(run)
+        for w in [run["workload"], *derived.get(run["workload"], [])]:
+            if w not in WORKLOADS:
+                continue
+            cell = out.setdefault(w, {}).setdefault(run["server"], {"runs": [], "failures": []})
+            (cell["runs"] if run.get("ok") else cell["failures"]).append(run)
     for w, by_server in out.items():
         for s, cell in by_server.items():
             runs = cell["runs"]
@@ -174,9 +189,13 @@ def aggregate(data: dict) -> dict:
 
 
 def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
+    """brain's median over the peer's; None when either is missing or a partial (capped) run."""
     cells = agg.get(workload, {})
-    b, p = (cells.get("brain") or {}).get(key), (cells.get(peer) or {}).get(key)
+    bc, pc = cells.get("brain") or {}, cells.get(peer) or {}
+    b, p = bc.get(key), pc.get(key)
     if b is None or p is None or p == 0:
+        return None
+    if (bc.get("extra") or {}).get("partial") or (pc.get("extra") or {}).get("partial"):
         return None
     return b / p
 
@@ -222,10 +241,9 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     v = _extra(agg, "restart", "brain", "ready_after_kill9_s")
     add(f"restart (kill -9) with {keys}: brain seconds", v, v is not None and v <= 10, "<= 10 s", "restart", pnote)
     for peer in ("etcd-3.6", "etcd-3.4"):
-        bv, pv = _extra(agg, "restart", "brain", "rss_after_load_kb"), _extra(agg, "restart", peer, "rss_after_load_kb")
-        r = bv / pv if bv and pv else None
+        r = ratio(agg, "rss", peer)
         note = pnote or ("partial load on " + peer if _extra(agg, "restart", peer, "partial") else "")
-        add(f"RSS after loading {keys}: brain/{peer}", r, r is not None and r <= 1, "<= 1", "restart", note)
+        add(f"RSS after loading {keys}: brain/{peer}", r, r is not None and r <= 1, "<= 1", "rss", note)
     for w in ("put-c1", "put-c64", "put-c256"):
         r = ratio(agg, w, "kine")
         add(f"{w}: brain/kine throughput", r, r is not None and r >= 10, ">= 10", w)
@@ -273,7 +291,7 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
     servers = _servers_in(data)
     out: list[str] = []
     for w, meta in WORKLOADS.items():
-        if w not in agg:
+        if w not in agg or meta.source:
             continue
         out += [f"### {w}: {title(w, data['meta'].get('settings'))}", ""]
         head = ["server", f"{meta.unit} median (n)", "runs", "p50 ms", "p99 ms", "CPU µs/op", "op errors"]
@@ -439,6 +457,8 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
                 if not v:
                     ax.text(i, 0, "error" if agg[w][n].get("error") else "–", ha="center", va="bottom",
                             fontsize=8)
+                elif (agg[w][n].get("extra") or {}).get("partial"):
+                    ax.text(i, v, "partial", ha="center", va="bottom", fontsize=8)
             meta = WORKLOADS[w]
             ax.set_title(f"{w} ({meta.unit}{'' if meta.higher_better else ', lower better'})", fontsize=9)
             ax.tick_params(axis="x", labelsize=7)

@@ -70,7 +70,7 @@ class Settings:
     restart_keys: int = 1_000_000
     restart_val: int = 1024
     restart_chunk: int = 100_000
-    restart_load_cap: float = 330.0   # seconds of loading allowed per server (kine needs ~10 min for 1M)
+    restart_load_cap: float = 540.0   # seconds of loading allowed per server (kine: ~2k keys/s)
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
