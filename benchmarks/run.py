@@ -686,9 +686,11 @@ class Bench:
                 if loaded < s.restart_keys:
                     projected = spent + (s.restart_keys - loaded) / max(rate, 1e-9)
                     self.say(f"  {name}: {loaded} keys loaded in {spent:.0f}s ({rate:.0f}/s)")
-                    if projected > s.restart_load_cap:
-                        out["load_error"] = (f"stopped at {loaded} keys: loading {s.restart_keys} would take "
-                                             f"~{projected:.0f}s (> cap {s.restart_load_cap:.0f}s)")
+                    # Stop when the cap is spent, or early when the projection is far beyond it.
+                    if spent > s.restart_load_cap or projected > 1.5 * s.restart_load_cap:
+                        out["load_error"] = (f"stopped at {loaded} keys after {spent:.0f}s: loading "
+                                             f"{s.restart_keys} would take ~{projected:.0f}s "
+                                             f"(cap {s.restart_load_cap:.0f}s)")
                         break
             out["keys_loaded"] = loaded
             out["load_cpu_us_per_key"] = round(cpu_total * 1e6 / loaded, 1) if loaded else None
