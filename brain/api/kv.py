@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from brain.api import convert
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from brain.api.unary import Deferred, abort_with, run_step  # noqa: F401 - abort_with re-exported
+from brain.api.unary import Deferred, run_step
 from brain.mvcc.errors import ErrRequestTooLarge
 from brain.mvcc.validation import is_txn_readonly
 

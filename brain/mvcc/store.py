@@ -19,7 +19,7 @@ from typing import Iterable
 from sortedcontainers import SortedDict, SortedList
 
 from . import errors, validation
-from .codec import DELETE, PUT, BatchEncoder, decode_batch, decode_record, decode_record_head, encode_record
+from .codec import PUT, BatchEncoder, decode_batch, decode_record_head, encode_record
 from .key_index import KeyIndex
 from .lease import MAX_LEASE_TTL, Lessor
 from .requests import (
