@@ -389,6 +389,33 @@ class Engine:
         """Renew a lease (not journaled, as in etcd); returns its TTL."""
         return self._leases.renew(lease_id)
 
+    def lease_keepalive_many(self, lease_ids, callback) -> None:
+        """Renew several leases; ``callback([(id, outcome), ...])`` follows,
+        in order, where outcome is the TTL (0 for a lease that does not
+        exist, as etcd answers) or the EtcdError that should end the stream
+        (request timed out, server stopped).  The callback may run on the
+        caller's thread (here, at once) or, where the renewal needs a round
+        trip (a replica that is not the cluster's leader), on an engine
+        thread later: callers must not block on it."""
+        renew = self._leases.renew
+        out = []
+        for lease_id in lease_ids:
+            try:
+                out.append((lease_id, renew(lease_id)))
+            except errors.EtcdError as e:
+                out.append((lease_id, 0 if e == errors.ErrLeaseNotFound else e))
+        callback(out)
+
+    def read_barrier(self, callback) -> bool:
+        """Make linearizable reads safe.  True: reads at ``committed_rev``
+        are linearizable now (always so on a single node, whose committer is
+        the only writer).  False: ``callback(exc)`` will be called once on
+        an engine thread, with exc None when reads may go ahead or an
+        EtcdError (request timed out, no leader) when they must fail.  One
+        barrier serves any number of reads that began before it was asked,
+        so callers group the reads of a batch behind one call."""
+        return True
+
     def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLiveResult:
         left = self._leases.remaining(lease_id)
         if left is None:
