@@ -125,6 +125,17 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "interval between watch progress notifications ('10m', '300ms' or seconds; default 10m)"),
     ("--watch-queue-events", "watch_queue_events", _int,
      "undelivered events per watch stream before it falls back to catch-up reads (default 20000)"),
+    ("--journal-url", "journal_url", str,
+     "run as a replica of a brain cluster whose journal is a NATS JetStream stream: "
+     "nats://host:4222[,host:4222...][/cluster-name] (default: a local journal in the data dir)"),
+    ("--election-timeout", "election_timeout", _int,
+     "cluster: milliseconds without a leader heartbeat before another replica takes the lead "
+     "(default %(default)s)"),
+    ("--heartbeat-interval", "heartbeat_interval", _int,
+     "cluster: milliseconds between the leader's heartbeats (default %(default)s)"),
+    ("--journal-replicas", "journal_replicas", _int,
+     "cluster: JetStream replicas of a journal this replica creates; 0 means 3 when the NATS cluster "
+     "has 3 servers or more, else 1 (default %(default)s)"),
 ]
 _BOOL_DESTS = {"client_cert_auth"}
 

@@ -89,6 +89,11 @@ class ServerConfig:
     journal_segment_bytes: int | None = None
     watch_progress_notify_interval: float | None = None  # seconds (etcd's flag; default 10 min)
     watch_queue_events: int | None = None  # undelivered events per watch stream before catch-up mode
+    # cluster replica (brain.cluster): the shared journal and the election's timings
+    journal_url: str = ""
+    election_timeout: int = 2000  # ms
+    heartbeat_interval: int = 500  # ms
+    journal_replicas: int = 0  # 0: by the NATS cluster's size
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -151,6 +156,21 @@ class ServerConfig:
             raise ConfigError(f"--grpc-front must be one of {', '.join(GRPC_FRONTS)}, got {self.grpc_front!r}")
         if self.shutdown_grace < 0:
             raise ConfigError(f"--shutdown-grace must not be negative, got {self.shutdown_grace}")
+        if self.journal_url:
+            from brain.journal.natsio import parse_journal_url
+
+            try:
+                parse_journal_url(self.journal_url)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        if self.election_timeout < 1000:
+            raise ConfigError(f"--election-timeout must be at least 1000 ms (JetStream TTLs are whole seconds), "
+                              f"got {self.election_timeout}")
+        if not 0 < self.heartbeat_interval * 2 <= self.election_timeout:
+            raise ConfigError(f"--heartbeat-interval must be positive and at most half of --election-timeout, "
+                              f"got {self.heartbeat_interval}")
+        if self.journal_replicas not in (0, 1, 3, 5):
+            raise ConfigError(f"--journal-replicas must be 0 (automatic), 1, 3 or 5, got {self.journal_replicas}")
         for flag, v in (
             ("--checkpoint-interval", self.checkpoint_interval),
             ("--checkpoint-journal-bytes", self.checkpoint_journal_bytes),

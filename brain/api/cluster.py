@@ -1,4 +1,7 @@
-"""The etcdserverpb.Cluster service for a single member.
+"""The etcdserverpb.Cluster service.
+
+On a cluster replica, the members are the cluster's replicas (see
+ClusterService); on a single node, as follows.
 
 MemberList answers one member: this server, with its name (--name), its
 member ID, the client URLs it advertises (--advertise-client-urls, else the
@@ -30,45 +33,96 @@ log = logging.getLogger("brain.api.cluster")
 ErrMemberNotFound = EtcdError("NOT_FOUND", "etcdserver: member not found")
 ErrMemberNotLearner = EtcdError("FAILED_PRECONDITION", "etcdserver: can only promote a learner member")
 ErrMembershipFixed = EtcdError("FAILED_PRECONDITION", "brain: membership changes are not supported (single member)")
+ErrLearnersUnsupported = EtcdError("FAILED_PRECONDITION", "brain: learner members are not supported")
 
 
 class ClusterService(rpc_pb2_grpc.ClusterServicer):
-    def __init__(self, engine, name: str, client_urls: Callable[[], Sequence[str]]) -> None:
+    """MemberList and friends: one member on a single node; on a cluster
+    replica (``cluster``: a brain.cluster.Replica) every replica in the
+    cluster's membership bucket, and MemberAdd/MemberRemove change it."""
+
+    def __init__(self, engine, name: str, client_urls: Callable[[], Sequence[str]], cluster=None) -> None:
         self.engine = engine
         self.name = name
         self.client_urls = client_urls
+        self.cluster = cluster
 
     def _header(self, h) -> None:
         # etcd's Cluster responses carry no revision
-        Header(self.engine.cluster_id, self.engine.member_id, self.engine.raft_term).fill(h, 0)
+        Header(self.engine).fill(h, 0)
 
     def _me(self, m) -> None:
         m.ID = self.engine.member_id
         m.name = self.name
         m.clientURLs.extend(self.client_urls())
 
+    def _fill_members(self, resp) -> None:
+        if self.cluster is None:
+            self._me(resp.members.add())
+            return
+        for member in self.cluster.members():
+            m = resp.members.add()
+            m.ID = member.id
+            m.name = member.name
+            m.peerURLs.extend(member.peer_urls)
+            m.clientURLs.extend(member.client_urls)
+
+    def _known(self, member_id: int) -> bool:
+        if self.cluster is None:
+            return member_id == self.engine.member_id
+        return any(m.id == member_id for m in self.cluster.members())
+
     def MemberList(self, request, context):
         try:
             resp = rpc_pb2.MemberListResponse()
             self._header(resp.header)
-            self._me(resp.members.add())
+            self._fill_members(resp)
             return resp
         except Exception as e:  # noqa: BLE001 - every failure becomes a status
             abort_with(context, e, "MemberList")
 
     def MemberAdd(self, request, context):
-        abort_with(context, ErrMembershipFixed, "MemberAdd")
+        if self.cluster is None:
+            abort_with(context, ErrMembershipFixed, "MemberAdd")
+        if request.isLearner:
+            abort_with(context, ErrLearnersUnsupported, "MemberAdd")
+        try:
+            added = self.cluster.add_member("", list(request.peerURLs))
+            resp = rpc_pb2.MemberAddResponse()
+            self._header(resp.header)
+            resp.member.ID = added.id
+            resp.member.peerURLs.extend(added.peer_urls)
+            self._fill_members(resp)
+            return resp
+        except Exception as e:  # noqa: BLE001
+            abort_with(context, e, "MemberAdd")
 
     def MemberRemove(self, request, context):
-        err = ErrMembershipFixed if request.ID == self.engine.member_id else ErrMemberNotFound
-        abort_with(context, err, "MemberRemove")
+        if self.cluster is None:
+            err = ErrMembershipFixed if request.ID == self.engine.member_id else ErrMemberNotFound
+            abort_with(context, err, "MemberRemove")
+        try:
+            if not self.cluster.remove_member(request.ID):
+                raise ErrMemberNotFound
+            resp = rpc_pb2.MemberRemoveResponse()
+            self._header(resp.header)
+            self._fill_members(resp)
+            return resp
+        except Exception as e:  # noqa: BLE001
+            abort_with(context, e, "MemberRemove")
 
     def MemberUpdate(self, request, context):
-        err = ErrMembershipFixed if request.ID == self.engine.member_id else ErrMemberNotFound
-        abort_with(context, err, "MemberUpdate")
+        if self.cluster is None or not self._known(request.ID):
+            err = ErrMembershipFixed if request.ID == self.engine.member_id else ErrMemberNotFound
+            abort_with(context, err, "MemberUpdate")
+        # brain has no peer URLs to move: the update is accepted as a no-op
+        resp = rpc_pb2.MemberUpdateResponse()
+        self._header(resp.header)
+        self._fill_members(resp)
+        return resp
 
     def MemberPromote(self, request, context):
-        err = ErrMemberNotLearner if request.ID == self.engine.member_id else ErrMemberNotFound
+        err = ErrMemberNotLearner if self._known(request.ID) else ErrMemberNotFound
         abort_with(context, err, "MemberPromote")
 
 

@@ -60,21 +60,27 @@ class Header:
     """The identity stamped on every top-level response.
 
     ``fill(msg_header, revision)`` writes the four fields in place; that is
-    cheaper than building a ResponseHeader and copying it in.
+    cheaper than building a ResponseHeader and copying it in.  The term is
+    read from the engine at each fill: on a cluster replica it changes
+    whenever another replica takes the lead.
     """
 
-    __slots__ = ("cluster_id", "member_id", "raft_term")
+    __slots__ = ("cluster_id", "member_id", "_engine")
 
-    def __init__(self, cluster_id: int, member_id: int, raft_term: int) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.raft_term = raft_term
+    def __init__(self, engine) -> None:
+        self.cluster_id = engine.cluster_id
+        self.member_id = engine.member_id
+        self._engine = engine
+
+    @property
+    def raft_term(self) -> int:
+        return self._engine.raft_term
 
     def fill(self, h: rpc_pb2.ResponseHeader, revision: int) -> None:
         h.cluster_id = self.cluster_id
         h.member_id = self.member_id
         h.revision = revision
-        h.raft_term = self.raft_term
+        h.raft_term = self._engine.raft_term
 
     def __repr__(self) -> str:
         return f"Header(cluster_id={self.cluster_id:x}, member_id={self.member_id:x}, raft_term={self.raft_term})"

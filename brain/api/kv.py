@@ -47,7 +47,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header(engine)
         self.max_request_bytes = max_request_bytes
         # A request whose serialized size is at most this fits in the limit
         # whatever its envelope (varint length included); only larger ones
@@ -63,6 +63,8 @@ class KVService(rpc_pb2_grpc.KVServicer):
     # -- steps (brain.api.unary) ----------------------------------------
 
     def range(self, m):
+        if not m.serializable:
+            self.engine.wait_linearizable()
         return convert.range_response(self.engine.range(convert.range_request(m)), self.header)
 
     def put(self, m):
@@ -86,6 +88,8 @@ class KVService(rpc_pb2_grpc.KVServicer):
             raise ErrRequestTooLarge
         req = convert.txn_request(m)
         if is_txn_readonly(req):  # also a nested Txn of Ranges: no journal record
+            if not _all_serializable(m):
+                self.engine.wait_linearizable()
             return convert.txn_response(self.engine.txn(req), self.header)
         return Deferred(req, self._txn_done)
 
@@ -120,3 +124,16 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def Compact(self, request, context):
         return run_step(self.engine, self.compact, request, context, "Compact")
+
+
+def _all_serializable(m) -> bool:
+    """A read-only Txn whose every Range is serializable may be answered
+    from this replica's state as it is (etcd: a serializable Txn)."""
+    for branch in (m.success, m.failure):
+        for op in branch:
+            which = op.WhichOneof("request")
+            if which == "request_range" and not op.request_range.serializable:
+                return False
+            if which == "request_txn" and not _all_serializable(op.request_txn):
+                return False
+    return True

@@ -39,7 +39,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header(engine)
 
     # -- steps (brain.api.unary) ----------------------------------------
 

@@ -72,7 +72,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header(engine)
 
     # -- status and hashes -------------------------------------------------
 
@@ -86,9 +86,11 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
             journal = st.journal_bytes_since_checkpoint
             resp.dbSize = st.backend_size_bytes + journal
             resp.dbSizeInUse = st.backend_in_use_bytes + journal
-            resp.leader = eng.member_id
-            resp.raftIndex = st.committed_revision
-            resp.raftAppliedIndex = st.committed_revision
+            resp.leader = eng.leader_id
+            # a replica's journal index; on a single node, the revision
+            index = st.applied_index if getattr(eng, "forwarder", None) is not None else st.committed_revision
+            resp.raftIndex = index
+            resp.raftAppliedIndex = index
             resp.raftTerm = eng.raft_term
             resp.isLearner = False
             resp.storageVersion = STORAGE_VERSION

@@ -164,9 +164,10 @@ def kv_handlers(svc: KVService, recv_limit: int) -> dict[str, grpc.RpcMethodHand
 class ApiServer:
     """The etcd v3 gRPC services of one engine, on the configured listeners."""
 
-    def __init__(self, engine, config: ServerConfig) -> None:
+    def __init__(self, engine, config: ServerConfig, cluster=None) -> None:
         self.engine = engine
         self.config = config
+        self.cluster = cluster  # a brain.cluster.Replica, or None on a single node
         self.endpoints: list[str] = []  # resolved URLs, after start()
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
@@ -190,7 +191,7 @@ class ApiServer:
             "etcdserverpb.KV": kv_handlers(kv, recv_limit),
             "etcdserverpb.Maintenance": maintenance_handlers(MaintenanceService(self.engine), recv_limit),
             "etcdserverpb.Cluster": cluster_handlers(
-                ClusterService(self.engine, self.config.name, self.client_urls), recv_limit),
+                ClusterService(self.engine, self.config.name, self.client_urls, self.cluster), recv_limit),
             "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
             "etcdserverpb.Watch": watch_handlers(watch),
         }
@@ -358,6 +359,18 @@ def _engine_config(config: ServerConfig):
     return EngineConfig(**kw)
 
 
+def _open_replica(config: ServerConfig, engine_config):
+    """A cluster replica (brain.cluster) for --journal-url."""
+    from brain.cluster import ClusterOptions, Replica
+
+    options = ClusterOptions(
+        journal_url=config.journal_url, name=config.name,
+        client_urls=tuple(config.advertise_client_urls or config.listen_client_urls),
+        election_timeout_ms=config.election_timeout, heartbeat_interval_ms=config.heartbeat_interval,
+        journal_replicas=config.journal_replicas)
+    return Replica.open(options, engine_config)
+
+
 def _describe_layout(engine_config) -> str:
     from brain.mvcc.shard import default_boundaries
 
@@ -386,6 +399,7 @@ def run(config: ServerConfig) -> int:
         return 2
 
     stop = threading.Event()
+    replica = None
 
     def on_signal(signum, _frame) -> None:
         name = signal.Signals(signum).name
@@ -399,7 +413,11 @@ def run(config: ServerConfig) -> int:
     try:
         try:
             os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
-            engine = Engine.open(engine_config)
+            if config.journal_url:
+                replica = _open_replica(config, engine_config)
+                engine = replica.engine
+            else:
+                engine = Engine.open(engine_config)
         except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
             # expected refusals (dir locked, layout mismatch, I/O) need no traceback
             from brain.journal import JournalError
@@ -407,16 +425,19 @@ def run(config: ServerConfig) -> int:
             expected = isinstance(e, (OSError, ValueError, RuntimeError, JournalError))
             log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=not expected)
             return 1
+        close = replica.close if replica is not None else engine.close
         if stop.is_set():  # told to stop while recovering
-            engine.close()
+            close()
             return 0
-        api = ApiServer(engine, config)
+        api = ApiServer(engine, config, cluster=replica)
         try:
             api.start()
         except (ListenError, ConfigError) as e:
             log.error("%s", e)
-            engine.close()
+            close()
             return 1
+        if replica is not None:
+            replica.start()
         log.info(
             "brain %s serving client requests",
             __version__,
@@ -445,7 +466,7 @@ def run(config: ServerConfig) -> int:
             except (ConfigError, OSError, ValueError) as e:
                 log.error("%s", e)
                 api.stop(None)
-                engine.close()
+                close()
                 return 1
             log.info("serving metrics and health on %s", ",".join(metrics.endpoints))
         while not stop.wait(1.0):
@@ -455,7 +476,7 @@ def run(config: ServerConfig) -> int:
         log.info("stopping gRPC server (grace %.1fs)", config.shutdown_grace)
         api.stop(config.shutdown_grace)
         log.info("closing engine")
-        engine.close()
+        close()
         log.info("stopped")
         return 0
     finally:

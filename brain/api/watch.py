@@ -60,7 +60,7 @@ def event_bytes(ev, with_prev: bool) -> bytes:
 class WatchService:
     def __init__(self, engine, *, max_request_bytes: int = 1572864) -> None:
         self.engine = engine
-        self.header = Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = Header(engine)
         self.fragment_limit = max_request_bytes + GRPC_OVERHEAD_BYTES
 
     # -- encoding -------------------------------------------------------

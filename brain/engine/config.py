@@ -35,3 +35,6 @@ class EngineConfig:
     watch_queue_events: int = 20_000
     # Keys compacted per step between write batches.
     compaction_step_keys: int = 2000
+    # Expire leases whose deadline passed.  Off for a mirror of another
+    # store, whose grants and revokes come from that store.
+    lease_expiry: bool = True

@@ -20,6 +20,13 @@ load the last checkpoint + replay journal records after its index.  A journal
 failure after a batch was applied in memory cannot be rolled back, so the
 engine stops taking writes (reads keep working at the committed revision,
 which never included that batch) until it is restarted.
+
+Roles: on its own local journal the engine is always the *leader*: its
+committer decides every write.  On a shared journal (a replica of a brain
+cluster, see brain/engine/replication.py) it starts as a *follower* that
+applies what the leader journaled and forwards its clients' writes, and the
+cluster package promotes it when it wins the election.  One thread, the
+committer, changes the store in either role.
 """
 
 from __future__ import annotations
@@ -37,7 +44,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from .. import backend as backend_mod
-from ..journal import Journal
+from ..journal import (
+    Journal,
+    JournalFencedError,
+    JournalUnavailableError,
+    SharedJournal,
+)
+from ..mvcc.store import Store
 from ..mvcc import errors
 from ..mvcc.requests import (
     CompactRequest,
@@ -48,12 +61,13 @@ from ..mvcc.requests import (
     TxnRequest,
 )
 from ..mvcc.shard import default_boundaries
-from ..mvcc.store import Store
 from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
 from .config import EngineConfig
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
+from .readindex import ReadBarrier
+from .replication import FOLLOWER, LEADER, Replication
 from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
@@ -66,6 +80,12 @@ META_CHECKPOINT = b"brain.checkpoint"
 META_IDENTITY = b"brain.identity"
 META_LAYOUT = b"brain.layout"
 META_ALARMS = b"brain.alarms"
+
+
+# How long a write waits for an answer it may never get (etcd: its request
+# timeout, 5 s + 2 x election timeout); past it the caller gets
+# ErrTimeout and the outcome is unknown to it.
+REQUEST_TIMEOUT = 7.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +105,10 @@ class EngineStatistics:
     backend_in_use_bytes: int
     leases: int
     failed: str | None
+    role: str = LEADER
+    applied_index: int = 0
+    leader_id: int = 0
+    epoch: int = 0
 
 
 class _FutureSink:
@@ -129,11 +153,15 @@ class _BatchSink:
 
 
 class _Pending:
-    """A queued write: settled exactly once, with a result or an EtcdError."""
+    """A queued write: settled exactly once, with a result or an EtcdError.
 
-    __slots__ = ("request", "sink", "index", "wait_compact", "result", "settled")
+    ``local``: decided here or nowhere: a write forwarded to this replica by
+    another one, or a lease expiry, is never forwarded on (a replica that
+    is no longer the leader answers ErrNotLeader and the sender retries)."""
 
-    def __init__(self, request, sink, index: int) -> None:
+    __slots__ = ("request", "sink", "index", "wait_compact", "result", "settled", "local", "deadline")
+
+    def __init__(self, request, sink, index: int, local: bool = False) -> None:
         self.request = request
         self.sink = sink
         self.index = index
@@ -141,13 +169,24 @@ class _Pending:
                              else 0)
         self.result = None
         self.settled = False
+        self.local = local
+        self.deadline = 0.0  # set when first forwarded to a leader
+
+
+class _Effects:
+    """A payload of effects to journal and apply as it is (a mirror's)."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
 
 
 class DataDirLocked(RuntimeError):
     pass
 
 
-class Engine:
+class Engine(Replication):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         # Fail on a bad retention before touching the data directory.
@@ -182,17 +221,26 @@ class Engine:
         # of a batch, every checkpoint write.  Called on engine threads.
         self.journal_sync_hooks: list = []
         self.checkpoint_hooks: list = []
+        self._leases: LeaseKeeper | None = None
+        self._compactor: Compactor | None = None
+        self._barrier: ReadBarrier | None = None
+        Replication.__init__(self)
 
     # ------------------------------------------------------------------
     # opening and recovery
 
     @classmethod
-    def open(cls, config: EngineConfig) -> "Engine":
+    def open(cls, config: EngineConfig, *, journal: SharedJournal | None = None,
+             cluster_id: int | None = None) -> "Engine":
+        """Open the data directory and recover.  With ``journal`` (a shared
+        journal and the ``cluster_id`` it belongs to) the engine is a replica
+        of that cluster and starts as a follower; otherwise it owns a local
+        journal in the data directory and leads itself."""
         eng = cls(config)
-        eng._open()
+        eng._open(journal, cluster_id)
         return eng
 
-    def _open(self) -> None:
+    def _open(self, shared: SharedJournal | None, cluster_id: int | None) -> None:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
         self._lock_fd = os.open(os.path.join(cfg.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -201,10 +249,21 @@ class Engine:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise DataDirLocked(f"data directory {cfg.data_dir} is in use by another process")
+        try:
+            self._open_locked(shared, cluster_id)
+        except BaseException:
+            backend = getattr(self, "backend", None)
+            if backend is not None:
+                backend.close()
+            os.close(self._lock_fd)
+            raise
 
+    def _open_locked(self, shared: SharedJournal | None, cluster_id: int | None) -> None:
+        cfg = self.config
         boundaries = cfg.shard_boundaries if cfg.shard_boundaries is not None else default_boundaries(cfg.shards)
         if len(boundaries) + 1 != cfg.shards:
             raise ValueError(f"--shards {cfg.shards} needs {cfg.shards - 1} boundaries, got {len(boundaries)}")
+        self._boundaries = list(boundaries)
         values_dir = os.path.join(cfg.data_dir, "values")
         opts = {}
         if cfg.backend == "lmdb":
@@ -220,7 +279,12 @@ class Engine:
                     f"data directory {cfg.data_dir} was created with shard boundaries "
                     f"{stored!r}; this server was started with {list(boundaries)!r} (resharding is not supported)"
                 )
-        ident = json.loads(identity) if identity else {"cluster_id": new_id(), "member_id": new_id(), "term": 0}
+        ident = json.loads(identity) if identity else {"cluster_id": cluster_id or new_id(), "member_id": new_id(),
+                                                       "term": 0}
+        if cluster_id is not None and ident["cluster_id"] != cluster_id:
+            raise ValueError(
+                f"data directory {cfg.data_dir} belongs to cluster {ident['cluster_id']:x}, but the journal "
+                f"belongs to cluster {cluster_id:x}; use an empty data directory to join this cluster")
         ident["term"] = ident.get("term", 0) + 1
         self.cluster_id, self.member_id, self.raft_term = ident["cluster_id"], ident["member_id"], ident["term"]
         self.backend.write(backend_mod.WriteBatch(meta={
@@ -229,14 +293,17 @@ class Engine:
         }))
         self.alarms.load(self.backend.get_meta(META_ALARMS))
 
-        self.store = Store(self.backend, boundaries, cfg.max_txn_ops)
         started = time.monotonic()
+        if shared is None:
+            self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
+        else:
+            self.journal = shared
         # Recovery allocates millions of long-lived index objects and no
         # garbage cycles: the cyclic GC would rescan them again and again.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self._recover(cfg, started)
+            self.store, self._applied_index, self._journal_bytes = self._load_store()
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -244,38 +311,9 @@ class Engine:
             # Keep the recovered index out of future full collections, each
             # of which would otherwise walk every one of its objects.
             gc.freeze()
-
-    def _recover(self, cfg, started: float) -> None:
-        cp = self.backend.get_meta(META_CHECKPOINT)
-        journal_index = 0
-        if cp is not None:
-            meta = json.loads(cp)
-            self.store.load_records(meta["leases"])
-            self.store.revision = meta["revision"]
-            self.store.compact_rev = meta["compact_rev"]
-            self.store.compact_done_rev = meta["compact_done_rev"]
-            journal_index = meta["journal_index"]
-            log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
-                     self.store.revision, journal_index, self.store.keys_total(), time.monotonic() - started)
-        if self.store.compact_done_rev < self.store.compact_rev:
-            self.store._start_compaction(self.store.compact_rev)
-
-        self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
-        replayed = 0
-        last_log = time.monotonic()
-        for index, payload in self.journal.records(after_index=journal_index):
-            self.store.replay(payload)
-            self._journal_bytes += len(payload)
-            replayed += 1
-            if time.monotonic() - last_log > 2.0:
-                log.info("replaying journal: %d records, revision %d", replayed, self.store.revision)
-                last_log = time.monotonic()
-        if replayed:
-            log.info("replayed %d journal records to revision %d", replayed, self.store.revision)
         self.committed_rev = self.store.revision
-        # Lease clocks: every recovered lease gets its full TTL from now.
-        self._leases = LeaseKeeper(lambda lease_id: self.submit(LeaseRevokeRequest(lease_id)))
-        self._leases.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
+        if shared is not None:
+            self.raft_term = self.store.epoch
         self._lease_ids = IdGenerator(self.member_id)
         self.watches = WatchManager(self.store, self._lock, progress_interval=cfg.watch_progress_notify_interval,
                                     max_queued_events=cfg.watch_queue_events)
@@ -284,11 +322,81 @@ class Engine:
         log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
+        if shared is None:
+            self._role = LEADER
+            self._start_leading()
+        else:
+            self._role = FOLLOWER
+            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index, ahead=self._journal_ahead)
+            self._follow()
         self._committer.start()
-        self._leases.start()
+
+    def _load_store(self, upto_index: int | None = None) -> tuple[Store, int, int]:
+        """A store recovered from the last checkpoint plus the journal after
+        it (up to ``upto_index`` if given).  Returns the store, the index of
+        the last record it holds, and the journal bytes replayed."""
+        store = Store(self.backend, self._boundaries, self.config.max_txn_ops)
+        started = time.monotonic()
+        cp = self.backend.get_meta(META_CHECKPOINT)
+        journal_index = 0
+        if cp is not None:
+            meta = json.loads(cp)
+            store.load_records(meta["leases"])
+            store.revision = meta["revision"]
+            store.compact_rev = meta["compact_rev"]
+            store.compact_done_rev = meta["compact_done_rev"]
+            store.epoch = meta.get("epoch", 0)
+            store.leader_id = meta.get("leader_id", 0)
+            journal_index = meta["journal_index"]
+            log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
+                     store.revision, journal_index, store.keys_total(), time.monotonic() - started)
+        if store.compact_done_rev < store.compact_rev:
+            store._start_compaction(store.compact_rev)
+        replayed = 0
+        replayed_bytes = 0
+        last = journal_index
+        last_log = time.monotonic()
+        for index, payload in self.journal.records(after_index=journal_index):
+            if upto_index is not None and index > upto_index:
+                break
+            store.replay(payload)
+            replayed_bytes += len(payload)
+            replayed += 1
+            last = index
+            if time.monotonic() - last_log > 2.0:
+                log.info("replaying journal: %d records, revision %d", replayed, store.revision)
+                last_log = time.monotonic()
+        if replayed:
+            log.info("replayed %d journal records to revision %d", replayed, store.revision)
+        return store, last, replayed_bytes
+
+    def _start_leading(self) -> None:
+        """Lease clocks and auto-compaction run where writes are decided."""
+        cfg = self.config
+        self._leases = LeaseKeeper(self._expire_lease)
+        # Lease clocks: every recovered lease gets its full TTL from now.
+        self._leases.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
+        if cfg.lease_expiry:
+            self._leases.start()
         self._compactor = Compactor(cfg.auto_compaction_mode, cfg.auto_compaction_retention,
                                     lambda: self.committed_rev, self.compact)
         self._compactor.start()
+
+    def _stop_leading(self) -> None:
+        """Undo _start_leading.  Safe on the committer thread: the
+        compactor, which may be waiting for a write, is not joined."""
+        leases, self._leases = self._leases, None
+        if leases is not None:
+            leases.stop()
+        compactor, self._compactor = self._compactor, None
+        if compactor is not None:
+            compactor._stop.set()
+
+    def _expire_lease(self, lease_id: int) -> Future:
+        """A lease's deadline passed: revoke it, here or nowhere."""
+        sink = _FutureSink(1)
+        self._enqueue([_Pending(LeaseRevokeRequest(lease_id), sink, 0, local=True)])
+        return sink.futures[0]
 
     # ------------------------------------------------------------------
     # reads (served at the committed revision)
@@ -296,6 +404,39 @@ class Engine:
     def range(self, req: RangeRequest):
         with self._lock:
             return self.store.range(req, self.committed_rev)
+
+    def read_barrier(self, callback) -> bool:
+        """Make linearizable reads safe.  True: reads at ``committed_rev``
+        are linearizable now (always so on a single node, whose committer is
+        the only writer).  False: ``callback(exc)`` will be called once on
+        an engine thread, with exc None when reads may go ahead or an
+        EtcdError (request timed out, no leader) when they must fail.  One
+        barrier serves any number of reads that began before it was asked,
+        so callers group the reads of a batch behind one call."""
+        barrier = self._barrier
+        if barrier is None:
+            return True
+        barrier.request(callback)
+        return False
+
+    def wait_linearizable(self, timeout: float = REQUEST_TIMEOUT) -> None:
+        """Block until reads are linearizable (for callers on their own
+        thread, like grpcio handlers); raises the barrier's EtcdError."""
+        if self._barrier is None:
+            return
+        done = threading.Event()
+        outcome: list = [None]
+
+        def passed(exc) -> None:
+            outcome[0] = exc
+            done.set()
+
+        if self.read_barrier(passed):
+            return
+        if not done.wait(timeout):
+            raise errors.ErrTimeout
+        if outcome[0] is not None:
+            raise outcome[0]
 
     # ------------------------------------------------------------------
     # writes
@@ -316,14 +457,25 @@ class Engine:
         self._enqueue([_Pending(r, sink, i) for i, r in enumerate(requests)])
         return sink.futures
 
-    def submit_batch(self, requests, callback) -> None:
+    def submit_batch(self, requests, callback, *, local: bool = False) -> None:
         """Queue ``requests`` like ``submit_many``; outcomes are delivered as
         ``callback([(index, result, exc), ...])`` on the committer thread,
         once per commit batch that settles some of them (``exc`` is None or
-        an EtcdError).  The cheap path for the batching gRPC front."""
+        an EtcdError).  The cheap path for the batching gRPC front.
+        ``local``: decide them here or answer ErrNotLeader (for writes
+        another replica forwarded)."""
         sink = _BatchSink(callback)
-        self._enqueue([_Pending(r, sink, i) for i, r in enumerate(requests)])
+        self._enqueue([_Pending(r, sink, i, local) for i, r in enumerate(requests)])
         sink.flush()  # outcomes settled already (engine stopping)
+
+    def submit_effects(self, payload: bytes) -> Future:
+        """Journal and apply a payload of effects as it is (brain.mvcc.codec:
+        revisions continuing this engine's, lease grants and revokes,
+        compaction): what a mirror of another store writes.  The future
+        completes with the new revision once the payload is durable;
+        readers and watchers see it then.  A payload that does not continue
+        the revision is refused with ValueError and nothing is applied."""
+        return self.submit(_Effects(payload))
 
     def _enqueue(self, pending: list[_Pending]) -> None:
         with self._cv:
@@ -385,39 +537,49 @@ class Engine:
     def lease_revoke(self, req):
         return self._write(req)
 
+    def _lease_keeper(self) -> LeaseKeeper:
+        keeper = self._leases
+        if keeper is None:
+            raise errors.ErrNotLeader
+        return keeper
+
     def lease_keepalive(self, lease_id: int) -> int:
         """Renew a lease (not journaled, as in etcd); returns its TTL."""
-        return self._leases.renew(lease_id)
+        if self._role != LEADER:
+            return self._forwarded_call("keepalive", [lease_id])[0][1]
+        return self._lease_keeper().renew(lease_id)
 
     def lease_keepalive_many(self, lease_ids, callback) -> None:
         """Renew several leases; ``callback([(id, outcome), ...])`` follows,
         in order, where outcome is the TTL (0 for a lease that does not
         exist, as etcd answers) or the EtcdError that should end the stream
         (request timed out, server stopped).  The callback may run on the
-        caller's thread (here, at once) or, where the renewal needs a round
-        trip (a replica that is not the cluster's leader), on an engine
-        thread later: callers must not block on it."""
-        renew = self._leases.renew
+        caller's thread (on the leader, at once) or, where the renewal needs
+        a round trip (a follower asks the leader), on another thread later:
+        callers must not block on it."""
+        if self._role != LEADER:
+            self._forward_keepalives(list(lease_ids), callback)
+            return
+        callback(self.renew_leases(lease_ids))
+
+    def renew_leases(self, lease_ids) -> list:
+        """The leader's part of lease_keepalive_many."""
+        keeper = self._leases
         out = []
         for lease_id in lease_ids:
+            if keeper is None:
+                out.append((lease_id, errors.ErrNotLeader))
+                continue
             try:
-                out.append((lease_id, renew(lease_id)))
+                out.append((lease_id, keeper.renew(lease_id)))
             except errors.EtcdError as e:
                 out.append((lease_id, 0 if e == errors.ErrLeaseNotFound else e))
-        callback(out)
-
-    def read_barrier(self, callback) -> bool:
-        """Make linearizable reads safe.  True: reads at ``committed_rev``
-        are linearizable now (always so on a single node, whose committer is
-        the only writer).  False: ``callback(exc)`` will be called once on
-        an engine thread, with exc None when reads may go ahead or an
-        EtcdError (request timed out, no leader) when they must fail.  One
-        barrier serves any number of reads that began before it was asked,
-        so callers group the reads of a batch behind one call."""
-        return True
+        return out
 
     def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLiveResult:
-        left = self._leases.remaining(lease_id)
+        if self._role != LEADER:
+            return self._forwarded_call("ttl", [lease_id, keys])
+        left = self._lease_keeper().remaining(lease_id)
         if left is None:
             raise errors.ErrLeaseNotFound
         attached: list[bytes] = []
@@ -429,7 +591,9 @@ class Engine:
 
     def lease_leases(self) -> LeaseLeasesResult:
         """Live lease IDs, soonest expiry first (etcd's order)."""
-        return LeaseLeasesResult(self.committed_rev, self._leases.ids_by_expiry())
+        if self._role != LEADER:
+            return self._forwarded_call("leases", [])
+        return LeaseLeasesResult(self.committed_rev, self._lease_keeper().ids_by_expiry())
 
     # ------------------------------------------------------------------
     # the committer thread
@@ -437,19 +601,28 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cv:
-                if not self._queue and not self._stopping:
+                if not self._queue and not self._inbox and not self._completions and not self._stopping:
                     idle_wait = 0.0 if self.store.compacting else 0.2
                     if idle_wait:
                         self._cv.wait(idle_wait)
                 batch = list(self._queue)
                 self._queue.clear()
+                records, self._inbox = self._inbox, []
+                completions, self._completions = self._completions, []
                 stopping = self._stopping
             controls = [p for p in batch if isinstance(p.request, _Control)]
             if controls:
                 batch = [p for p in batch if not isinstance(p.request, _Control)]
+            if records:
+                self._apply_records(records)
+            if completions:
+                self._complete_forwarded(completions)
             if batch:
                 try:
-                    self._commit(batch)
+                    if self._role == LEADER:
+                        self._commit(batch)
+                    else:
+                        self._forward(batch)
                 except BaseException as e:  # never leave callers hanging
                     log.exception("commit failed")
                     self._fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
@@ -473,7 +646,6 @@ class Engine:
             for p in batch:
                 self._settle(p, None, self._failed)
             return
-        requests = []
         admitted = []
         over = self._over_quota()
         capped = over or self.alarms.has(ALARM_NOSPACE)
@@ -488,47 +660,119 @@ class Engine:
                     self._raise_nospace()
                 self._settle(p, None, errors.ErrNoSpace)
                 continue
-            requests.append(p.request)
             admitted.append(p)
         if not admitted:
             return
         with self._lock:
-            results, payload = self.store.apply(requests)
+            results, payload = self._apply(admitted)
             new_rev = self.store.revision
             events = self.store.changes
             self.store.changes = []
         if payload:
-            try:
-                self.journal.append(payload)
-                synced = time.perf_counter()
-                self.journal.sync()
-                synced = time.perf_counter() - synced
-            except BaseException as e:
-                nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-                err = errors.ErrNoSpace if nospace else errors.ErrStopped
-                log.error("journal write failed (%r); refusing writes until restart", e)
-                self._fail(err, f"journal write failed: {e!r}")
-                for p in admitted:
-                    self._settle(p, None, err)
+            if not self._make_durable(payload, admitted):
                 return
-            self._journal_bytes += len(payload)
-            for hook in self.journal_sync_hooks:
-                hook(synced)
         with self._lock:
             self.committed_rev = new_rev
         if events:
             self.watches.notify(events, new_rev)
         self._batches += 1
         self._requests += len(admitted)
-        self._leases.on_commit(requests, results)
+        if self._leases is not None:
+            self._leases.on_commit([p.request for p in admitted], results)
         for p, res in zip(admitted, results):
             if isinstance(res, errors.EtcdError):
+                self._settle(p, None, res)
+            elif isinstance(res, Exception):  # a refused _Effects payload
                 self._settle(p, None, res)
             elif p.wait_compact:
                 p.result = res
                 self._compact_waiters.append((p.wait_compact, p))
             else:
                 self._settle(p, res)
+        if self._barrier is not None:
+            self._barrier.applied(self._applied_index)
+
+    def _apply(self, admitted: list[_Pending]) -> tuple[list, bytes]:
+        """Apply a batch to the store (lock held): requests are decided,
+        effects payloads are replayed as they are.  Returns one result per
+        pending write and the journal payload of them all."""
+        if not any(type(p.request) is _Effects for p in admitted):
+            return self.store.apply([p.request for p in admitted])
+        results: list = []
+        parts: list[bytes] = []
+        run: list = []
+
+        def flush_run() -> None:
+            if run:
+                res, payload = self.store.apply(run)
+                results.extend(res)
+                parts.append(payload)
+                run.clear()
+
+        for p in admitted:
+            if type(p.request) is not _Effects:
+                run.append(p.request)
+                continue
+            flush_run()
+            payload = p.request.payload
+            try:
+                self.store.check_continues(payload)
+            except ValueError as e:
+                results.append(e)
+                continue
+            self.store.replay(payload, live=True)
+            results.append(self.store.revision)
+            parts.append(payload)
+        flush_run()
+        return results, b"".join(parts)
+
+    def _make_durable(self, payload: bytes, admitted: list[_Pending]) -> bool:
+        """Append and sync one batch's record.  False: it is not durable and
+        every caller of the batch has been answered."""
+        try:
+            self.journal.append(payload)
+            synced = time.perf_counter()
+            self._sync_journal(admitted)
+            synced = time.perf_counter() - synced
+        except JournalFencedError as e:
+            log.warning("another replica wrote to the journal (%s); stepping down", e)
+            for p in admitted:
+                self._settle(p, None, errors.ErrLeaderChanged)
+            self._step_down(rebuild=True)
+            return False
+        except BaseException as e:
+            nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+            err = errors.ErrNoSpace if nospace else errors.ErrStopped
+            log.error("journal write failed (%r); refusing writes until restart", e)
+            self._fail(err, f"journal write failed: {e!r}")
+            for p in admitted:
+                self._settle(p, None, err)
+            return False
+        self._journal_bytes += len(payload)
+        self._applied_index = self.journal.last_index
+        for hook in self.journal_sync_hooks:
+            hook(synced)
+        return True
+
+    def _sync_journal(self, admitted: list[_Pending]) -> None:
+        """sync(), waiting out a shared journal that cannot be reached: its
+        appends are retried (de-duplicated) until it says whether they
+        landed.  Callers waiting longer than the request timeout are told
+        ErrTimeout meanwhile (they cannot know the outcome either)."""
+        started = time.monotonic()
+        while True:
+            try:
+                self.journal.sync()
+                return
+            except JournalUnavailableError as e:
+                if self._stopping:
+                    raise
+                if time.monotonic() - started > REQUEST_TIMEOUT:
+                    for p in admitted:
+                        self._settle(p, None, errors.ErrTimeout)
+                    self._flush_sinks()
+                log.warning("journal unavailable (%s); retrying the append", e)
+                time.sleep(0.2)
 
     def _fail(self, err: errors.EtcdError, reason: str) -> None:
         self._failed = err
@@ -548,6 +792,7 @@ class Engine:
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
+        self._expire_waiting()
         self._checkpoint_maintenance()
 
     # ------------------------------------------------------------------
@@ -577,7 +822,7 @@ class Engine:
     def _start_checkpoint(self) -> None:
         with self._lock:
             cut = self.store.checkpoint_cut()
-        index = self.journal.last_index
+        index = self._applied_index
         self._cut_index = index
         self._cut = cut
         self._cut_bytes = self._journal_bytes
@@ -596,6 +841,8 @@ class Engine:
                 "compact_done_rev": cut.compact_done_rev,
                 "journal_index": index,
                 "leases": cut.leases,
+                "epoch": cut.epoch,
+                "leader_id": cut.leader_id,
             }
             batch = backend_mod.WriteBatch(
                 puts=list(cut.records()),
@@ -625,11 +872,21 @@ class Engine:
             return
         with self._lock:
             self.store.checkpoint_done()
-        self.journal.release(self._cut_index)
+        try:
+            self.journal.release(self._cut_index)
+        except Exception as e:  # noqa: BLE001 - only space is lost; retried at the next checkpoint
+            log.warning("releasing journal records up to %d failed: %r", self._cut_index, e)
         self._journal_bytes -= self._cut_bytes
         self._checkpoints += 1
         self._last_checkpoint_time = time.monotonic()
         self._refresh_backend_size()
+
+    def _settle_checkpoint(self) -> None:
+        """Wait for a checkpoint being written (committer thread only)."""
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.join()
+            self._checkpoint_thread = None
+            self._finish_checkpoint()
 
     def _refresh_backend_size(self) -> None:
         st = self.backend.statistics()
@@ -687,15 +944,10 @@ class Engine:
         self.on_committer(self._checkpoint_now)
 
     def _checkpoint_now(self) -> None:
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
-            self._checkpoint_thread = None
-            self._finish_checkpoint()
+        self._settle_checkpoint()
         if self._failed is None and self._journal_bytes:
             self._start_checkpoint()
-            self._checkpoint_thread.join()
-            self._checkpoint_thread = None
-            self._finish_checkpoint()
+            self._settle_checkpoint()
 
     def _control(self, fn) -> None:
         """Run fn on the committer thread (the journal's only writer)."""
@@ -711,8 +963,10 @@ class Engine:
         with self._cv:
             if self._stopping:
                 return
-        self._compactor.stop()
-        self._leases.stop()
+        if self._compactor is not None:
+            self._compactor.stop()
+        if self._leases is not None:
+            self._leases.stop()
         try:
             self.checkpoint()
         except Exception:
@@ -721,6 +975,7 @@ class Engine:
             self._stopping = True
             self._cv.notify()
         self._committer.join()
+        self._close_replication()
         self.watches.close()
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
@@ -738,7 +993,8 @@ class Engine:
                 last_checkpoint_seconds=self._last_checkpoint_seconds,
                 journal_bytes_since_checkpoint=self._journal_bytes,
                 backend_size_bytes=self._backend_size, backend_in_use_bytes=self._backend_in_use,
-                leases=len(s.lessor), failed=self._failed_reason)
+                leases=len(s.lessor), failed=self._failed_reason, role=self._role,
+                applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 
 
 class _Control:

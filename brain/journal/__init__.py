@@ -1,13 +1,24 @@
-"""Append-only, CRC-framed, segmented write-ahead journal of opaque records.
+"""Append-only journals of opaque records: the engine's write-ahead log.
 
-framing.py: pure frame encoding/decoding; segment.py: segment files and
-their validation; journal.py: the Journal (append, sync, replay, release,
-recovery); errors.py: the error contract.
+protocol.py: the contract every journal keeps (JournalLog, SharedJournal).
+The local implementation: framing.py (pure frame encoding/decoding),
+segment.py (segment files and their validation), journal.py (the Journal:
+append, sync, replay, release, recovery).  The replicated one:
+jetstream.py (a NATS JetStream stream).  errors.py: the error contract.
 """
 
-from .errors import JournalCorruptError, JournalError, JournalFailedError, JournalWriteError
+from .errors import (
+    JournalCorruptError,
+    JournalError,
+    JournalFailedError,
+    JournalFencedError,
+    JournalPurgedError,
+    JournalUnavailableError,
+    JournalWriteError,
+)
 from .framing import DecodeEnd, Frame, Stop, decode_frames, encode_frame, frame_size
 from .journal import DEFAULT_SEGMENT_BYTES, Journal, JournalStatistics
+from .protocol import JournalLog, SharedJournal
 from .segment import SegmentHeader, parse_segment_name, segment_name
 
 __all__ = [
@@ -18,9 +29,14 @@ __all__ = [
     "JournalCorruptError",
     "JournalError",
     "JournalFailedError",
+    "JournalFencedError",
+    "JournalLog",
+    "JournalPurgedError",
     "JournalStatistics",
+    "JournalUnavailableError",
     "JournalWriteError",
     "SegmentHeader",
+    "SharedJournal",
     "Stop",
     "decode_frames",
     "encode_frame",

@@ -42,3 +42,34 @@ class JournalFailedError(JournalError):
     the error, so retrying would falsely report durability. Reopen the
     journal to recover from what is really on disk.
     """
+
+
+class JournalFencedError(JournalError):
+    """A shared journal refused an append: another writer's record now
+    follows the one this writer expected to be last.  The records appended
+    since the last successful sync are not in the journal (they never
+    will be); the writer must stop writing and catch up as a reader.
+    ``last_index`` is the journal's newest index as the refusal reported it.
+    """
+
+    def __init__(self, message: str, last_index: int) -> None:
+        super().__init__(message)
+        self.last_index = last_index
+
+
+class JournalUnavailableError(JournalError):
+    """A shared journal cannot be reached (no quorum, no connection) and
+    the outcome of the last appends is not known yet.  Not final: the
+    journal retries the same appends (they are de-duplicated) until it can
+    say whether they landed, so the writer may call ``sync`` again."""
+
+
+class JournalPurgedError(JournalError):
+    """Records a reader asked for were dropped from a shared journal (every
+    replica had checkpointed past them).  A replica whose checkpoint is
+    older than the journal's first record must start from a peer's
+    snapshot instead."""
+
+    def __init__(self, message: str, first_index: int) -> None:
+        super().__init__(message)
+        self.first_index = first_index

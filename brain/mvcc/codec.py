@@ -12,6 +12,8 @@ entries, each starting with a one-byte tag:
   b"G" id:i64 ttl:i64                                    lease granted
   b"R" id:i64                                            lease revoked (its keys were
                                                          deleted by a preceding T)
+  b"E" epoch:u64 leader:u64                              a replica took the lead of a
+                                                         replicated journal (term, member ID)
 
 Stored record (value store, keyed by the 16-byte revision):
   flags:u8 (1 = tombstone) create:u64 version:i64 lease:i64 klen:u32 key value
@@ -27,6 +29,7 @@ _T_HEAD = struct.Struct("<QI")
 _LEN = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _2I64 = struct.Struct("<qq")
+_2U64 = struct.Struct("<QQ")
 _REC_HEAD = struct.Struct("<BQqqI")
 
 PUT, DELETE = 0, 1
@@ -77,6 +80,10 @@ class BatchEncoder:
         self._close_revision()
         self._parts.append(b"R" + _I64.pack(lease_id))
 
+    def epoch(self, epoch: int, leader: int) -> None:
+        self._close_revision()
+        self._parts.append(b"E" + _2U64.pack(epoch, leader))
+
     def _close_revision(self) -> None:
         if self._count_at >= 0:
             self._parts[self._count_at] = _T_HEAD.pack(self._main, self._count)
@@ -89,7 +96,8 @@ class BatchEncoder:
 
 def decode_batch(payload: bytes) -> Iterator[tuple]:
     """Yield entries: ("T", main, [(PUT, key, value, lease) | (DELETE, key)]),
-    ("C", rev), ("G", id, ttl), ("R", id).  Raises ValueError on bad bytes."""
+    ("C", rev), ("G", id, ttl), ("R", id), ("E", epoch, leader).  Raises
+    ValueError on bad bytes."""
     mv = memoryview(payload)
     pos, n = 0, len(payload)
     while pos < n:
@@ -132,6 +140,10 @@ def decode_batch(payload: bytes) -> Iterator[tuple]:
             (lease_id,) = _I64.unpack_from(payload, pos)
             pos += 8
             yield ("R", lease_id)
+        elif tag == 0x45:  # E
+            epoch, leader = _2U64.unpack_from(payload, pos)
+            pos += 16
+            yield ("E", epoch, leader)
         else:
             raise ValueError(f"unknown journal entry tag {tag} at offset {pos - 1}")
 

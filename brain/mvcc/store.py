@@ -152,6 +152,10 @@ class Store:
         # When a list, every change applied is appended here as an Event, in
         # revision order, for the watch hub (the engine drains it per batch).
         self.changes: list[Event] | None = None
+        # The newest epoch record replayed (a replicated journal's leader
+        # term and that leader's member ID); 0 on a single node.
+        self.epoch = 0
+        self.leader_id = 0
 
     # ------------------------------------------------------------------
     # key placement
@@ -620,8 +624,14 @@ class Store:
     # ------------------------------------------------------------------
     # recovery
 
-    def replay(self, payload: bytes) -> None:
-        """Re-apply one journal payload written by `apply`."""
+    def replay(self, payload: bytes, *, live: bool = False) -> None:
+        """Re-apply one journal payload written by `apply` (or by a leader
+        or a mirror: any payload of effects continuing this revision).
+
+        ``live``: the store is serving (a follower applying a replicated
+        journal): a compaction record only starts the compaction, whose
+        physical steps run between batches as on the leader; in recovery it
+        is finished at once."""
         for entry in decode_batch(payload):
             tag = entry[0]
             if tag == "T":
@@ -638,12 +648,24 @@ class Store:
             elif tag == "C":
                 if entry[1] > self.compact_rev:
                     self._start_compaction(entry[1])
-                    while not self.compaction_step(1 << 30):
+                    while not live and not self.compaction_step(1 << 30):
                         pass
             elif tag == "G":
                 self.lessor.grant(entry[1], entry[2])
             elif tag == "R":
                 self.lessor.remove(entry[1])
+            elif tag == "E":
+                self.epoch, self.leader_id = entry[1], entry[2]
+
+    def check_continues(self, payload: bytes) -> None:
+        """Raise ValueError unless ``payload`` decodes and its revisions
+        continue this store's (nothing is applied)."""
+        expect = self.revision + 1
+        for entry in decode_batch(payload):
+            if entry[0] == "T":
+                if entry[1] != expect:
+                    raise ValueError(f"payload revision {entry[1]} does not follow {expect - 1}")
+                expect += 1
 
     def load_records(self, leases: Iterable[tuple[int, int]] = ()) -> None:
         """Rebuild every shard's key index from the value store (after a
@@ -706,7 +728,7 @@ class Store:
         leases = sorted((lease.id, lease.ttl) for lease in self.lessor.leases.values())
         self._cut_revision = self.revision
         return CheckpointCut(self.revision, self.compact_rev, self.compact_done_rev if not self.compacting else -1,
-                             frozen, deletes, leases)
+                             frozen, deletes, leases, self.epoch, self.leader_id)
 
     def checkpoint_done(self) -> None:
         for shard in self.shards:
@@ -736,15 +758,18 @@ class Store:
 
 
 class CheckpointCut:
-    __slots__ = ("revision", "compact_rev", "compact_done_rev", "frozen", "deletes", "leases")
+    __slots__ = ("revision", "compact_rev", "compact_done_rev", "frozen", "deletes", "leases", "epoch", "leader_id")
 
-    def __init__(self, revision, compact_rev, compact_done_rev, frozen, deletes, leases) -> None:
+    def __init__(self, revision, compact_rev, compact_done_rev, frozen, deletes, leases, epoch=0,
+                 leader_id=0) -> None:
         self.revision = revision
         self.compact_rev = compact_rev
         self.compact_done_rev = compact_done_rev
         self.frozen = frozen
         self.deletes = deletes
         self.leases = leases
+        self.epoch = epoch
+        self.leader_id = leader_id
 
     def records(self):
         """(shard, revision bytes, encoded record) for every frozen record."""

@@ -46,6 +46,14 @@ class FakeEngine:
         if self.fail is not None:
             raise self.fail
 
+    leader_id = MEMBER_ID
+
+    def wait_linearizable(self) -> None:
+        pass  # one store: reads are always linearizable
+
+    def read_barrier(self, callback) -> bool:
+        return True
+
     def range(self, req: core.RangeRequest) -> core.RangeResult:
         self._enter(req)
         with self.lock:

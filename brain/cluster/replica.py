@@ -1,0 +1,197 @@
+"""A replica of a brain cluster: what ``brain serve --journal-url`` adds.
+
+    conn        one NATS connection (brain.journal.natsio)
+    journal     the shared JetStream journal, created by the first replica
+    membership  the members bucket: cluster ID, client URLs, checkpoints
+    engine      opened on the shared journal: it recovers from its own
+                checkpoint plus the journal, then follows it
+    forwarding  followers send writes to the leader; every replica listens
+    election    the leader key; winning promotes the engine, losing it
+                makes the engine step down
+    retention   the leader purges journal records every live replica has
+                checkpointed
+
+Start-up order matters: the engine is caught up and the forwarding
+listener is up before the replica campaigns, and it campaigns only once
+its clients can reach it (``start``, after the API server listens).
+Shutdown: stop leading (so in-flight writes finish or are refused), hand
+the key over, then close the engine (a final checkpoint) and NATS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from ..engine import Engine, EngineConfig
+from ..journal import JournalPurgedError
+from ..journal.jetstream import JetStreamJournal
+from ..journal.natsio import NatsConnection, parse_journal_url
+from .election import Election
+from .forwarding import Forwarder, ForwardingServer
+from .membership import Member, Membership
+
+log = logging.getLogger("brain.cluster")
+
+RETENTION_INTERVAL = 30.0
+
+
+@dataclass
+class ClusterOptions:
+    journal_url: str
+    name: str = "default"  # this replica's member name (--name)
+    client_urls: tuple[str, ...] = ()  # what MemberList advertises
+    election_timeout_ms: int = 2000
+    heartbeat_interval_ms: int = 500
+    journal_replicas: int = 0  # 0: 3 when the NATS cluster has 3 servers or more, else 1
+    connect_wait: float = 60.0
+
+
+class Replica:
+    def __init__(self, options: ClusterOptions, conn: NatsConnection, cluster_name: str, journal: JetStreamJournal,
+                 membership: Membership, engine: Engine) -> None:
+        self.options = options
+        self.conn = conn
+        self.cluster_name = cluster_name
+        self.journal = journal
+        self.membership = membership
+        self.engine = engine
+        self.forwarding = ForwardingServer(conn, cluster_name, engine)
+        self.election = Election(
+            conn, cluster_name, engine.member_id,
+            ttl=options.election_timeout_ms / 1000.0, renew_interval=options.heartbeat_interval_ms / 1000.0,
+            on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal))
+        engine.forwarder = Forwarder(conn, cluster_name, self.leader_id)
+        self._stop = threading.Event()
+        self._retention: threading.Thread | None = None
+        self.purged = 0
+
+    # -- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, options: ClusterOptions, engine_config: EngineConfig) -> "Replica":
+        servers, cluster_name = parse_journal_url(options.journal_url)
+        conn = NatsConnection.connect_retrying(servers, name=f"brain-{options.name}", wait=options.connect_wait)
+        try:
+            replicas = options.journal_replicas or (3 if len(conn.discovered_servers()) >= 3 else 1)
+            membership = Membership(conn, cluster_name, replicas=replicas)
+            membership.open()
+            cluster_id = membership.cluster_id()
+            journal = JetStreamJournal.open(conn, cluster_name, replicas=replicas)
+            try:
+                engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id)
+            except JournalPurgedError as e:
+                raise RuntimeError(
+                    f"this replica's data ({engine_config.data_dir}) ends before the journal's first record "
+                    f"{e.first_index}: the records it needs were purged after every other replica "
+                    "checkpointed them. Start it with an empty --data-dir to copy a peer's snapshot.") from None
+            journal.on_release = membership.set_checkpoint
+            replica = cls(options, conn, cluster_name, journal, membership, engine)
+            replica._join()
+            return replica
+        except BaseException:
+            conn.close()
+            raise
+
+    def _join(self) -> None:
+        eng = self.engine
+        self.forwarding.start()
+        cp = eng.backend.get_meta(b"brain.checkpoint")
+        cp_index = 0
+        if cp is not None:
+            import json
+
+            cp_index = json.loads(cp).get("journal_index", 0)
+        self.membership.register(Member(eng.member_id, self.options.name, list(self.options.client_urls), [],
+                                        checkpoint_index=cp_index, applied_index=eng.statistics().applied_index))
+        self.membership.on_removed = self._removed
+        log.info("joined cluster %s (%x) as member %x (%s); journal R%d, applied index %d",
+                 self.cluster_name, eng.cluster_id, eng.member_id, self.options.name,
+                 journal_replicas_of(self.journal), eng.statistics().applied_index)
+
+    def start(self) -> None:
+        """Campaign for the lead (call once clients can reach this replica)."""
+        self.election.start()
+        self._retention = threading.Thread(target=self._retain, name="brain-retention", daemon=True)
+        self._retention.start()
+
+    # -- what the API layer asks ----------------------------------------------------
+
+    def leader_id(self) -> int:
+        return self.election.leader_id or self.engine.store.leader_id
+
+    def members(self) -> list[Member]:
+        self.membership.set_applied(self.engine.statistics().applied_index)
+        return self.membership.members()
+
+    def add_member(self, name: str, peer_urls: list[str]) -> Member:
+        return self.membership.add(name, peer_urls)
+
+    def remove_member(self, member_id: int) -> bool:
+        return self.membership.remove(member_id)
+
+    # -- retention -----------------------------------------------------------------------
+
+    def _retain(self) -> None:
+        while not self._stop.wait(RETENTION_INTERVAL):
+            try:
+                self.retain_once()
+            except Exception as e:  # noqa: BLE001 - retried next time
+                log.warning("journal retention: %r", e)
+
+    def retain_once(self) -> int:
+        """On the leader: purge what every live replica has checkpointed."""
+        if not self.engine.is_leader:
+            return 0
+        self.membership.refresh()
+        floor = self.membership.retention_floor()
+        if not floor or floor + 1 <= self.journal.first_index:
+            return 0
+        n = self.journal.purge(floor + 1)
+        self.purged += n
+        if n:
+            log.info("purged %d journal messages below index %d (every live replica has checkpointed them)",
+                     n, floor + 1)
+        return n
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def _removed(self) -> None:
+        log.error("the member has been permanently removed from the cluster; stopping")
+        os.kill(os.getpid(), 15)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.election.set_candidate(False)
+        try:
+            self.engine.step_down()
+        except Exception:  # noqa: BLE001
+            log.exception("stepping down at shutdown")
+        self.election.stop(resign=True)
+        self.membership.stop()
+        self.forwarding.stop()
+        self.engine.close()
+        self.conn.close()
+        if self._retention is not None:
+            self._retention.join(2)
+
+
+def journal_replicas_of(journal: JetStreamJournal) -> int:
+    try:
+        return journal.state().replicas
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def wait_for_leader(replica: Replica, timeout: float = 30.0) -> int:
+    """Block until the cluster has a leader this replica knows (tests)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lid = replica.leader_id()
+        if lid and (replica.engine.is_leader or replica.engine.store.leader_id == lid):
+            return lid
+        time.sleep(0.05)
+    raise TimeoutError("no leader")

@@ -1,0 +1,154 @@
+"""Linearizable reads on a replica of a shared journal: the read index.
+
+A replica serves reads from its own memory, which may lag the journal: a
+write acknowledged by the leader a moment ago may not be applied here yet.
+So a linearizable read first asks the journal for its newest index (one
+round trip) and waits until this replica has applied up to it; every write
+acknowledged before the read began is then visible.  It is etcd's ReadIndex,
+with the replicated journal in the role of the Raft leader.
+
+Batching: one round trip at a time serves every read that was waiting when
+it was *sent*.  A read that arrives while a round trip is in flight waits
+for the next one, because the answer of the current one may predate a
+write that was acknowledged before that read began.
+
+Worked example.  Applied index 40.  Reads r1, r2 arrive: round trip A is
+sent.  r3 arrives (A in flight).  A answers 42: r1 and r2 wait for index
+42; round trip B is sent for r3.  The replica applies 41, 42: r1 and r2 go
+ahead.  B answers 42: r3 goes ahead at once.
+
+Threads: ``request`` is called by reader threads, answers arrive on the
+journal's thread, ``applied`` is called by the engine's committer; the lock
+here is never held while calling out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from typing import Callable
+
+from ..mvcc import errors
+
+log = logging.getLogger("brain.engine.readindex")
+
+DEFAULT_TIMEOUT = 5.0  # etcd's read index waits up to its request timeout
+
+
+class ReadBarrier:
+    """Groups linearizable reads behind journal round trips.
+
+    ``ask(callback)`` starts a round trip (``callback(index, exc)``);
+    ``applied_index()`` is this replica's applied index; ``ahead(index)`` is
+    called when the journal reports an index this replica has no record of
+    being on its way (a leader that missed another writer's appends).
+    """
+
+    def __init__(self, ask: Callable, applied_index: Callable[[], int], *,
+                 ahead: Callable[[int], None] | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._ask = ask
+        self._applied_index = applied_index
+        self._ahead = ahead
+        self.timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._waiting: list = []  # callbacks not yet covered by a round trip
+        self._in_flight = False
+        self._parked: list = []  # heap of (index, seq, deadline, callbacks)
+        self._seq = itertools.count()
+        self.round_trips = 0
+
+    def request(self, callback: Callable[[BaseException | None], None]) -> None:
+        with self._lock:
+            self._waiting.append(callback)
+            if self._in_flight:
+                return
+            group, self._waiting = self._waiting, []
+            self._in_flight = True
+        self._send(group)
+
+    def _send(self, group: list) -> None:
+        self.round_trips += 1
+        started = self._clock()
+        try:
+            self._ask(lambda index, exc: self._answered(group, started, index, exc))
+        except BaseException as e:  # noqa: BLE001 - the reads fail, the server goes on
+            self._answered(group, started, None, e)
+
+    def _answered(self, group: list, started: float, index: int | None, exc: BaseException | None) -> None:
+        ready: list = []
+        failed: list = []
+        if exc is not None:
+            log.debug("read index round trip failed: %r", exc)
+            failed = group
+        elif index <= self._applied_index():
+            ready = group
+        else:
+            if self._ahead is not None:
+                self._ahead(index)
+            with self._lock:
+                heapq.heappush(self._parked, (index, next(self._seq), started + self.timeout, group))
+            # the committer may have applied it meanwhile
+            ready = self._release(self._applied_index())
+        with self._lock:
+            nxt = None
+            if self._waiting:
+                nxt, self._waiting = self._waiting, []
+            else:
+                self._in_flight = False
+        _call_all(ready, None)
+        if failed:
+            err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
+            _call_all(failed, err)
+        if nxt is not None:
+            self._send(nxt)
+
+    def _release(self, applied: int) -> list:
+        out: list = []
+        with self._lock:
+            parked = self._parked
+            while parked and parked[0][0] <= applied:
+                out.extend(heapq.heappop(parked)[3])
+        return out
+
+    def applied(self, index: int) -> None:
+        """The replica has applied up to ``index`` (the committer calls it)."""
+        if self._parked:
+            _call_all(self._release(index), None)
+
+    def expire(self) -> None:
+        """Fail reads that waited longer than the timeout (called
+        periodically by the committer)."""
+        if not self._parked:
+            return
+        now = self._clock()
+        late: list = []
+        with self._lock:
+            keep = []
+            for item in self._parked:
+                if item[2] <= now:
+                    late.extend(item[3])
+                else:
+                    keep.append(item)
+            if late:
+                heapq.heapify(keep)
+                self._parked = keep
+        _call_all(late, errors.ErrTimeout)
+
+    def fail_all(self, err: errors.EtcdError) -> None:
+        with self._lock:
+            parked, self._parked = self._parked, []
+            waiting, self._waiting = self._waiting, []
+        _call_all([cb for item in parked for cb in item[3]] + waiting, err)
+
+
+def _call_all(callbacks: list, exc) -> None:
+    for cb in callbacks:
+        try:
+            cb(exc)
+        except Exception:  # noqa: BLE001 - one caller's bug must not stop the others
+            log.exception("read barrier callback failed")

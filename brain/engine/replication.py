@@ -1,0 +1,475 @@
+"""The engine as a replica of a shared journal: following, forwarding,
+taking and giving up the lead.
+
+A brain cluster is several engines on one shared journal (a NATS JetStream
+stream).  Exactly one of them *leads*: its committer decides writes and
+appends their effects, every append fenced on the record before it.  The
+others *follow*: their committer applies each record the journal delivers
+(the same replay as recovery), so every replica holds the same history at
+the same revisions, and serves reads and watches from it.
+
+A follower's clients still write through it.  Their writes go to the
+leader (``Forwarder``, provided by brain.cluster); the leader's answer
+comes back with its revisions, and the follower answers its client only
+once it has applied those revisions itself, so a client reads its own
+writes on the replica it wrote through (etcd's members behave the same).
+
+Linearizable reads wait for the read index (brain.engine.readindex).
+
+Taking the lead (``promote``, run on the committer when brain.cluster says
+this replica won the election): stop following, apply the journal to its
+end, then append an epoch record fenced on that end.  If another record
+got there first, catch up and try again: the epoch record is the first
+thing a new leader writes, so no record of a previous leader can follow it.
+
+Giving up the lead (``step_down``): on a fenced append (someone else
+leads: our batch is not in the journal, but it is in our memory) the store
+is rebuilt from the last local checkpoint and the journal, up to the last
+record this replica knows is in the journal; when the election was lost
+without a failed append, the store is exact and following resumes.
+
+Invariant: on a follower, everything in the store is in the journal
+(``committed_rev == store.revision``); on the leader, at most the batch
+being synced is not.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, Protocol
+
+from ..journal import JournalError, JournalFencedError, JournalPurgedError
+from ..mvcc import errors
+from ..mvcc.codec import BatchEncoder
+
+log = logging.getLogger("brain.engine.replication")
+
+LEADER = "leader"
+FOLLOWER = "follower"
+
+# How long a forwarded write's answer waits for this replica to apply the
+# leader's revisions before the client is told the request timed out.
+APPLY_WAIT_SECONDS = 7.0
+PROMOTE_ATTEMPTS = 20
+
+
+class Forwarder(Protocol):
+    """How a follower reaches the leader (brain.cluster.forwarding)."""
+
+    def forward(self, requests: list, done: Callable[[list | errors.EtcdError], None]) -> None:
+        """Have the leader decide ``requests``; ``done(results)`` (one result
+        or EtcdError each, in order) or ``done(error)`` for all of them,
+        on any thread."""
+
+    def call(self, op: str, args: list, done: Callable[[object, BaseException | None], None]) -> None:
+        """A lease operation only the leader can answer ("keepalive" with
+        [ids], "ttl" with [id, keys], "leases" with [])."""
+
+
+class Replication:
+    """The replica half of the Engine (mixed into it; see the module
+    docstring).  Every method here runs on the committer thread unless it
+    says otherwise."""
+
+    def __init__(self) -> None:
+        self._role = LEADER
+        self._inbox: list = []  # (index, payload) delivered by the journal
+        self._completions: list = []  # (pending batch, forwarded outcome)
+        self._parked: list = []  # heap: (revision, seq, deadline, [(pending, result)])
+        self._park_seq = itertools.count()
+        self._applied_index = 0
+        self.forwarder: Forwarder | None = None
+        # Called (on the committer) after the role or the leader changed.
+        self.role_hooks: list = []
+        self._follow_error: BaseException | None = None
+        self._following = False
+
+    # ------------------------------------------------------------------
+    # who leads
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @property
+    def is_leader(self) -> bool:
+        return self._role == LEADER
+
+    @property
+    def leader_id(self) -> int:
+        """The member ID of the replica leading the journal (0: unknown);
+        on a single node, this one."""
+        if self._barrier is None:
+            return self.member_id
+        return self.store.leader_id
+
+    # ------------------------------------------------------------------
+    # following
+
+    def _follow(self) -> None:
+        """Start receiving the journal's records after the applied index."""
+        self._follow_error = None
+        self._following = True
+        self.journal.follow(self._applied_index, self._deliver, self._follow_failed)
+
+    def _deliver(self, index: int, payload: bytes) -> None:
+        """(journal thread) A record to apply."""
+        with self._cv:
+            self._inbox.append((index, payload))
+            if len(self._inbox) == 1:
+                self._cv.notify()
+
+    def _follow_failed(self, exc: BaseException) -> None:
+        """(journal thread) The journal cannot deliver any more records."""
+        log.error("following the journal failed: %s", exc)
+        self._follow_error = exc
+        if isinstance(exc, JournalPurgedError):
+            self._fail(errors.ErrStopped, f"journal records needed by this replica were purged: {exc}")
+
+    def _apply_records(self, records: list) -> None:
+        """Apply delivered records (a follower's commit)."""
+        if self._role != FOLLOWER:
+            # Left over from before a promotion: promote applied them already.
+            return
+        applied = self._applied_index
+        nbytes = 0
+        with self._lock:
+            for index, payload in records:
+                if index <= applied:
+                    continue  # delivered twice across a restart of following
+                try:
+                    self.store.replay(payload, live=True)
+                except ValueError as e:
+                    self._fail(errors.ErrCorrupt, f"journal record {index} cannot be applied: {e}")
+                    log.error("journal record %d cannot be applied (%s); this replica stops applying", index, e)
+                    break
+                applied = index
+                nbytes += len(payload)
+            new_rev = self.store.revision
+            events = self.store.changes
+            self.store.changes = []
+            self.committed_rev = new_rev
+        self._applied_index = applied
+        self._journal_bytes += nbytes
+        self._batches += 1
+        if events:
+            self.watches.notify(events, new_rev)
+        if self.store.epoch != self.raft_term:
+            self.raft_term = self.store.epoch
+            self._run_role_hooks()
+        self._release_parked()
+        if self._barrier is not None:
+            self._barrier.applied(applied)
+
+    def _journal_ahead(self, index: int) -> None:
+        """(any thread) The journal reported an index beyond what this
+        replica has.  A follower will receive it; a leader that never wrote
+        it has been deposed without noticing: step down."""
+        if self._role == LEADER and index > self.journal.last_index:
+            log.warning("the journal is at index %d, past this leader's last append %d: stepping down",
+                        index, self.journal.last_index)
+            self._control(lambda: self._role == LEADER and self._step_down(rebuild=True))
+
+    # ------------------------------------------------------------------
+    # forwarding a follower's writes
+
+    def _forward(self, batch: list) -> None:
+        """A follower's queued writes: forward them to the leader."""
+        local = [p for p in batch if p.local]
+        for p in local:
+            self._settle(p, None, errors.ErrNotLeader)
+        batch = [p for p in batch if not p.local]
+        if not batch:
+            return
+        if self._failed is not None:
+            for p in batch:
+                self._settle(p, None, self._failed)
+            return
+        forwarder = self.forwarder
+        if forwarder is None:
+            for p in batch:
+                self._settle(p, None, errors.ErrNoLeader)
+            return
+        now = time.monotonic()
+        for p in batch:
+            if not p.deadline:
+                p.deadline = now + APPLY_WAIT_SECONDS
+            elif now > p.deadline:  # sent again after a leader change, for too long
+                self._settle(p, None, errors.ErrTimeout)
+        batch = [p for p in batch if not p.settled]
+        if not batch:
+            return
+        requests = [p.request for p in batch]
+        if any(type(r).__name__ == "_Effects" for r in requests):
+            for p in batch:
+                self._settle(p, None, errors.ErrNotLeader)
+            return
+
+        def done(outcome) -> None:  # on the forwarder's thread
+            with self._cv:
+                self._completions.append((batch, outcome))
+                self._cv.notify()
+
+        try:
+            forwarder.forward(requests, done)
+        except Exception as e:  # noqa: BLE001
+            log.exception("forwarding writes failed")
+            done(errors.ErrStopped if not isinstance(e, errors.EtcdError) else e)
+
+    def _complete_forwarded(self, completions: list) -> None:
+        """The leader answered: answer our callers once we applied it."""
+        now = time.monotonic()
+        for batch, outcome in completions:
+            if isinstance(outcome, BaseException):
+                err = outcome if isinstance(outcome, errors.EtcdError) else errors.ErrStopped
+                for p in batch:
+                    self._settle(p, None, err)
+                continue
+            need = 0
+            items = []
+            again = []
+            for p, res in zip(batch, outcome):
+                if res == errors.ErrNotLeader and not p.settled:
+                    again.append(p)  # the old leader never decided it: send it again
+                    continue
+                rev = getattr(res, "revision", 0) or 0
+                if not isinstance(res, BaseException) and rev > need:
+                    need = rev
+                items.append((p, res))
+            if again:
+                with self._cv:
+                    self._queue.extend(again)
+            if need <= self.committed_rev:
+                self._settle_forwarded(items)
+            else:
+                heapq.heappush(self._parked, (need, next(self._park_seq), now + APPLY_WAIT_SECONDS, items))
+
+    def _settle_forwarded(self, items: list) -> None:
+        for p, res in items:
+            if isinstance(res, BaseException):
+                self._settle(p, None, res)
+            elif p.wait_compact and self.store.compact_done_rev < p.wait_compact:
+                p.result = res
+                self._compact_waiters.append((p.wait_compact, p))
+            else:
+                self._settle(p, res)
+
+    def _release_parked(self) -> None:
+        parked = self._parked
+        rev = self.committed_rev
+        while parked and parked[0][0] <= rev:
+            self._settle_forwarded(heapq.heappop(parked)[3])
+
+    def _expire_waiting(self) -> None:
+        """Answers that waited too long for this replica to catch up."""
+        if self._barrier is not None:
+            self._barrier.expire()
+        if not self._parked:
+            return
+        now = time.monotonic()
+        keep = []
+        for item in self._parked:
+            if item[2] <= now:
+                for p, _ in item[3]:
+                    self._settle(p, None, errors.ErrTimeout)
+            else:
+                keep.append(item)
+        if len(keep) != len(self._parked):
+            heapq.heapify(keep)
+            self._parked = keep
+
+    def _forward_keepalives(self, lease_ids: list, callback) -> None:
+        """(any thread) A follower's keep-alives go to the leader."""
+        forwarder = self.forwarder
+
+        def done(result, exc) -> None:
+            if exc is not None:
+                err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
+                callback([(i, err) for i in lease_ids])
+            else:
+                callback(result)
+
+        if forwarder is None:
+            done(None, errors.ErrNoLeader)
+            return
+        forwarder.call("keepalive", lease_ids, done)
+
+    def _forwarded_call(self, op: str, args: list, timeout: float = APPLY_WAIT_SECONDS):
+        """(any thread but the committer) A lease query for the leader;
+        blocks for the answer."""
+        forwarder = self.forwarder
+        if forwarder is None:
+            raise errors.ErrNoLeader
+        fut: Future = Future()
+
+        def done(result, exc) -> None:
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+        forwarder.call(op, args, done)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            raise errors.ErrTimeout from None
+
+    # ------------------------------------------------------------------
+    # taking and giving up the lead
+
+    def promote(self) -> bool:
+        """(any thread) Try to become the leader; True on success.  Called
+        by the cluster package once it holds the election key."""
+        if self._barrier is None:
+            return True
+        fut: Future = Future()
+        self._control(lambda: fut.set_result(self._promote()))
+        return fut.result()
+
+    def step_down(self) -> None:
+        """(any thread) Stop leading (the election key was lost)."""
+        if self._barrier is None:
+            return
+        fut: Future = Future()
+
+        def run() -> None:
+            if self._role == LEADER:
+                self._step_down(rebuild=False)
+            fut.set_result(None)
+
+        self._control(run)
+        fut.result()
+
+    def _promote(self) -> bool:
+        if self._role == LEADER:
+            return True
+        if self._failed is not None:
+            return False
+        journal = self.journal
+        journal.stop_following()
+        self._following = False
+        with self._cv:
+            records, self._inbox = self._inbox, []
+        self._apply_records(records)
+        for _ in range(PROMOTE_ATTEMPTS):
+            try:
+                end = _read_index_now(journal)
+                if end > self._applied_index:
+                    self._catch_up(end)
+                journal.begin_writing(self._applied_index)
+                enc = BatchEncoder()
+                epoch = self.store.epoch + 1
+                enc.epoch(epoch, self.member_id)
+                payload = enc.finish()
+                journal.append(payload)
+                journal.sync()
+            except JournalFencedError as e:
+                log.info("another record reached the journal first (%s); catching up", e)
+                journal.stop_writing()
+                continue
+            except (JournalError, errors.EtcdError, TimeoutError) as e:
+                log.warning("cannot take the lead: %s", e)
+                journal.stop_writing()
+                break
+            with self._lock:
+                self.store.replay(payload, live=True)
+            self._applied_index = journal.last_index
+            self._role = LEADER
+            self.raft_term = epoch
+            self._start_leading()
+            log.info("leading the journal from index %d, revision %d (term %d)",
+                     self._applied_index, self.committed_rev, epoch)
+            self._run_role_hooks()
+            return True
+        self._follow()
+        return False
+
+    def _catch_up(self, end: int) -> None:
+        """Apply the journal's records up to ``end`` (promotion)."""
+        batch: list = []
+        for index, payload in self.journal.records(after_index=self._applied_index):
+            batch.append((index, payload))
+            if len(batch) >= 256 or index >= end:
+                self._apply_records(batch)
+                batch = []
+            if index >= end:
+                break
+        if batch:
+            self._apply_records(batch)
+
+    def _step_down(self, rebuild: bool) -> None:
+        """Become a follower.  ``rebuild``: the store may hold a batch that
+        is not in the journal; rebuild it from what is."""
+        log.warning("stepping down from leading the journal (term %d)%s", self.raft_term,
+                    "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
+        self._stop_leading()
+        self.journal.stop_writing()
+        self._role = FOLLOWER
+        for _, p in self._compact_waiters:
+            self._settle(p, p.result)
+        self._compact_waiters = []
+        if rebuild:
+            self._rebuild()
+        self._follow()
+        self._run_role_hooks()
+
+    def _rebuild(self) -> None:
+        """Replace the store by one recovered from the local checkpoint and
+        the journal up to the applied index.  Reads go on meanwhile from
+        the old store at the committed revision, which the rebuild
+        reproduces exactly."""
+        started = time.monotonic()
+        self._settle_checkpoint()
+        store, applied, nbytes = self._load_store(upto_index=self._applied_index)
+        if applied != self._applied_index or store.revision != self.committed_rev:
+            self._fail(errors.ErrCorrupt, f"rebuilding the store reached journal index {applied}, revision "
+                                          f"{store.revision}; expected {self._applied_index}, {self.committed_rev}")
+            log.error("%s", self._failed_reason)
+            return
+        store.changes = []
+        with self.watches.lock:
+            with self._lock:
+                self.store = store
+            self.watches.hub.store = store
+        self._journal_bytes = nbytes
+        log.info("store rebuilt at revision %d in %.2fs", store.revision, time.monotonic() - started)
+
+    def _run_role_hooks(self) -> None:
+        for hook in self.role_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                log.exception("role hook failed")
+
+    def _close_replication(self) -> None:
+        if self._barrier is not None:
+            self._barrier.fail_all(errors.ErrStopped)
+            if self._following:
+                self.journal.stop_following()
+        for item in self._parked:
+            for p, _ in item[3]:
+                self._settle(p, None, errors.ErrStopped)
+        self._parked = []
+        self._flush_sinks()
+
+
+def _read_index_now(journal, timeout: float = 5.0) -> int:
+    """The journal's newest index, waited for on this thread."""
+    done = threading.Event()
+    out: list = [None, None]
+
+    def answer(index, exc) -> None:
+        out[0], out[1] = index, exc
+        done.set()
+
+    journal.read_index(answer)
+    if not done.wait(timeout):
+        raise TimeoutError("the journal did not answer its newest index")
+    if out[1] is not None:
+        raise out[1]
+    return out[0]

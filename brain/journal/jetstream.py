@@ -1,0 +1,555 @@
+"""The journal as a NATS JetStream stream, shared by a brain cluster.
+
+Layout: one stream ``<name>_journal`` with one subject ``<name>.journal``,
+file storage, replicated by the NATS cluster (R3 with three servers or
+more).  A record's index is the stream sequence of its (last) message.
+
+Writing (the leader only).  Each append is one publish carrying
+
+    Nats-Expected-Last-Sequence: S     the message must land right after S
+    Nats-Msg-Id: <nonce>-<S+1>         a retry of it is de-duplicated
+
+so a writer that has been deposed (another replica appended meanwhile)
+is refused (API error 10071) instead of interleaving with the new leader,
+whatever the clocks say.  A record larger than the server's max_payload
+is split into parts, each its own fenced message with a header
+``Brain-Part: k/n``; readers assemble them and drop a record whose parts
+were never all published (the writer died halfway; its clients were never
+answered).  ``sync`` waits for the acknowledgements: JetStream acks a
+message once a quorum of the stream's replicas stored it.
+
+When an acknowledgement does not come (no quorum, connection lost), the
+publish is retried with the same headers until the stream answers: either
+it has the message (acknowledged again, flagged duplicate — or, where the
+server checks the fence first, refused with 10071 while the message at
+S+1 carries our Nats-Msg-Id), or another message is at S+1 and the writer
+is fenced.  Meanwhile ``sync`` raises JournalUnavailableError.
+
+Reading: ``records`` pulls batches through an ephemeral pull consumer (the
+reader's pace sets the flow); ``follow`` tails the stream with an ordered
+push consumer (lowest latency, re-created by the client on any gap).
+``read_index`` asks the stream leader for its last sequence.
+
+Retention: ``release(upto)`` reports this replica's checkpoint through
+``on_release`` (brain.cluster records it); the leader purges below the
+lowest checkpoint of the live replicas with ``purge``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .errors import (
+    JournalError,
+    JournalFencedError,
+    JournalPurgedError,
+    JournalUnavailableError,
+)
+from .natsio import NatsConnection
+
+log = logging.getLogger("brain.journal.jetstream")
+
+ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_STREAM_NOT_FOUND = 10059
+ERR_NO_MESSAGE_FOUND = 10037
+PART_HEADER = "Brain-Part"
+HEADER_ROOM = 512  # bytes of a message left for headers
+ACK_TIMEOUT = 2.0
+FETCH_BATCH = 512
+DUPLICATE_WINDOW_SECONDS = 120
+
+
+def stream_names(name: str) -> tuple[str, str]:
+    """(stream, subject) of cluster ``name``'s journal."""
+    return f"{name}_journal", f"{name}.journal"
+
+
+@dataclass(frozen=True)
+class StreamState:
+    first_seq: int
+    last_seq: int
+    messages: int
+    bytes: int
+    replicas: int
+    leader: str | None
+
+
+class StreamSettingsError(JournalError):
+    """The stream exists with settings a journal cannot live with."""
+
+
+def _api_error(resp: dict) -> tuple[int, str] | None:
+    err = resp.get("error")
+    if not err:
+        return None
+    return int(err.get("err_code") or 0), str(err.get("description") or err)
+
+
+def required_config(stream: str, subject: str, replicas: int) -> dict:
+    """The stream configuration brain creates (and checks on open)."""
+    return {
+        "name": stream,
+        "subjects": [subject],
+        "retention": "limits",
+        "storage": "file",
+        "num_replicas": replicas,
+        "max_msgs": -1,
+        "max_bytes": -1,
+        "max_age": 0,
+        "max_msgs_per_subject": -1,
+        "max_msg_size": -1,
+        "discard": "old",
+        "duplicate_window": DUPLICATE_WINDOW_SECONDS * 1_000_000_000,
+        "deny_delete": True,
+        "deny_purge": False,
+        "allow_rollup_hdrs": False,
+        "allow_direct": False,
+    }
+
+
+def check_config(stream: str, config: dict) -> None:
+    """Refuse a stream whose settings would lose journal records."""
+    problems = []
+    if config.get("storage") != "file":
+        problems.append(f"storage is {config.get('storage')!r} (a journal needs file storage)")
+    if config.get("retention") not in (None, "limits"):
+        problems.append(f"retention is {config.get('retention')!r} (it must be 'limits')")
+    for limit in ("max_msgs", "max_bytes", "max_msgs_per_subject"):
+        value = config.get(limit, -1)
+        if value not in (-1, 0, None):
+            problems.append(f"{limit} is {value} (records past it would be dropped)")
+    if config.get("max_age"):
+        problems.append(f"max_age is {config['max_age'] / 1e9:g}s (old records would be dropped)")
+    if config.get("allow_rollup_hdrs"):
+        problems.append("allow_rollup_hdrs is on (a rollup would erase records)")
+    if config.get("sealed"):
+        problems.append("the stream is sealed")
+    if problems:
+        raise StreamSettingsError(
+            f"JetStream stream {stream} exists with settings a brain journal cannot use: "
+            + "; ".join(problems)
+            + ". Delete it (nats stream rm) or choose another cluster name in --journal-url.")
+
+
+def _parse_headers(raw: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in raw.decode("utf-8", "replace").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+class _Publish:
+    __slots__ = ("seq", "data", "headers", "future")
+
+    def __init__(self, seq: int, data: bytes, headers: dict) -> None:
+        self.seq = seq
+        self.data = data
+        self.headers = headers
+        self.future = None
+
+
+class _Assembler:
+    """Puts records back together from their messages, in stream order."""
+
+    __slots__ = ("parts", "expect")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.expect = 0  # parts of the record being assembled
+
+    def add(self, seq: int, data: bytes, part: str | None) -> bytes | None:
+        """The record completed by this message, or None."""
+        if part is None:
+            if self.parts:
+                log.warning("dropping a record whose %d of %d parts were published before message %d",
+                            len(self.parts), self.expect, seq)
+                self.parts = []
+            return data
+        k, _, n = part.partition("/")
+        k, n = int(k), int(n)
+        if k == 1:
+            if self.parts:
+                log.warning("dropping an incomplete record before message %d", seq)
+            self.parts, self.expect = [data], n
+        elif self.parts and k == len(self.parts) + 1 and n == self.expect:
+            self.parts.append(data)
+        else:
+            if self.parts:
+                log.warning("dropping an incomplete record at message %d", seq)
+            self.parts = []
+            return None
+        if len(self.parts) == self.expect:
+            record = b"".join(self.parts)
+            self.parts = []
+            return record
+        return None
+
+
+class JetStreamJournal:
+    """A shared journal on a JetStream stream (see the module docstring)."""
+
+    def __init__(self, conn: NatsConnection, stream: str, subject: str, *, ack_timeout: float = ACK_TIMEOUT) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.subject = subject
+        self.ack_timeout = ack_timeout
+        self._chunk = max(1024, conn.max_payload - HEADER_ROOM)
+        self._writing = False
+        self._last = 0  # writer: index of the last record appended
+        self._nonce = ""
+        self._unacked: list[_Publish] = []
+        self._follower = None  # (subscription future, stop event)
+        self._first = 1
+        # brain.cluster sets this: ``on_release(index)`` records the
+        # replica's checkpoint for retention.
+        self.on_release: Callable[[int], None] | None = None
+        self.appended = 0
+        self.retries = 0
+
+    # ------------------------------------------------------------------
+    # provisioning
+
+    @classmethod
+    def open(cls, conn: NatsConnection, name: str, *, replicas: int, create: bool = True,
+             timeout: float = 10.0) -> "JetStreamJournal":
+        """The journal of cluster ``name``: the stream is created with
+        ``replicas`` replicas when missing, and refused when it exists
+        with settings that would lose records."""
+        stream, subject = stream_names(name)
+        info = conn.run(_api(conn, f"$JS.API.STREAM.INFO.{stream}", b""), timeout)
+        err = _api_error(info)
+        if err and err[0] == ERR_STREAM_NOT_FOUND:
+            if not create:
+                raise JournalError(f"JetStream stream {stream} does not exist")
+            body = json.dumps(required_config(stream, subject, replicas)).encode()
+            info = conn.run(_api(conn, f"$JS.API.STREAM.CREATE.{stream}", body), timeout)
+            err = _api_error(info)
+            if err:
+                raise JournalError(f"cannot create JetStream stream {stream}: {err[1]} (code {err[0]})")
+            log.info("created JetStream stream %s (R%d)", stream, replicas)
+        elif err:
+            raise JournalError(f"cannot read JetStream stream {stream}: {err[1]} (code {err[0]})")
+        else:
+            config = info.get("config", {})
+            if config.get("subjects") != [subject]:
+                raise StreamSettingsError(
+                    f"JetStream stream {stream} exists with subjects {config.get('subjects')}, not [{subject}]; "
+                    "it is not a brain journal. Choose another cluster name in --journal-url.")
+            check_config(stream, config)
+        journal = cls(conn, stream, subject)
+        journal._first = max(1, int(info.get("state", {}).get("first_seq", 1) or 1))
+        return journal
+
+    def state(self, timeout: float = 5.0) -> StreamState:
+        info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), timeout)
+        err = _api_error(info)
+        if err:
+            raise JournalUnavailableError(f"stream info: {err[1]}")
+        st = info.get("state", {})
+        cluster = info.get("cluster", {}) or {}
+        self._first = max(1, int(st.get("first_seq", 1) or 1))
+        return StreamState(self._first, int(st.get("last_seq", 0)), int(st.get("messages", 0)),
+                           int(st.get("bytes", 0)), int(info.get("config", {}).get("num_replicas", 1)),
+                           cluster.get("leader"))
+
+    # ------------------------------------------------------------------
+    # the JournalLog contract
+
+    @property
+    def first_index(self) -> int:
+        return self._first
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    def begin_writing(self, last_index: int) -> None:
+        self._writing = True
+        self._last = last_index
+        self._nonce = secrets.token_hex(8)
+        self._unacked = []
+
+    def stop_writing(self) -> None:
+        self._writing = False
+        self._unacked = []
+
+    def append(self, payload: bytes) -> int:
+        if not self._writing:
+            raise JournalError(f"{self.stream}: not writing (only the leader appends)")
+        chunk = self._chunk
+        parts = [payload[i:i + chunk] for i in range(0, len(payload), chunk)] or [b""]
+        n = len(parts)
+        for k, data in enumerate(parts, 1):
+            seq = self._last + 1
+            headers = {"Nats-Expected-Last-Sequence": str(self._last), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
+            if n > 1:
+                headers[PART_HEADER] = f"{k}/{n}"
+            pub = _Publish(seq, data, headers)
+            self._send(pub)
+            self._unacked.append(pub)
+            self._last = seq
+        self.appended += 1
+        return self._last
+
+    def _send(self, pub: _Publish) -> None:
+        pub.future = self.conn.submit(_publish(self.conn, self.subject, pub, self.ack_timeout))
+
+    def sync(self) -> None:
+        """Wait for every publish since the last sync (see the module
+        docstring for the outcomes)."""
+        pending = self._unacked
+        retry = False
+        for i, pub in enumerate(pending):
+            try:
+                ack = pub.future.result(self.ack_timeout + 5)
+            except Exception as e:  # noqa: BLE001 - an unknown outcome
+                log.debug("publish of index %d: %r", pub.seq, e)
+                ack = None
+            if ack is None:
+                retry = True
+                break
+            err = _api_error(ack)
+            if err is None:
+                if int(ack.get("seq", 0)) != pub.seq:
+                    self._writing = False
+                    raise JournalFencedError(
+                        f"{self.stream}: message stored at {ack.get('seq')}, expected {pub.seq}", int(ack["seq"]))
+                continue
+            if err[0] == ERR_WRONG_LAST_SEQUENCE:
+                if self._landed(pub):
+                    continue
+                self._writing = False
+                self._unacked = []
+                raise JournalFencedError(f"{self.stream}: {err[1]} (another writer appended after index "
+                                         f"{pub.seq - 1})", pub.seq - 1)
+            # any other API error: the stream refused it (e.g. no space)
+            self._writing = False
+            self._unacked = []
+            raise JournalError(f"{self.stream}: publish refused: {err[1]} (code {err[0]})")
+        if retry:
+            # resend the unresolved publishes (same ids and fences), in order
+            rest = pending[i:]
+            self.retries += 1
+            for pub in rest:
+                self._send(pub)
+            self._unacked = rest
+            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {rest[0].seq} "
+                                          f"within {self.ack_timeout:g}s; retrying")
+        self._unacked = []
+
+    def _landed(self, pub: _Publish) -> bool:
+        """After a refusal: is our message the one at its sequence?"""
+        body = json.dumps({"seq": pub.seq}).encode()
+        try:
+            resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
+        except Exception as e:  # noqa: BLE001
+            raise JournalUnavailableError(f"{self.stream}: cannot read message {pub.seq}: {e!r}") from None
+        msg = resp.get("message")
+        if not msg:
+            return False
+        headers = _parse_headers(base64.b64decode(msg.get("hdrs", "") or b""))
+        return headers.get("Nats-Msg-Id") == pub.headers["Nats-Msg-Id"]
+
+    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
+        """The records after ``after_index`` that exist now, in order."""
+        st = self.state()
+        if st.last_seq <= after_index:
+            return
+        if after_index + 1 < st.first_seq:
+            raise JournalPurgedError(
+                f"{self.stream}: records {after_index + 1}..{st.first_seq - 1} were purged; the stream "
+                f"starts at {st.first_seq}", st.first_seq)
+        yield from self._pull(after_index + 1, st.last_seq)
+
+    def _pull(self, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+        conn = self.conn
+        psub = conn.run(_pull_subscribe(conn, self.stream, self.subject, start), 10)
+        assembler = _Assembler()
+        seq = start - 1
+        try:
+            while seq < stop:
+                want = min(FETCH_BATCH, stop - seq)
+                msgs = conn.run(_fetch(psub, want), 30)
+                if not msgs:
+                    raise JournalUnavailableError(f"{self.stream}: no messages after {seq} (expected up to {stop})")
+                for m_seq, data, part in msgs:
+                    if m_seq != seq + 1 and seq + 1 < self._first:
+                        raise JournalPurgedError(f"{self.stream}: message {seq + 1} was purged", m_seq)
+                    seq = m_seq
+                    record = assembler.add(m_seq, data, part)
+                    if record is not None:
+                        yield m_seq, record
+                    if seq >= stop:
+                        break
+        finally:
+            try:
+                conn.run(psub.unsubscribe(), 5)
+            except Exception:  # noqa: BLE001 - the consumer expires on its own
+                pass
+
+    def release(self, upto_index: int) -> int:
+        hook = self.on_release
+        if hook is not None:
+            hook(upto_index)
+        return 0
+
+    def purge(self, below: int) -> int:
+        """Drop every message with a sequence below ``below`` (leader's
+        retention); returns how many were purged."""
+        body = json.dumps({"seq": below}).encode()
+        resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.PURGE.{self.stream}", body), 10)
+        err = _api_error(resp)
+        if err:
+            raise JournalError(f"{self.stream}: purge below {below}: {err[1]}")
+        self._first = max(self._first, below)
+        return int(resp.get("purged", 0))
+
+    def close(self) -> None:
+        self.stop_following()
+        self._writing = False
+
+    # ------------------------------------------------------------------
+    # the SharedJournal extras
+
+    def read_index(self, callback) -> None:
+        fut = self.conn.submit(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.ack_timeout))
+
+        def done(f) -> None:
+            try:
+                info = f.result()
+                err = _api_error(info)
+                if err:
+                    raise JournalUnavailableError(f"stream info: {err[1]}")
+                index = int(info["state"]["last_seq"])
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                callback(None, e)
+                return
+            callback(index, None)
+
+        fut.add_done_callback(done)
+
+    def follow(self, after_index: int, deliver, failed) -> None:
+        self.stop_following()
+        try:
+            first = self.state().first_seq
+        except Exception as e:  # noqa: BLE001 - the ordered consumer will tell more
+            log.debug("stream state before following: %r", e)
+            first = 1
+        if after_index + 1 < first:
+            failed(JournalPurgedError(
+                f"{self.stream}: records {after_index + 1}..{first - 1} were purged; the stream starts at {first}",
+                first))
+            return
+        stop = threading.Event()
+        fut = self.conn.submit(_follow(self, after_index, deliver, failed, stop))
+        self._follower = (fut, stop)
+
+    def stop_following(self) -> None:
+        follower, self._follower = self._follower, None
+        if follower is None:
+            return
+        fut, stop = follower
+        stop.set()
+        try:
+            sub = fut.result(10)
+        except Exception:  # noqa: BLE001 - nothing to stop
+            return
+        if sub is not None:
+            try:
+                self.conn.run(sub.unsubscribe(), 5)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+# ----------------------------------------------------------------------
+# coroutines (run on the connection's loop)
+
+
+async def _api(conn: NatsConnection, subject: str, body: bytes, timeout: float = 5.0) -> dict:
+    import nats.errors
+
+    try:
+        msg = await conn.nc.request(subject, body, timeout=timeout)
+    except nats.errors.NoRespondersError:
+        return {"error": {"err_code": 0, "description": "no responders (JetStream has no leader for this stream)"}}
+    return json.loads(msg.data or b"{}")
+
+
+async def _publish(conn: NatsConnection, subject: str, pub: _Publish, timeout: float) -> dict | None:
+    """The ack (or API error) as a dict; None when no answer came."""
+    import nats.errors
+
+    try:
+        msg = await conn.nc.request(subject, pub.data, timeout=timeout, headers=pub.headers)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
+            nats.errors.ConnectionReconnectingError, asyncio.TimeoutError):
+        return None
+    except nats.errors.Error as e:
+        log.debug("publish error: %r", e)
+        return None
+    return json.loads(msg.data or b"{}")
+
+
+async def _pull_subscribe(conn: NatsConnection, stream: str, subject: str, start: int):
+    from nats.js import api
+
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start,
+        ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True, num_replicas=1)
+    return await conn.js.pull_subscribe(subject, durable=None, stream=stream, config=config)
+
+
+async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None]]:
+    import nats.errors
+
+    try:
+        msgs = await psub.fetch(batch=want, timeout=5)
+    except nats.errors.TimeoutError:
+        return []
+    out = []
+    for m in msgs:
+        headers = m.headers or {}
+        out.append((m.metadata.sequence.stream, m.data, headers.get(PART_HEADER)))
+    return out
+
+
+async def _follow(journal: JetStreamJournal, after_index: int, deliver, failed, stop: threading.Event):
+    from nats.js import api
+
+    assembler = _Assembler()
+    expected = [after_index + 1]
+
+    async def on_msg(m) -> None:
+        if stop.is_set():
+            return
+        seq = m.metadata.sequence.stream
+        if seq < expected[0]:
+            return  # redelivered after a consumer reset
+        if seq > expected[0] and expected[0] < journal._first:
+            stop.set()
+            failed(JournalPurgedError(f"{journal.stream}: message {expected[0]} was purged before this "
+                                      f"replica read it", seq))
+            return
+        expected[0] = seq + 1
+        headers = m.headers or {}
+        record = assembler.add(seq, m.data, headers.get(PART_HEADER))
+        if record is not None:
+            deliver(seq, record)
+
+    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_index + 1)
+    try:
+        return await journal.conn.js.subscribe(journal.subject, stream=journal.stream, cb=on_msg,
+                                               ordered_consumer=True, config=config, idle_heartbeat=1.0,
+                                               pending_msgs_limit=-1, pending_bytes_limit=-1)
+    except Exception as e:  # noqa: BLE001 - reported to the engine
+        failed(JournalUnavailableError(f"{journal.stream}: cannot follow from {after_index + 1}: {e!r}"))
+        return None

@@ -1,0 +1,178 @@
+"""One connection to a NATS cluster, for threaded callers.
+
+nats-py speaks asyncio; brain's engine is threads (a committer, reader
+threads, the transport's dispatch thread).  ``NatsConnection`` runs one
+event loop on a daemon thread, connects there, and lets any thread run a
+coroutine on it (``run`` blocks for the result, ``submit`` returns a
+concurrent.futures.Future).  Everything NATS-related in brain (the
+replicated journal, the election, membership, forwarding) shares one
+connection per process: one TCP session, one reconnect policy.
+
+The client reconnects forever (to any server of the cluster it learned);
+while it is disconnected requests fail fast, and callers decide (the
+journal retries its appends, reads fail with a timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Coroutine
+from urllib.parse import urlsplit
+
+log = logging.getLogger("brain.journal.nats")
+
+CONNECT_TIMEOUT = 5.0
+
+
+class NatsUnavailable(RuntimeError):
+    """No NATS server of the given URLs could be reached."""
+
+
+def parse_journal_url(url: str) -> tuple[list[str], str]:
+    """``nats://h1:4222,h2:4222,h3:4222/name`` -> (server URLs, cluster name).
+
+    The name (default ``brain``) prefixes every stream, bucket and subject
+    brain creates, so several brain clusters can share one NATS cluster.
+    Schemes: nats:// and tls:// (NATS's TLS)."""
+    raw = url.strip()
+    scheme, sep, rest = raw.partition("://")
+    if not sep or scheme not in ("nats", "tls"):
+        raise ValueError(f"--journal-url must look like nats://host:4222[,host:4222...][/name], got {url!r}")
+    hosts, _, path = rest.partition("/")
+    name = path.strip("/") or "brain"
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"--journal-url: the cluster name {name!r} may only hold letters, digits, '-' and '_'")
+    servers = []
+    for host in hosts.split(","):
+        host = host.strip()
+        if not host:
+            continue
+        parts = urlsplit(f"{scheme}://{host}")
+        if not parts.hostname:
+            raise ValueError(f"--journal-url: bad server address {host!r}")
+        servers.append(f"{scheme}://{parts.hostname}:{parts.port or 4222}")
+    if not servers:
+        raise ValueError(f"--journal-url names no server: {url!r}")
+    return servers, name
+
+
+class NatsConnection:
+    """A NATS connection driven by an event loop on its own thread."""
+
+    def __init__(self, servers: list[str], *, name: str = "brain", connect_timeout: float = CONNECT_TIMEOUT,
+                 tls=None) -> None:
+        self.servers = list(servers)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="brain-nats", daemon=True)
+        self._thread.start()
+        self.nc = None
+        self.js = None
+        self._closed = False
+        self.disconnects = 0
+        self.reconnects = 0
+        try:
+            self.run(self._connect(name, connect_timeout, tls), timeout=connect_timeout + 5)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    async def _connect(self, name: str, connect_timeout: float, tls) -> None:
+        import nats
+
+        async def disconnected() -> None:
+            self.disconnects += 1
+            log.warning("disconnected from NATS")
+
+        async def reconnected() -> None:
+            self.reconnects += 1
+            log.info("reconnected to NATS at %s", self.nc.connected_url.netloc if self.nc.connected_url else "?")
+
+        async def error(e: Exception) -> None:
+            log.debug("NATS client error: %r", e)
+
+        try:
+            self.nc = await nats.connect(
+                servers=self.servers, name=name, connect_timeout=connect_timeout,
+                allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                ping_interval=5, max_outstanding_pings=2, tls=tls,
+                disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
+                pending_size=64 * 1024 * 1024,
+            )
+        except Exception as e:  # noqa: BLE001 - one clear message for every way it fails
+            raise NatsUnavailable(f"cannot connect to NATS at {', '.join(self.servers)}: {e!r}") from None
+        self.js = self.nc.jetstream(timeout=connect_timeout)
+
+    @classmethod
+    def connect_retrying(cls, servers: list[str], *, name: str = "brain", wait: float = 60.0,
+                         stop: threading.Event | None = None) -> "NatsConnection":
+        """Connect, retrying for up to ``wait`` seconds (a replica may start
+        before its NATS servers)."""
+        deadline = time.monotonic() + wait
+        delay = 0.2
+        while True:
+            try:
+                return cls(servers, name=name)
+            except NatsUnavailable as e:
+                if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+                    raise
+                log.warning("%s; retrying", e)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- running coroutines ---------------------------------------------
+
+    def submit(self, coro: Coroutine) -> Future:
+        """Run ``coro`` on the connection's loop; a Future of its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine, timeout: float | None = None) -> Any:
+        """Run ``coro`` on the connection's loop and wait for its result."""
+        fut = self.submit(coro)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    def call_soon(self, fn, *args) -> None:
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def max_payload(self) -> int:
+        return self.nc.max_payload if self.nc is not None else 1 << 20
+
+    @property
+    def is_connected(self) -> bool:
+        return self.nc is not None and self.nc.is_connected
+
+    def discovered_servers(self) -> list[str]:
+        """Client URLs of every server of the NATS cluster this connection
+        learned of (the configured ones and those the servers announced)."""
+        if self.nc is None:
+            return list(self.servers)
+        return sorted({f"{s.uri.hostname}:{s.uri.port}" for s in self.nc._server_pool})
+
+    # -- closing ------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.nc is not None:
+            try:
+                self.run(self.nc.close(), timeout=5)
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)

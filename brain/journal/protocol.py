@@ -1,0 +1,94 @@
+"""What the engine asks of a journal, whichever one it has.
+
+Two implementations keep this contract (tests/journal/test_contract.py runs
+one suite over both):
+
+* ``brain.journal.Journal``: segment files on the local disk (the embedded
+  default); one process is its only writer and reader;
+* ``brain.journal.jetstream.JetStreamJournal``: a NATS JetStream stream
+  replicated by the NATS cluster; every replica of a brain cluster reads
+  it, and the one that leads writes it.
+
+The contract, in the engine's words:
+
+* records are opaque byte strings with increasing indexes; ``append``
+  returns the index the record gets, ``sync`` returns once every record
+  appended so far is durable (fdatasync'ed, or acknowledged by a quorum of
+  the NATS cluster).  Nothing may be acknowledged to a client before that;
+* ``records(after_index)`` yields the retained records after an index, in
+  order, exactly as appended (a record that was never made durable in full
+  is never yielded: a torn tail is cut, a partly published record is
+  skipped);
+* ``release(upto_index)`` says the caller's checkpoint covers every record
+  up to that index; the journal may then drop them (the local one deletes
+  whole segments, the shared one purges once every replica is past them);
+* a shared journal has more than one writer over time, so its appends are
+  *fenced*: each carries the index the writer expects to be the last one,
+  and an append after another writer's is refused with JournalFencedError,
+  never interleaved.  ``begin_writing(last_index)`` positions a new writer.
+
+Errors: JournalError and its subclasses (brain.journal.errors).  After
+JournalFencedError the records appended since the last successful sync were
+not kept; after JournalFailedError the journal cannot be used any more.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class JournalLog(Protocol):
+    """The write-ahead journal the engine commits through."""
+
+    @property
+    def first_index(self) -> int:
+        """Index of the oldest retained record (last_index + 1 if none)."""
+
+    @property
+    def last_index(self) -> int:
+        """Index of the newest record appended (0 if none ever was)."""
+
+    def append(self, payload: bytes) -> int:
+        """Add one record; it is not durable before ``sync``."""
+
+    def sync(self) -> None:
+        """Return once every appended record is durable."""
+
+    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
+        """(index, payload) of the retained records after ``after_index``."""
+
+    def release(self, upto_index: int) -> int:
+        """Records up to ``upto_index`` are covered by a checkpoint."""
+
+    def close(self) -> None:
+        """Release files and connections (does not sync)."""
+
+
+@runtime_checkable
+class SharedJournal(JournalLog, Protocol):
+    """A journal several replicas read and, one at a time, write."""
+
+    def begin_writing(self, last_index: int) -> None:
+        """Start writing after ``last_index``: every append is fenced on the
+        record before it, so the first one fails with JournalFencedError if
+        the journal has grown past ``last_index`` meanwhile."""
+
+    def stop_writing(self) -> None:
+        """Give up writing (appends fail until ``begin_writing``)."""
+
+    def read_index(self, callback: Callable[[int | None, BaseException | None], None]) -> None:
+        """Ask the journal's newest index, as of a moment after this call;
+        ``callback(index, None)`` or ``callback(None, error)`` follows on
+        another thread.  A linearizable read waits until its replica has
+        applied up to that index."""
+
+    def follow(self, after_index: int, deliver: Callable[[int, bytes], None],
+               failed: Callable[[BaseException], None]) -> None:
+        """Deliver every record after ``after_index``, in order and each
+        once, as it becomes durable (on another thread), until
+        ``stop_following``; ``failed`` is called if that becomes impossible
+        (the records were purged meanwhile)."""
+
+    def stop_following(self) -> None:
+        """Stop delivering; records already handed over stay handed over."""
