@@ -145,16 +145,19 @@ def run(mode: str, endpoints: str, **options) -> dict:
         return r.result()
 
 
-def pause_at(result: dict, t_unix: float) -> float:
-    """The write (or watch) pause around an event at ``t_unix`` (a kill).
+def pause_after(result: dict, t_unix: float, window: float = 10.0) -> float:
+    """The write (or watch) pause caused by an event at ``t_unix`` (a kill).
 
-    The gap between acknowledged writes that contains ``t_unix``, in seconds,
-    from a write or watch result (``longest_pause``/``pauses`` times are
-    relative to its ``start_unix``). 0.0 if writes went on through it.
+    The longest gap between acknowledged writes (received events, for watch)
+    that ends after ``t_unix`` and begins before ``t_unix + window``: a gap
+    may begin a little after the kill (requests already committed are still
+    answered) but not long after. Only gaps above the run's
+    ``--pause-threshold`` are listed by the tool, so 0.0 means "none above
+    it". Times in a result are relative to its ``start_unix``.
     """
     t = t_unix - result["start_unix"]
     best = 0.0
-    for start_t, end_t, gap in result.get("pauses", []) + [result.get("longest_pause", [0, 0, 0])]:
-        if start_t <= t <= end_t:
+    for start_t, end_t, gap in result.get("pauses", []):
+        if end_t >= t and start_t <= t + window:
             best = max(best, gap)
     return best

@@ -8,13 +8,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// write: --clients goroutines put unique keys (<prefix><client>/<seq>) at a
-// total of --rate writes per second for --duration, and record every
+// write: puts unique keys (<prefix><seq>) at --rate writes per second,
+// open loop, over --clients connections for --duration, and records every
 // acknowledged write with its revision and times. A write that fails is
 // never retried under the same key: its key may or may not exist afterwards
 // (an unknown outcome) and is recorded as such.
@@ -85,16 +86,17 @@ func readRecord(path string) (*writeRecord, error) {
 
 func runWrite(args []string) (result, error) {
 	c := newFlags("write", 10*time.Second)
-	clients := c.fs.Int("clients", 16, "concurrent writers (one connection each)")
-	rate := c.fs.Float64("rate", 1000, "acknowledged-or-not writes per second in total (0: as fast as answers come)")
+	clients := c.fs.Int("clients", 16, "connections (--rate > 0: writes go round-robin over them; 0: one closed-loop writer each)")
+	rate := c.fs.Float64("rate", 1000, "writes started per second in total, open loop (0: closed loop, each client writes as fast as answers come)")
+	maxInflight := c.fs.Int("max-inflight", 1024, "open loop: at most this many writes in flight (a write due beyond it is skipped)")
 	valSize := c.fs.Int("val-size", 64, "value size in bytes")
 	record := c.fs.String("record", "", "write the record of acknowledged writes here (JSON, for verify and watch --acked)")
 	threshold := c.fs.Duration("pause-threshold", 500*time.Millisecond, "report every gap between acknowledged writes longer than this")
 	if err := c.parse(args); err != nil {
 		return nil, err
 	}
-	if *clients < 1 {
-		return nil, fmt.Errorf("%w: --clients must be >= 1", errUsage)
+	if *clients < 1 || *maxInflight < 1 {
+		return nil, fmt.Errorf("%w: --clients and --max-inflight must be >= 1", errUsage)
 	}
 	if !strings.HasSuffix(c.prefix, "/") {
 		return nil, fmt.Errorf("%w: --prefix must end with /", errUsage)
@@ -116,73 +118,67 @@ func runWrite(args []string) (result, error) {
 	}
 	value := strings.Repeat("v", *valSize)
 
-	start := time.Now()
-	deadline := start.Add(c.duration)
-	// Tokens at --rate; the buffer lets writers catch up after a pause
-	// without an unbounded burst.
-	var tokens chan struct{}
-	stop := make(chan struct{})
-	if *rate > 0 {
-		tokens = make(chan struct{}, *clients)
-		go func() {
-			interval := time.Duration(float64(time.Second) / *rate)
-			next := time.Now()
-			for {
-				next = next.Add(interval)
-				time.Sleep(time.Until(next))
-				select {
-				case tokens <- struct{}{}:
-				case <-stop:
-					return
-				default: // every writer is busy: drop the token
-				}
-			}
-		}()
-	}
-
 	var errs errLog
 	var mu sync.Mutex
 	var acked []ackedWrite
 	var unknown []string
+	var seq atomic.Int64
+	// put writes the next unique key through cli and records the outcome.
+	put := func(cli *clientv3.Client) {
+		n := seq.Add(1)
+		key := fmt.Sprintf("%s%09d", c.prefix, n)
+		call := time.Now()
+		ctx, cancel := c.ctx()
+		r, err := cli.Put(ctx, key, value)
+		cancel()
+		ack := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			unknown = append(unknown, key)
+			errs.add("put", err)
+			return
+		}
+		acked = append(acked, ackedWrite{key, r.Header.Revision, since(call), since(ack)})
+	}
+
+	start := time.Now()
+	deadline := start.Add(c.duration)
 	var wg sync.WaitGroup
-	for i := 0; i < *clients; i++ {
-		wg.Add(1)
-		go func(id int) {
-			defer wg.Done()
-			cli := conns[id]
-			var mine []ackedWrite
-			var lost []string
-			for seq := 0; ; seq++ {
-				if tokens != nil {
-					select {
-					case <-tokens:
-					case <-time.After(time.Until(deadline)):
-					}
-				}
-				if !time.Now().Before(deadline) {
-					break
-				}
-				key := fmt.Sprintf("%s%03d/%09d", c.prefix, id, seq)
-				call := time.Now()
-				ctx, cancel := c.ctx()
-				r, err := cli.Put(ctx, key, value)
-				cancel()
-				ack := time.Now()
-				if err != nil {
-					errs.add("put", err)
-					lost = append(lost, key)
-					continue
-				}
-				mine = append(mine, ackedWrite{key, r.Header.Revision, since(call), since(ack)})
+	skipped := 0
+	if *rate > 0 {
+		// Open loop: a write starts every 1/rate s whatever the earlier
+		// ones are doing (up to --max-inflight), so the first write to
+		// succeed after a fault shows when the cluster took writes again,
+		// not when the requests stuck on the dead member timed out.
+		interval := time.Duration(float64(time.Second) / *rate)
+		sem := make(chan struct{}, *maxInflight)
+		for i, next := 0, start; next.Before(deadline); i, next = i+1, next.Add(interval) {
+			time.Sleep(time.Until(next))
+			select {
+			case sem <- struct{}{}:
+				wg.Add(1)
+				go func(cli *clientv3.Client) {
+					defer wg.Done()
+					put(cli)
+					<-sem
+				}(conns[i%len(conns)])
+			default:
+				skipped++
 			}
-			mu.Lock()
-			acked = append(acked, mine...)
-			unknown = append(unknown, lost...)
-			mu.Unlock()
-		}(i)
+		}
+	} else {
+		for i := range conns {
+			wg.Add(1)
+			go func(cli *clientv3.Client) {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					put(cli)
+				}
+			}(conns[i])
+		}
 	}
 	wg.Wait()
-	close(stop)
 	end := time.Now()
 	runSeconds := end.Sub(start).Seconds()
 
@@ -195,6 +191,7 @@ func runWrite(args []string) (result, error) {
 		"unknown":     len(unknown),
 		"run_seconds": runSeconds,
 		"acked_per_s": float64(len(acked)) / runSeconds,
+		"skipped":     skipped,
 		"record":      *record,
 	}
 	errs.into(r)
