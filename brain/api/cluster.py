@@ -103,7 +103,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):
             abort_with(context, err, "MemberRemove")
         try:
             if not self.cluster.remove_member(request.ID):
-                raise ErrMemberNotFound
+                raise ErrMemberNotFound.fresh()
             resp = rpc_pb2.MemberRemoveResponse()
             self._header(resp.header)
             self._fill_members(resp)

@@ -194,7 +194,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
     def MoveLeader(self, request, context):
         try:
             if request.targetID != self.engine.member_id:
-                raise ErrBadLeaderTransferee
+                raise ErrBadLeaderTransferee.fresh()
             return rpc_pb2.MoveLeaderResponse()
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, "MoveLeader")
@@ -203,14 +203,14 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
         try:
             action = request.action
             if action == rpc_pb2.DowngradeRequest.CANCEL:
-                raise ErrNoInflightDowngrade
+                raise ErrNoInflightDowngrade.fresh()
             if action not in (rpc_pb2.DowngradeRequest.VALIDATE, rpc_pb2.DowngradeRequest.ENABLE):
-                raise ErrUnknownMethod
+                raise ErrUnknownMethod.fresh()
             if not _SEMVER.match(request.version):
-                raise ErrWrongDowngradeVersionFormat
+                raise ErrWrongDowngradeVersionFormat.fresh()
             # brain writes only its own storage format: no older etcd can
             # take over its data directory, so no downgrade target exists.
-            raise ErrInvalidDowngradeTargetVersion
+            raise ErrInvalidDowngradeTargetVersion.fresh()
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, "Downgrade")
 

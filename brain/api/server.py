@@ -437,6 +437,7 @@ def run(config: ServerConfig) -> int:
             close()
             return 1
         if replica is not None:
+            replica.on_removed = stop.set
             replica.start()
         log.info(
             "brain %s serving client requests",

@@ -138,6 +138,7 @@ class Membership:
             try:
                 self._rev = await self._kv.update(f"m.{me.id:x}", me.to_json(), last=self._rev)
             except KeyWrongLastSequenceError:
+                log.info("member entry moved past revision %d; checking membership", self._rev)
                 if not await self._still_member(me):
                     self._removed()
                     return

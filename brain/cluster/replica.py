@@ -21,7 +21,6 @@ the key over, then close the engine (a final checkpoint) and NATS.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -68,6 +67,9 @@ class Replica:
         self._stop = threading.Event()
         self._retention: threading.Thread | None = None
         self.purged = 0
+        self.removed = False
+        # what to do once removed from the membership (brain serve: stop)
+        self.on_removed = None
 
     # -- opening ------------------------------------------------------------------
 
@@ -161,7 +163,9 @@ class Replica:
 
     def _removed(self) -> None:
         log.error("the member has been permanently removed from the cluster; stopping")
-        os.kill(os.getpid(), 15)
+        self.removed = True
+        if self.on_removed is not None:
+            self.on_removed()
 
     def close(self) -> None:
         self._stop.set()

@@ -122,7 +122,8 @@ class _FutureSink:
     def add(self, index: int, result, exc) -> bool:
         f = self.futures[index]
         if exc is not None:
-            f.set_exception(exc)
+            # result() raises it: a shared EtcdError would collect tracebacks
+            f.set_exception(exc.fresh() if isinstance(exc, errors.EtcdError) else exc)
         else:
             f.set_result(result)
         return False  # nothing to flush
@@ -195,6 +196,7 @@ class Engine(Replication):
         self._cv = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
         self._stopping = False
+        self._closing = False
         self._failed: errors.EtcdError | None = None
         self._failed_reason: str | None = None
         self._compact_waiters: list[tuple[int, _Pending]] = []
@@ -434,7 +436,7 @@ class Engine(Replication):
         if self.read_barrier(passed):
             return
         if not done.wait(timeout):
-            raise errors.ErrTimeout
+            raise errors.ErrTimeout.fresh()
         if outcome[0] is not None:
             raise outcome[0]
 
@@ -540,7 +542,7 @@ class Engine(Replication):
     def _lease_keeper(self) -> LeaseKeeper:
         keeper = self._leases
         if keeper is None:
-            raise errors.ErrNotLeader
+            raise errors.ErrNotLeader.fresh()
         return keeper
 
     def lease_keepalive(self, lease_id: int) -> int:
@@ -581,7 +583,7 @@ class Engine(Replication):
             return self._forwarded_call("ttl", [lease_id, keys])
         left = self._lease_keeper().remaining(lease_id)
         if left is None:
-            raise errors.ErrLeaseNotFound
+            raise errors.ErrLeaseNotFound.fresh()
         attached: list[bytes] = []
         if keys:
             with self._lock:
@@ -668,11 +670,15 @@ class Engine(Replication):
             new_rev = self.store.revision
             events = self.store.changes
             self.store.changes = []
+        index = self._applied_index
         if payload:
-            if not self._make_durable(payload, admitted):
+            index = self._make_durable(payload, admitted)
+            if index is None:
                 return
         with self._lock:
+            # together, so that a reader of both sees a matching pair
             self.committed_rev = new_rev
+            self._applied_index = index
         if events:
             self.watches.notify(events, new_rev)
         self._batches += 1
@@ -726,9 +732,9 @@ class Engine(Replication):
         flush_run()
         return results, b"".join(parts)
 
-    def _make_durable(self, payload: bytes, admitted: list[_Pending]) -> bool:
-        """Append and sync one batch's record.  False: it is not durable and
-        every caller of the batch has been answered."""
+    def _make_durable(self, payload: bytes, admitted: list[_Pending]) -> int | None:
+        """Append and sync one batch's record; its journal index.  None: it
+        is not durable and every caller of the batch has been answered."""
         try:
             self.journal.append(payload)
             synced = time.perf_counter()
@@ -739,7 +745,17 @@ class Engine(Replication):
             for p in admitted:
                 self._settle(p, None, errors.ErrLeaderChanged)
             self._step_down(rebuild=True)
-            return False
+            return None
+        except JournalUnavailableError as e:
+            if not self._abandon_writes or self._closing:
+                raise
+            # lost the election while the journal could not say whether the
+            # batch landed: its callers cannot know either
+            log.warning("giving up an append whose outcome is unknown (%s); stepping down", e)
+            for p in admitted:
+                self._settle(p, None, errors.ErrTimeoutDueToLeaderFail)
+            self._step_down(rebuild=True)
+            return None
         except BaseException as e:
             nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
             err = errors.ErrNoSpace if nospace else errors.ErrStopped
@@ -747,12 +763,11 @@ class Engine(Replication):
             self._fail(err, f"journal write failed: {e!r}")
             for p in admitted:
                 self._settle(p, None, err)
-            return False
+            return None
         self._journal_bytes += len(payload)
-        self._applied_index = self.journal.last_index
         for hook in self.journal_sync_hooks:
             hook(synced)
-        return True
+        return self.journal.last_index
 
     def _sync_journal(self, admitted: list[_Pending]) -> None:
         """sync(), waiting out a shared journal that cannot be reached: its
@@ -765,7 +780,7 @@ class Engine(Replication):
                 self.journal.sync()
                 return
             except JournalUnavailableError as e:
-                if self._stopping:
+                if self._stopping or self._closing or self._abandon_writes:
                     raise
                 if time.monotonic() - started > REQUEST_TIMEOUT:
                     for p in admitted:
@@ -793,6 +808,9 @@ class Engine(Replication):
                     still.append((rev, p))
             self._compact_waiters = still
         self._expire_waiting()
+        if self._rebuild_pending:
+            self._try_rebuild()
+            return  # no checkpoint of a store about to be replaced
         self._checkpoint_maintenance()
 
     # ------------------------------------------------------------------
@@ -935,7 +953,7 @@ class Engine(Replication):
 
         with self._cv:
             if self._stopping:
-                raise errors.ErrStopped
+                raise errors.ErrStopped.fresh()
         self._control(run)
         return fut.result()
 
@@ -963,6 +981,8 @@ class Engine(Replication):
         with self._cv:
             if self._stopping:
                 return
+        # a batch waiting for an unreachable shared journal gives up now
+        self._closing = True
         if self._compactor is not None:
             self._compactor.stop()
         if self._leases is not None:

@@ -86,7 +86,7 @@ def effective_ttl(ttl: int, min_ttl: int = MIN_LEASE_TTL) -> int:
     """The TTL etcd grants for a requested one: below the minimum (zero and
     negative included) the minimum; the too-large check comes first."""
     if ttl > MAX_LEASE_TTL:
-        raise errors.ErrLeaseTTLTooLarge
+        raise errors.ErrLeaseTTLTooLarge.fresh()
     return ttl if ttl >= min_ttl else min_ttl
 
 
@@ -241,7 +241,7 @@ class LeaseKeeper:
         with self._cv:
             t = self._timers.get(lease_id)
             if t is None:
-                raise errors.ErrLeaseNotFound
+                raise errors.ErrLeaseNotFound.fresh()
             now = self._clock()
             if t.deadline > now:
                 t.deadline = now + t.ttl
@@ -252,10 +252,10 @@ class LeaseKeeper:
             ev = t.revoked
             self._cv.notify()  # the expiry thread may not have seen it yet
         if not ev.wait(self.renew_wait):
-            raise errors.ErrTimeout
+            raise errors.ErrTimeout.fresh()
         if self._stopping:
-            raise errors.ErrStopped
-        raise errors.ErrLeaseNotFound
+            raise errors.ErrStopped.fresh()
+        raise errors.ErrLeaseNotFound.fresh()
 
     def remaining(self, lease_id: int) -> tuple[float, int] | None:
         """(seconds left, may be negative once expired; granted TTL)."""

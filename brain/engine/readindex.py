@@ -59,6 +59,7 @@ class ReadBarrier:
         self._waiting: list = []  # callbacks not yet covered by a round trip
         self._in_flight = False
         self._parked: list = []  # heap of (index, seq, deadline, callbacks)
+        self._sent: list = []  # the group of the round trip in flight, if any
         self._seq = itertools.count()
         self.round_trips = 0
 
@@ -72,6 +73,7 @@ class ReadBarrier:
         self._send(group)
 
     def _send(self, group: list) -> None:
+        self._sent = group
         self.round_trips += 1
         started = self._clock()
         try:
@@ -80,6 +82,11 @@ class ReadBarrier:
             self._answered(group, started, None, e)
 
     def _answered(self, group: list, started: float, index: int | None, exc: BaseException | None) -> None:
+        with self._lock:
+            if self._sent is group:
+                self._sent = []
+            else:
+                group = []  # failed by fail_all meanwhile
         ready: list = []
         failed: list = []
         if exc is not None:
@@ -143,7 +150,8 @@ class ReadBarrier:
         with self._lock:
             parked, self._parked = self._parked, []
             waiting, self._waiting = self._waiting, []
-        _call_all([cb for item in parked for cb in item[3]] + waiting, err)
+            sent, self._sent = self._sent, []
+        _call_all([cb for item in parked for cb in item[3]] + waiting + sent, err)
 
 
 def _call_all(callbacks: list, exc) -> None:

@@ -88,6 +88,11 @@ class Replication:
         self.role_hooks: list = []
         self._follow_error: BaseException | None = None
         self._following = False
+        # set (from any thread) when this replica lost the election: a batch
+        # waiting for an unreachable journal is given up
+        self._abandon_writes = False
+        self._rebuild_pending = False
+        self._rebuild_retry_at = 0.0
 
     # ------------------------------------------------------------------
     # who leads
@@ -154,7 +159,7 @@ class Replication:
             events = self.store.changes
             self.store.changes = []
             self.committed_rev = new_rev
-        self._applied_index = applied
+            self._applied_index = applied
         self._journal_bytes += nbytes
         self._batches += 1
         if events:
@@ -292,7 +297,7 @@ class Replication:
                 err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
                 callback([(i, err) for i in lease_ids])
             else:
-                callback(result)
+                callback([(lease_id, outcome) for lease_id, outcome in result])
 
         if forwarder is None:
             done(None, errors.ErrNoLeader)
@@ -304,7 +309,7 @@ class Replication:
         blocks for the answer."""
         forwarder = self.forwarder
         if forwarder is None:
-            raise errors.ErrNoLeader
+            raise errors.ErrNoLeader.fresh()
         fut: Future = Future()
 
         def done(result, exc) -> None:
@@ -317,7 +322,7 @@ class Replication:
         try:
             return fut.result(timeout)
         except TimeoutError:
-            raise errors.ErrTimeout from None
+            raise errors.ErrTimeout.fresh() from None
 
     # ------------------------------------------------------------------
     # taking and giving up the lead
@@ -335,6 +340,9 @@ class Replication:
         """(any thread) Stop leading (the election key was lost)."""
         if self._barrier is None:
             return
+        self._abandon_writes = True
+        with self._cv:
+            self._cv.notify()
         fut: Future = Future()
 
         def run() -> None:
@@ -378,8 +386,9 @@ class Replication:
                 break
             with self._lock:
                 self.store.replay(payload, live=True)
-            self._applied_index = journal.last_index
+                self._applied_index = journal.last_index
             self._role = LEADER
+            self._abandon_writes = False
             self.raft_term = epoch
             self._start_leading()
             log.info("leading the journal from index %d, revision %d (term %d)",
@@ -414,9 +423,27 @@ class Replication:
             self._settle(p, p.result)
         self._compact_waiters = []
         if rebuild:
-            self._rebuild()
-        self._follow()
+            self._rebuild_pending = True
+            self._try_rebuild()
+        else:
+            self._follow()
         self._run_role_hooks()
+
+    def _try_rebuild(self) -> None:
+        """Rebuild, then follow; retried between batches while the journal
+        cannot be read (the replica keeps serving serializable reads at its
+        committed revision meanwhile)."""
+        if not self._rebuild_pending or time.monotonic() < self._rebuild_retry_at:
+            return
+        try:
+            self._rebuild()
+        except Exception as e:  # noqa: BLE001 - the journal may be unreachable: retry
+            log.warning("rebuilding the store failed (%r); retrying in 1s", e)
+            self._rebuild_retry_at = time.monotonic() + 1.0
+            return
+        self._rebuild_pending = False
+        if self._failed is None:
+            self._follow()
 
     def _rebuild(self) -> None:
         """Replace the store by one recovered from the local checkpoint and

@@ -121,9 +121,9 @@ def _begin_walk(engine, rev: int) -> tuple[int, int, int]:
         current = engine.committed_rev
         compact_rev = engine.store.compact_rev
         if rev > 0 and rev < compact_rev:
-            raise errors.ErrCompacted
+            raise errors.ErrCompacted.fresh()
         if rev > 0 and rev > current:
-            raise errors.ErrFutureRev
+            raise errors.ErrFutureRev.fresh()
         if rev == 0:
             rev = current
         engine.pin_compaction()

@@ -28,6 +28,13 @@ class EtcdError(Exception):
     def __repr__(self) -> str:
         return f"EtcdError({self.code}, {self.message!r})"
 
+    def fresh(self) -> "EtcdError":
+        """A new instance equal to this one.  The module's errors are shared
+        instances; raising one again and again would chain every raise's
+        traceback onto it (and keep those frames alive), so code that
+        raises them raises a fresh copy: ``raise errors.ErrCompacted.fresh()``."""
+        return EtcdError(self.code, self.message)
+
 
 def _e(code: str, message: str) -> EtcdError:
     return EtcdError(code, message)

@@ -270,11 +270,11 @@ class Store:
 
     def _check_read_rev(self, rev: int, view: int) -> int:
         if rev > view:
-            raise errors.ErrFutureRev
+            raise errors.ErrFutureRev.fresh()
         if rev <= 0:
             rev = view
         if rev < self.compact_rev:
-            raise errors.ErrCompacted
+            raise errors.ErrCompacted.fresh()
         return rev
 
     def range(self, r: RangeRequest, view: int) -> RangeResult:
@@ -432,15 +432,15 @@ class Store:
             if isinstance(op, RangeRequest):
                 if kind == "range":
                     if op.revision > at:
-                        raise errors.ErrFutureRev
+                        raise errors.ErrFutureRev.fresh()
                     if op.revision and op.revision < self.compact_rev:
-                        raise errors.ErrCompacted
+                        raise errors.ErrCompacted.fresh()
             elif isinstance(op, PutRequest):
                 if kind == "put":
                     if (op.ignore_value or op.ignore_lease) and self.get_kv(op.key, at) is None:
-                        raise errors.ErrKeyNotFound
+                        raise errors.ErrKeyNotFound.fresh()
                     if op.lease and not self.lessor.exists(op.lease):
-                        raise errors.ErrLeaseNotFound
+                        raise errors.ErrLeaseNotFound.fresh()
             elif isinstance(op, TxnRequest):
                 pos = self._check_txn_ops(op, at, path, pos, kind)
         return pos
@@ -453,9 +453,9 @@ class Store:
     def _check_put_state(self, p: PutRequest, at: int) -> None:
         """A top-level Put's state checks, lease first (etcd's order)."""
         if p.lease and not self.lessor.exists(p.lease):
-            raise errors.ErrLeaseNotFound
+            raise errors.ErrLeaseNotFound.fresh()
         if (p.ignore_value or p.ignore_lease) and self.get_kv(p.key, at) is None:
-            raise errors.ErrKeyNotFound
+            raise errors.ErrKeyNotFound.fresh()
 
     def _execute(self, t: TxnRequest, w: _Write | None, view: int, path: list[bool], pos: int, out: list) -> int:
         ok = path[pos]
@@ -542,9 +542,9 @@ class Store:
 
     def _apply_compact(self, c: CompactRequest, enc: BatchEncoder) -> CompactResult:
         if c.revision <= self.compact_rev:
-            raise errors.ErrCompacted
+            raise errors.ErrCompacted.fresh()
         if c.revision > self.revision:
-            raise errors.ErrFutureRev
+            raise errors.ErrFutureRev.fresh()
         enc.compact(c.revision)
         self._start_compaction(c.revision)
         return CompactResult(self.revision)
@@ -574,9 +574,9 @@ class Store:
 
     def _apply_lease_grant(self, g: LeaseGrantRequest, enc: BatchEncoder) -> LeaseGrantResult:
         if g.ttl > MAX_LEASE_TTL:
-            raise errors.ErrLeaseTTLTooLarge
+            raise errors.ErrLeaseTTLTooLarge.fresh()
         if g.id in self.lessor.leases:
-            raise errors.ErrLeaseExist
+            raise errors.ErrLeaseExist.fresh()
         self.lessor.grant(g.id, g.ttl)
         enc.lease_grant(g.id, g.ttl)
         return LeaseGrantResult(self.revision, g.id, g.ttl)
@@ -584,7 +584,7 @@ class Store:
     def _apply_lease_revoke(self, r: LeaseRevokeRequest, enc: BatchEncoder) -> LeaseRevokeResult:
         lease = self.lessor.leases.get(r.id)
         if lease is None:
-            raise errors.ErrLeaseNotFound
+            raise errors.ErrLeaseNotFound.fresh()
         w = _Write(self, enc)
         for key in sorted(lease.keys):
             w.delete(key)

@@ -19,23 +19,23 @@ from .requests import (
 
 def check_range(r: RangeRequest) -> None:
     if not r.key:
-        raise errors.ErrEmptyKey
+        raise errors.ErrEmptyKey.fresh()
     if not 0 <= r.sort_order <= SORT_DESCEND or not 0 <= r.sort_target <= TARGET_VALUE:
-        raise errors.ErrInvalidSortOption
+        raise errors.ErrInvalidSortOption.fresh()
 
 
 def check_put(r: PutRequest) -> None:
     if not r.key:
-        raise errors.ErrEmptyKey
+        raise errors.ErrEmptyKey.fresh()
     if r.ignore_value and r.value:
-        raise errors.ErrValueProvided
+        raise errors.ErrValueProvided.fresh()
     if r.ignore_lease and r.lease:
-        raise errors.ErrLeaseProvided
+        raise errors.ErrLeaseProvided.fresh()
 
 
 def check_delete(r: DeleteRangeRequest) -> None:
     if not r.key:
-        raise errors.ErrEmptyKey
+        raise errors.ErrEmptyKey.fresh()
 
 
 def check_txn(r: TxnRequest, max_txn_ops: int) -> None:
@@ -48,10 +48,10 @@ def check_txn(r: TxnRequest, max_txn_ops: int) -> None:
 def _check_txn_shape(r: TxnRequest, max_txn_ops: int) -> None:
     ops = max(len(r.compare), len(r.success), len(r.failure))
     if ops > max_txn_ops:
-        raise errors.ErrTooManyOps
+        raise errors.ErrTooManyOps.fresh()
     for c in r.compare:
         if not c.key:
-            raise errors.ErrEmptyKey
+            raise errors.ErrEmptyKey.fresh()
     for branch in (r.success, r.failure):
         for op in branch:
             if isinstance(op, RangeRequest):
@@ -64,7 +64,7 @@ def _check_txn_shape(r: TxnRequest, max_txn_ops: int) -> None:
                 _check_txn_shape(op, max_txn_ops)
             else:
                 # etcd answers an empty RequestOp this way.
-                raise errors.ErrKeyNotFound
+                raise errors.ErrKeyNotFound.fresh()
 
 
 class _Intervals:
@@ -115,18 +115,18 @@ def _check_intervals(ops: list) -> tuple[set[bytes], _Intervals]:
         puts_else, dels_else = _check_intervals(op.failure)
         for k in puts_then:
             if k in puts or dels.contains(k):
-                raise errors.ErrDuplicateKey
+                raise errors.ErrDuplicateKey.fresh()
             puts.add(k)
         for k in puts_else:
             if (k in puts and k not in puts_then) or dels.contains(k):
-                raise errors.ErrDuplicateKey
+                raise errors.ErrDuplicateKey.fresh()
             puts.add(k)
         dels.union(dels_then)
         dels.union(dels_else)
     for op in ops:
         if isinstance(op, PutRequest):
             if op.key in puts or dels.contains(op.key):
-                raise errors.ErrDuplicateKey
+                raise errors.ErrDuplicateKey.fresh()
             puts.add(op.key)
     return puts, dels
 

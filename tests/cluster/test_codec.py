@@ -1,0 +1,91 @@
+"""brain.cluster.codec: what followers and the leader exchange round-trips
+exactly, and bytes that are not a value are refused, never half-built."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brain.cluster import codec
+from brain.engine.leases import LeaseLeasesResult, LeaseTimeToLiveResult
+from brain.mvcc import errors
+from brain.mvcc import requests as r
+
+keys = st.binary(max_size=24)
+i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+kv = st.builds(r.KeyValue, keys, i64, i64, i64, st.binary(max_size=64), i64)
+range_req = st.builds(r.RangeRequest, keys, keys, i64, i64, st.integers(0, 2), st.integers(0, 4), st.booleans(),
+                      st.booleans(), st.booleans(), i64, i64, i64, i64)
+put_req = st.builds(r.PutRequest, keys, st.binary(max_size=64), i64, st.booleans(), st.booleans(), st.booleans())
+delete_req = st.builds(r.DeleteRangeRequest, keys, keys, st.booleans())
+compare = st.builds(r.Compare, st.integers(0, 3), st.integers(0, 4), keys, keys,
+                    st.sampled_from([None, "version", "value", "lease"]), st.one_of(i64, st.binary(max_size=8)))
+op = st.one_of(st.none(), range_req, put_req, delete_req)
+txn_req = st.recursive(
+    st.builds(r.TxnRequest, st.lists(compare, max_size=3), st.lists(op, max_size=3), st.lists(op, max_size=3)),
+    lambda inner: st.builds(r.TxnRequest, st.lists(compare, max_size=2), st.lists(st.one_of(op, inner), max_size=2),
+                            st.lists(st.one_of(op, inner), max_size=2)),
+    max_leaves=4)
+write = st.one_of(put_req, delete_req, txn_req, st.builds(r.CompactRequest, i64, st.booleans()),
+                  st.builds(r.LeaseGrantRequest, i64, i64), st.builds(r.LeaseRevokeRequest, i64))
+result = st.one_of(
+    st.builds(r.PutResult, i64, st.one_of(st.none(), kv)),
+    st.builds(r.DeleteRangeResult, i64, i64, st.lists(kv, max_size=3)),
+    st.builds(r.RangeResult, i64, st.lists(kv, max_size=3), st.booleans(), i64),
+    st.builds(r.TxnResult, i64, st.booleans(), st.lists(st.builds(r.PutResult, i64), max_size=2)),
+    st.builds(r.CompactResult, i64), st.builds(r.LeaseGrantResult, i64, i64, i64), st.builds(r.LeaseRevokeResult, i64),
+    st.builds(LeaseTimeToLiveResult, i64, i64, i64, i64, st.lists(keys, max_size=3)),
+    st.builds(LeaseLeasesResult, i64, st.lists(i64, max_size=3)),
+    st.sampled_from([errors.ErrCompacted, errors.ErrNotLeader, errors.ErrLeaseNotFound]),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(write, max_size=6))
+def test_requests_round_trip(requests):
+    assert codec.decode(codec.encode(["w", requests])) == ["w", requests]
+
+
+@settings(max_examples=300)
+@given(st.lists(result, max_size=6))
+def test_results_round_trip(results):
+    assert codec.decode(codec.encode(["ok", results])) == ["ok", results]
+
+
+def test_an_error_keeps_code_and_text():
+    back = codec.decode(codec.encode(["err", errors.ErrTimeoutDueToLeaderFail]))
+    assert back[1] == errors.ErrTimeoutDueToLeaderFail
+    assert back[1].code == "UNAVAILABLE"
+
+
+@settings(max_examples=300)
+@given(st.lists(write, min_size=1, max_size=3), st.data())
+def test_truncated_or_corrupted_bytes_are_refused(requests, data):
+    raw = codec.encode(requests)
+    cut = data.draw(st.integers(0, len(raw) - 1))
+    with pytest.raises(codec.CodecError):
+        codec.decode(raw[:cut])
+    flipped = bytearray(raw)
+    at = data.draw(st.integers(0, len(raw) - 1))
+    flipped[at] ^= data.draw(st.integers(1, 255))
+    try:
+        codec.decode(bytes(flipped))  # may still decode to another valid value
+    except codec.CodecError:
+        pass
+
+
+def test_unknown_types_and_tags_are_refused():
+    with pytest.raises(TypeError):
+        codec.encode(object())
+    with pytest.raises(codec.CodecError):
+        codec.decode(b"D\xff")
+    with pytest.raises(codec.CodecError):
+        codec.decode(b"Z")
+    with pytest.raises(codec.CodecError):
+        codec.decode(b"L\xff\xff\xff\x7f")  # a list longer than its bytes
+    with pytest.raises(codec.CodecError):
+        codec.decode(b"N" + b"N")  # bytes left over
+    deep = b"L\x01\x00\x00\x00" * 100 + b"N"
+    with pytest.raises(codec.CodecError):
+        codec.decode(deep)

@@ -1,0 +1,305 @@
+"""Replicas of one engine on a shared JetStream journal, in one process:
+writes through any replica, reads that see every acknowledged write,
+failover, a deposed leader fenced and rebuilt, leases, membership,
+retention.  (The same over real processes, kill -9 and etcd clients:
+test_failover.py.)"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from brain.cluster import ClusterOptions, Replica
+from brain.engine import EngineConfig
+from brain.mvcc import errors
+from brain.mvcc.requests import (
+    CompactRequest,
+    Compare,
+    LeaseGrantRequest,
+    PutRequest,
+    RangeRequest,
+    TxnRequest,
+    CMP_EQUAL,
+    CMP_MOD,
+)
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def nats(nats_server_bin):
+    from tests.support.nats_cluster import NatsCluster
+
+    c = NatsCluster(1, binary=nats_server_bin, lifetime=600.0)
+    c.start()
+    yield c
+    c.cleanup()
+
+
+class Cluster:
+    """N in-process replicas of cluster ``name`` (their own data dirs)."""
+
+    def __init__(self, nats, tmp_path, n=3, **engine_kw):
+        self.nats = nats
+        self.tmp = tmp_path
+        self.name = f"t{next(_names)}x{int(time.time() * 1000) % 100000}"
+        self.engine_kw = dict(shards=2, shard_boundaries=[b"m"], checkpoint_interval_seconds=3600) | engine_kw
+        self.replicas: list[Replica] = []
+        for i in range(n):
+            self.add(f"r{i}")
+        for r in self.replicas:
+            r.start()
+
+    def options(self, member: str) -> ClusterOptions:
+        return ClusterOptions(journal_url=f"{self.nats.urls[0]}/{self.name}", name=member,
+                              client_urls=(f"http://{member}:2379",), election_timeout_ms=1000,
+                              heartbeat_interval_ms=250)
+
+    def add(self, member: str, start: bool = False) -> Replica:
+        r = Replica.open(self.options(member), EngineConfig(str(self.tmp / member), **self.engine_kw))
+        self.replicas.append(r)
+        if start:
+            r.start()
+        return r
+
+    def leader(self, timeout=15.0, exclude=()) -> Replica:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for r in self.replicas:
+                if r not in exclude and r.engine.is_leader:
+                    return r
+            time.sleep(0.02)
+        raise AssertionError("no leader elected")
+
+    def followers(self, leader) -> list[Replica]:
+        return [r for r in self.replicas if r is not leader]
+
+    def kill(self, r: Replica) -> None:
+        """As close to kill -9 as one process allows: the replica stops
+        talking to NATS at once (no resign, no final anything)."""
+        r.election._stop.set()
+        r.membership.stop()
+        r.conn.close()
+        self.replicas.remove(r)
+        self.dead.append(r)
+
+    dead: list = []
+
+    def close(self) -> None:
+        for r in self.replicas:
+            r.close()
+        for r in self.dead:
+            try:
+                r.engine.close()
+            except Exception:  # noqa: BLE001 - its connection is gone
+                pass
+
+
+@pytest.fixture
+def cluster(nats, tmp_path):
+    made = []
+
+    def make(n=3, **kw):
+        c = Cluster(nats, tmp_path / f"c{len(made)}", n, **kw)
+        c.dead = []
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def get(r: Replica, key: bytes, serializable=False):
+    if not serializable:
+        r.engine.wait_linearizable()
+    res = r.engine.range(RangeRequest(key, serializable=serializable))
+    return res.kvs[0] if res.kvs else None
+
+
+def test_writes_through_any_replica_read_everywhere_at_one_revision(cluster):
+    c = cluster()
+    leader = c.leader()
+    revs = []
+    for i, r in enumerate(c.replicas * 3):
+        revs.append(r.engine.put(PutRequest(b"k%d" % i, b"v%d" % i)).revision)
+    assert revs == list(range(2, 2 + len(revs)))
+    for r in c.replicas:
+        # linearizable: sees every acknowledged write, whichever replica took it
+        res = r.engine.range(RangeRequest(b"k", b"l")) if r.engine.wait_linearizable() is None else None
+        assert res.count == len(revs)
+        assert res.revision == revs[-1]
+    # the same history everywhere: create/mod revisions and versions
+    snapshots = [[(kv.key, kv.create_revision, kv.mod_revision, kv.version)
+                  for kv in r.engine.range(RangeRequest(b"\0", b"")).kvs] for r in c.replicas]
+    assert snapshots[0] == snapshots[1] == snapshots[2]
+    st = leader.engine.statistics()
+    assert st.role == "leader" and st.epoch >= 1
+
+
+def test_a_follower_answers_its_client_after_applying_the_write(cluster):
+    c = cluster()
+    leader = c.leader()
+    f = c.followers(leader)[0]
+    res = f.engine.put(PutRequest(b"mine", b"1"))
+    # read-your-writes on the replica written through, even serializable
+    kv = get(f, b"mine", serializable=True)
+    assert kv is not None and kv.mod_revision == res.revision
+
+
+def test_txn_and_errors_come_back_from_the_leader(cluster):
+    c = cluster()
+    f = c.followers(c.leader())[0]
+    put = f.engine.put(PutRequest(b"a", b"1"))
+    t = f.engine.txn(TxnRequest([Compare(CMP_EQUAL, CMP_MOD, b"a", union="mod_revision", operand=put.revision)],
+                                [PutRequest(b"a", b"2")], []))
+    assert t.succeeded
+    t2 = f.engine.txn(TxnRequest([Compare(CMP_EQUAL, CMP_MOD, b"a", union="mod_revision", operand=put.revision)],
+                                 [PutRequest(b"a", b"3")], []))
+    assert not t2.succeeded
+    with pytest.raises(errors.EtcdError) as e:
+        f.engine.compact(CompactRequest(10_000))
+    assert e.value == errors.ErrFutureRev
+    with pytest.raises(errors.EtcdError) as e:
+        f.engine.put(PutRequest(b"x", b"1", lease=12345))
+    assert e.value == errors.ErrLeaseNotFound
+
+
+def test_failover_keeps_every_acknowledged_write(cluster):
+    c = cluster()
+    acked = {}
+    stop = threading.Event()
+
+    def writer(r_index):
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            r = c.replicas[r_index % len(c.replicas)]
+            key = b"w%d-%d" % (r_index, i)
+            try:
+                # a client's deadline: the killed replica never answers
+                acked[key] = r.engine.submit(PutRequest(key, b"v")).result(10).revision
+            except (errors.EtcdError, TimeoutError):
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    old = c.leader()
+    killed_at = time.monotonic()
+    c.kill(old)
+    new = c.leader(exclude=(old,))
+    took = time.monotonic() - killed_at
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert took < 5, f"failover took {took:.1f}s"
+    assert new.engine.raft_term > old.engine.raft_term
+    for r in c.replicas:
+        r.engine.wait_linearizable()
+        for key, rev in acked.items():
+            kv = get(r, key, serializable=True)
+            assert kv is not None and kv.mod_revision == rev, (key, rev, kv)
+    revs = sorted(acked.values())
+    assert len(set(revs)) == len(revs)
+
+
+def test_a_deposed_leader_is_fenced_and_rebuilds(cluster):
+    c = cluster()
+    old = c.leader()
+    old.engine.put(PutRequest(b"before", b"1"))
+    # the old leader stops renewing its key (paused) but keeps believing it leads
+    renew = old.election._renew
+
+    async def paused() -> None:
+        pass
+
+    old.election._renew = paused
+    new = c.leader(exclude=(old,))
+    new.engine.put(PutRequest(b"after", b"2"))
+    assert old.engine.is_leader  # it has not noticed yet
+    # its next write is refused by the journal's fence: not applied anywhere
+    with pytest.raises(errors.EtcdError) as e:
+        old.engine.put(PutRequest(b"stale", b"x"))
+    assert e.value == errors.ErrLeaderChanged
+    deadline = time.monotonic() + 10
+    while old.engine.is_leader and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not old.engine.is_leader
+    old.engine.wait_linearizable()
+    assert get(old, b"stale", serializable=True) is None
+    assert get(old, b"after", serializable=True) is not None
+    for r in c.replicas:
+        assert get(r, b"stale") is None
+    # it wakes up: its key is gone, it learns who leads, and it is a working follower
+    old.election._renew = renew
+    res = old.engine.put(PutRequest(b"again", b"3"))
+    assert get(new, b"again").mod_revision == res.revision
+
+
+def test_leases_granted_through_a_follower_expire_on_the_leader(cluster):
+    c = cluster()
+    leader = c.leader()
+    f = c.followers(leader)[0]
+    g = f.engine.lease_grant(LeaseGrantRequest(2))
+    f.engine.put(PutRequest(b"leased", b"v", lease=g.id))
+    assert f.engine.lease_time_to_live(g.id).granted_ttl == 2
+    assert [i for i in f.engine.lease_leases().ids] == [g.id]
+    out = []
+    f.engine.lease_keepalive_many([g.id, 999], out.extend)
+    deadline = time.monotonic() + 5
+    while not out and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert out == [(g.id, 2), (999, 0)]
+    deadline = time.monotonic() + 10
+    while get(f, b"leased") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert get(f, b"leased") is None
+    with pytest.raises(errors.EtcdError):
+        f.engine.lease_time_to_live(g.id)
+
+
+def test_membership_lists_every_replica_and_removes_one(cluster):
+    c = cluster()
+    leader = c.leader()
+    deadline = time.monotonic() + 10
+    while len(leader.members()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    members = leader.members()
+    assert sorted(m.name for m in members) == ["r0", "r1", "r2"]
+    assert all(m.client_urls == [f"http://{m.name}:2379"] for m in members)
+    victim = c.followers(leader)[0]
+    removed = threading.Event()
+    victim._removed = removed.set  # instead of ending the process
+    victim.membership.on_removed = removed.set
+    assert leader.remove_member(victim.engine.member_id)
+    assert not leader.remove_member(victim.engine.member_id)
+    assert removed.wait(10)
+
+
+def test_retention_purges_what_every_replica_checkpointed(cluster):
+    c = cluster()
+    leader = c.leader()
+    for i in range(50):
+        c.replicas[i % 3].engine.put(PutRequest(b"r%d" % i, b"v"))
+    for r in c.replicas:
+        r.engine.wait_linearizable()
+        r.engine.checkpoint()
+        r.membership.heartbeat_now() if hasattr(r.membership, "heartbeat_now") else None
+    time.sleep(2.5)  # heartbeats carry the checkpoints
+    purged = leader.retain_once()
+    assert purged > 0
+    assert leader.journal.first_index > 1
+    # a replica restarted from its own checkpoint still catches up
+    f = c.followers(leader)[0]
+    f.close()
+    c.replicas.remove(f)
+    leader.engine.put(PutRequest(b"late", b"1"))
+    back = c.add(f.options.name, start=True)
+    assert get(back, b"late") is not None
+    assert get(back, b"r49") is not None
