@@ -17,6 +17,7 @@ from typing import Sequence
 from brain import config as C
 
 API_VERSION = "3.6"
+SERVE_DESCRIPTION = "Serve the etcd v3 gRPC API on the client URLs."
 SUBCOMMANDS = ("serve",)
 
 
@@ -153,9 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the etcd v3 API (the default)", allow_abbrev=False,
-                           description="Serve the etcd v3 gRPC API on the client URLs.")
+                           description=SERVE_DESCRIPTION)
     _add_serve_flags(serve)
     sub.add_parser("snapshot", help="save, restore and inspect snapshots (brain snapshot -h)", add_help=False)
+    return parser
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    """`brain serve` on its own, so that a flag it does not know is reported
+    with its usage (through the top-level parser argparse would print
+    `brain [-h] [--version] COMMAND` instead)."""
+    parser = argparse.ArgumentParser(prog="brain serve", allow_abbrev=False, description=SERVE_DESCRIPTION)
+    _add_serve_flags(parser)
     return parser
 
 
@@ -168,7 +178,7 @@ def _env_value(dest: str, environ) -> str | None:
     return None
 
 
-def _apply_env(parser: argparse.ArgumentParser, serve_args: list[str], environ) -> list[str]:
+def _apply_env(serve_args: list[str], environ) -> list[str]:
     """Turn BRAIN_*/ETCD_* variables into flags placed before the command
     line's, so that explicit flags (parsed later) win."""
     given = set()
@@ -196,11 +206,12 @@ def parse_serve(argv: Sequence[str], environ=None) -> C.ServerConfig:
     """Parse ``brain [serve] ...`` into a ServerConfig (exits on bad flags)."""
     environ = os.environ if environ is None else environ
     args = list(argv)
-    if not args or (args[0] not in SUBCOMMANDS and args[0] not in ("-h", "--help")):
-        args = ["serve", *args]
-    parser = build_parser()
-    args = [args[0], *_apply_env(parser, args[1:], environ), *args[1:]]
-    ns = parser.parse_args(args)
+    if args and args[0] in ("-h", "--help"):
+        build_parser().parse_args(args)  # the top-level help; exits
+    if args and args[0] in SUBCOMMANDS:
+        args = args[1:]
+    parser = build_serve_parser()
+    ns = parser.parse_args([*_apply_env(args, environ), *args])
     cfg = config_from_args(ns)
     try:
         cfg.validate()
