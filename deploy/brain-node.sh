@@ -55,9 +55,10 @@ step_user() {
             say "warning: user $BRAIN_USER exists with uid $(id -u "$BRAIN_USER"), not $BRAIN_UID (the static pod runs as $BRAIN_UID)"
         return
     fi
-    groupadd --system --gid "$BRAIN_UID" "$BRAIN_USER"
-    useradd --system --uid "$BRAIN_UID" --gid "$BRAIN_UID" --home-dir "$BRAIN_DATA" --no-create-home \
-        --shell /usr/sbin/nologin "$BRAIN_USER"
+    # 65532 is above Debian's system range (999): say so, or useradd warns.
+    groupadd --system -K SYS_GID_MAX="$BRAIN_UID" --gid "$BRAIN_UID" "$BRAIN_USER"
+    useradd --system -K SYS_UID_MAX="$BRAIN_UID" --uid "$BRAIN_UID" --gid "$BRAIN_UID" --home-dir "$BRAIN_DATA" \
+        --no-create-home --shell /usr/sbin/nologin "$BRAIN_USER"
     say "created user $BRAIN_USER ($BRAIN_UID:$BRAIN_UID)"
 }
 
@@ -101,8 +102,13 @@ step_systemd() {
     [ -x "$BRAIN_VENV/bin/brain" ] || die "$BRAIN_VENV/bin/brain is missing: run '$0 install' first"
     [ -r "$BRAIN_PKI_DIR/server.key" ] || die "no certificates in $BRAIN_PKI_DIR: run '$0 pki' first"
     install -m 0644 "$HERE/brain.service" /etc/systemd/system/brain.service
-    systemctl daemon-reload
-    systemctl enable --now brain.service
+    if [ -d /run/systemd/system ]; then  # booted with systemd
+        systemctl daemon-reload
+        systemctl enable --now brain.service
+    else  # an image being prepared, a chroot: it starts at the next boot
+        systemctl enable brain.service
+        say "systemd is not running here: brain.service is enabled and starts at boot"
+    fi
 }
 
 step_static_pod() {
