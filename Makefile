@@ -2,9 +2,9 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean
+.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean distclean
 
-serve: deps-python            ## run brain on its embedded default (127.0.0.1:2379, ./default.brain)
+serve: deps-python            ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain)
 	$(PYTHON) -m brain serve
 
 test: deps                    ## everything CI runs
@@ -31,11 +31,21 @@ bench-smoke: deps             ## every benchmark workload for a second on each s
 deps: deps-system deps-python
 
 deps-python:
+	@# The distribution was called brain before it became brain-etcd: drop such an install of ours
+	@# (never the unrelated package of that name) so that one distribution provides the package.
+	@if $(PIP) show brain 2>/dev/null | grep -q 'etcd v3 API'; then $(PIP) uninstall -y -q brain; fi
 	$(PIP) install -q --disable-pip-version-check -e '.[test]'
 
-deps-system:                  ## etcd and etcdctl: the differential oracle and the CLI client
-	@if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client; \
+# etcd and etcdctl: the differential oracle and the CLI client. openssl, python3-venv,
+# python3-yaml, systemd-container (systemd-nspawn) and iproute2: tests/deploy, which runs
+# deploy/brain-node.sh in a scratch root and boots the systemd unit there.
+SYSTEM_PACKAGES = etcd-server etcd-client openssl python3-venv python3-yaml systemd-container iproute2
+
+deps-system:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+		grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
 proto:                        ## regenerate brain/api/pb from proto/
@@ -44,5 +54,9 @@ proto:                        ## regenerate brain/api/pb from proto/
 proto-check:
 	$(PYTHON) -m brain.api.genproto --check
 
-clean:
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis
+clean:                        ## what serve, builds and tests leave in the tree (seconds to remake)
+	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp
+	find . -name __pycache__ -type d -not -path './.cache/*' -prune -exec rm -rf {} +
+
+distclean: clean              ## also .cache: the Kubernetes and benchmark Go builds (~1.7 GB; ~8 min to rebuild)
+	rm -rf .cache
