@@ -15,6 +15,7 @@ import sys
 from typing import Sequence
 
 from brain import config as C
+from brain.mvcc.shard import DEFAULT_SHARDS
 
 API_VERSION = "3.6"
 SERVE_DESCRIPTION = "Serve the etcd v3 gRPC API on the client URLs."
@@ -82,7 +83,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--data-dir", "data_dir", str, "path to the data directory (default <name>.brain)"),
     ("--listen-client-urls", "listen_client_urls", C.split_urls,
      "comma-separated URLs to serve clients on: http://host:port, https://host:port, "
-     "unix://path, unixs://path (default http://localhost:2379)"),
+     "unix://path, unixs://path (default http://localhost:2379, which binds 127.0.0.1:2379 like etcd)"),
     ("--advertise-client-urls", "advertise_client_urls", C.split_urls,
      "comma-separated client URLs to advertise (informational for a single member)"),
     ("--listen-metrics-urls", "listen_metrics_urls", C.split_urls,
@@ -97,10 +98,12 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--auto-compaction-retention", "auto_compaction_retention", str,
      "history to keep: periodic '1h', '5m' or a number of hours; revision: a number of revisions; "
      "'0' disables auto compaction (default %(default)s)"),
-    ("--shards", "shards", _int, "number of keyspace shards (default: the engine's)"),
+    ("--shards", "shards", _int,
+     f"number of keyspace shards (default {DEFAULT_SHARDS}, or one more than --shard-boundaries gives)"),
     ("--shard-boundaries", "shard_boundaries", _boundaries,
      "comma-separated first keys of shards 2..N; backslash escapes \\, \\\\ \\xHH"),
-    ("--backend", "backend", str, "value store backend (default: the engine's, lmdb)"),
+    ("--backend", "backend", str, "value store: lmdb (the default) or memory (for tests: values are not "
+     "durable)"),
     ("--cert-file", "cert_file", str, "client server TLS certificate file"),
     ("--key-file", "key_file", str, "client server TLS key file"),
     ("--trusted-ca-file", "trusted_ca_file", str, "client server TLS trusted CA certificate file"),
