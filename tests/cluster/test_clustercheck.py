@@ -161,3 +161,20 @@ def test_etcd_cluster_linearizable_across_leader_kills(etcd_cluster_factory, clu
           f"counter {res['counter']}, {res['unknown']} unknown, {res['refused']} refused")
     _no_violations(res)
     assert res["counter_ok"] and res["increments"] > 20, res
+
+
+# ---------------------------------------------------------------------------
+# The model and the pause/revision bookkeeping on hand-made histories
+# ---------------------------------------------------------------------------
+
+
+def test_clustercheck_go_unit_tests(clustercheck_bin):
+    """porcupine's verdict on small histories (stale reads, unknown outcomes,
+    CAS, foreign revisions), pauses and revision order: go test."""
+    import subprocess
+
+    from tests.support.servers import REPO_ROOT
+
+    out = subprocess.run(["bash", str(REPO_ROOT / "tests" / "cluster" / "build.sh"), "--go-test",
+                          "clustercheck"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
