@@ -35,29 +35,25 @@ def etcd36_bin() -> str:
     return binaries.require(binaries.etcd36_binary)
 
 
-@pytest.fixture
-def nats_cluster_factory(nats_server_bin):
-    started: list[NatsCluster] = []
+def _factory(cls, binary: str):
+    """make(size, **kw) -> a started ``cls`` cluster; yields make, cleans up after."""
+    started = []
 
-    def make(size: int = 3, **kw) -> NatsCluster:
-        c = NatsCluster(size, binary=nats_server_bin, lifetime=kw.pop("lifetime", 600.0), **kw)
+    def make(size: int = 3, **kw):
+        c = cls(size, binary=binary, lifetime=kw.pop("lifetime", 600.0), **kw)
         started.append(c)
         return c.start()
 
     yield make
     for c in started:
         c.cleanup()
+
+
+@pytest.fixture
+def nats_cluster_factory(nats_server_bin):
+    yield from _factory(NatsCluster, nats_server_bin)
 
 
 @pytest.fixture
 def etcd_cluster_factory(etcd36_bin):
-    started: list[EtcdCluster] = []
-
-    def make(size: int = 3, **kw) -> EtcdCluster:
-        c = EtcdCluster(size, binary=etcd36_bin, lifetime=kw.pop("lifetime", 600.0), **kw)
-        started.append(c)
-        return c.start()
-
-    yield make
-    for c in started:
-        c.cleanup()
+    yield from _factory(EtcdCluster, etcd36_bin)
