@@ -107,6 +107,20 @@ def _kill_leaders(cluster: EtcdCluster, kills: int, first_after: float, every: f
     return events
 
 
+def test_etcd_cluster_helpers(etcd_cluster_factory):
+    """leader(), move_leader(), kill_leader(keep=...) and restart() on a real cluster."""
+    cluster = etcd_cluster_factory(3)
+    target = cluster.followers()[0]
+    cluster.move_leader(target)
+    assert cluster.leader() is target
+    # keep=target: leadership is handed to another member, which is killed.
+    killed, t_kill, t_leader = cluster.kill_leader(keep=target)
+    assert killed is not target and target.running and not killed.running
+    assert t_leader >= t_kill and cluster.leader() not in (None, killed)
+    cluster.restart(killed)
+    assert killed.running and len(cluster.followers()) == 2
+
+
 def test_etcd_cluster_failover_baseline(etcd_cluster_factory, clustercheck_bin, tmp_path):
     cluster = etcd_cluster_factory(3)
     follower = cluster.followers()[0]
