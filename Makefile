@@ -7,15 +7,23 @@ PIP ?= $(PYTHON) -m pip
 serve: deps-python            ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain)
 	$(PYTHON) -m brain serve
 
-test: deps                    ## everything CI runs
+test: deps cluster-tools      ## everything CI runs
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
-test-full: deps               ## the long versions: 20+ crash cycles, more differential seeds
+test-full: deps cluster-tools ## the long versions: 20+ crash cycles, more differential seeds
 	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTHON) -m pytest -q -p no:cacheprovider
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
+
+.PHONY: cluster-tools cluster-test
+cluster-tools:                ## nats-server 2.15, clustercheck and etcd 3.6 for the cluster tests (Go, cached: .cache/nats, .cache/cluster, .cache/bench)
+	bash tests/cluster/build.sh
+	bash benchmarks/build.sh etcd-3.6
+
+cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NATS and etcd clusters, clustercheck)
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
 bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine, ~40 min: benchmarks/results/<date>.md, plots, README table
