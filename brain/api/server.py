@@ -36,6 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from brain.api import front as native_front
+from brain.api import preflight
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.kv import KVService
@@ -397,6 +398,11 @@ def run(config: ServerConfig) -> int:
     except (ConfigError, ValueError, TypeError) as e:
         log.error("invalid configuration: %s", e)
         return 2
+    try:
+        preflight.check_before_data_dir(config)  # listeners and TLS files, then the data dir
+    except (preflight.StartupError, ConfigError) as e:
+        log.error("%s", e)
+        return 1
 
     stop = threading.Event()
     replica = None
@@ -412,7 +418,6 @@ def run(config: ServerConfig) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
-            os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
             if config.journal_url:
                 replica = _open_replica(config, engine_config)
                 engine = replica.engine

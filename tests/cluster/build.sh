@@ -19,6 +19,7 @@
 #   tests/cluster/build.sh                 build what is missing or stale (both)
 #   tests/cluster/build.sh --force         rebuild
 #   tests/cluster/build.sh [--force] NAME  only nats-server or clustercheck
+#   tests/cluster/build.sh --go-test       also run clustercheck's Go unit tests
 #
 # Environment: BRAIN_NATS_CACHE, BRAIN_CLUSTER_CACHE (the cache directories);
 # the Go build and module caches live under each (go-build/, gomod/) unless
@@ -31,11 +32,13 @@ NATS_VERSION=v2.15.2
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 force=0
+gotest=0
 wanted=()
 for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        --go-test) gotest=1 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         nats-server|clustercheck) wanted+=("$arg") ;;
         *) echo "build.sh: unknown argument $arg (nats-server, clustercheck, --force)" >&2; exit 2 ;;
     esac
@@ -93,8 +96,20 @@ build_nats() {
     printf '%-12s built  %6.1f s %s\n' nats-server "$(elapsed "$t0")" "$target"
 }
 
+# The Go environment clustercheck builds and tests with. -mod=mod lets go fill
+# go.sum if an entry is missing; -buildvcs=false because the module lives
+# inside brain's git tree.
+cc_cache="${BRAIN_CLUSTER_CACHE:-$repo/.cache/cluster}"
+cc_env=(GOCACHE="${GOCACHE:-$cc_cache/go-build}" GOMODCACHE="${GOMODCACHE:-$cc_cache/gomod}"
+        GOFLAGS="-mod=mod -buildvcs=false -modcacherw")
+
+test_clustercheck() {
+    echo "build.sh: go test in tests/cluster/go" >&2
+    (cd "$here/go" && env "${cc_env[@]}" go test -p "$jobs" -count=1 . >&2)
+}
+
 build_clustercheck() {
-    local cache="${BRAIN_CLUSTER_CACHE:-$repo/.cache/cluster}"
+    local cache="$cc_cache"
     local src="$here/go"
     local target="$cache/bin/clustercheck"
     local stamp
@@ -107,11 +122,7 @@ build_clustercheck() {
     local t0 stage
     t0=$(date +%s.%N)
     stage="$(mktemp -d "$cache/stage.XXXXXX")"
-    # -mod=mod lets go fill go.sum if an entry is missing; -buildvcs=false
-    # because the module lives inside brain's git tree.
-    if ! (cd "$src" && env GOCACHE="${GOCACHE:-$cache/go-build}" GOMODCACHE="${GOMODCACHE:-$cache/gomod}" \
-            GOFLAGS="-mod=mod -buildvcs=false -modcacherw" \
-            go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$stage/clustercheck" . >&2); then
+    if ! (cd "$src" && env "${cc_env[@]}" go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$stage/clustercheck" . >&2); then
         rm -rf "$stage"
         echo "build.sh: clustercheck build failed" >&2
         return 1
@@ -127,6 +138,10 @@ build_clustercheck() {
 for w in "${wanted[@]}"; do
     case "$w" in
         nats-server) with_lock "${BRAIN_NATS_CACHE:-$repo/.cache/nats}" build_nats ;;
-        clustercheck) with_lock "${BRAIN_CLUSTER_CACHE:-$repo/.cache/cluster}" build_clustercheck ;;
+        clustercheck)
+            with_lock "$cc_cache" build_clustercheck
+            if [[ $gotest == 1 ]]; then test_clustercheck; fi
+            ;;
     esac
 done
+

@@ -9,6 +9,8 @@ tests, and fails them under CI.
 
 Every cluster is stopped and removed at the end of the test, and is killed by
 its watchdog if the test process dies or the cluster outlives ``lifetime``.
+When the test failed, every member's log tail is printed first (pytest shows
+it under "Captured stdout teardown").
 """
 
 from __future__ import annotations
@@ -35,29 +37,35 @@ def etcd36_bin() -> str:
     return binaries.require(binaries.etcd36_binary)
 
 
-@pytest.fixture
-def nats_cluster_factory(nats_server_bin):
-    started: list[NatsCluster] = []
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.cluster_test_failed = rep.failed
 
-    def make(size: int = 3, **kw) -> NatsCluster:
-        c = NatsCluster(size, binary=nats_server_bin, lifetime=kw.pop("lifetime", 600.0), **kw)
+
+def _factory(request, cls, binary: str):
+    """make(size, **kw) -> a started ``cls`` cluster; yields make, cleans up after."""
+    started = []
+
+    def make(size: int = 3, **kw):
+        c = cls(size, binary=binary, lifetime=kw.pop("lifetime", 600.0), **kw)
         started.append(c)
         return c.start()
 
     yield make
     for c in started:
+        if getattr(request.node, "cluster_test_failed", False):
+            print(f"\n=== {c!r}: logs ===\n{c.logs()}")
         c.cleanup()
 
 
 @pytest.fixture
-def etcd_cluster_factory(etcd36_bin):
-    started: list[EtcdCluster] = []
+def nats_cluster_factory(request, nats_server_bin):
+    yield from _factory(request, NatsCluster, nats_server_bin)
 
-    def make(size: int = 3, **kw) -> EtcdCluster:
-        c = EtcdCluster(size, binary=etcd36_bin, lifetime=kw.pop("lifetime", 600.0), **kw)
-        started.append(c)
-        return c.start()
 
-    yield make
-    for c in started:
-        c.cleanup()
+@pytest.fixture
+def etcd_cluster_factory(request, etcd36_bin):
+    yield from _factory(request, EtcdCluster, etcd36_bin)

@@ -107,6 +107,20 @@ def _kill_leaders(cluster: EtcdCluster, kills: int, first_after: float, every: f
     return events
 
 
+def test_etcd_cluster_helpers(etcd_cluster_factory):
+    """leader(), move_leader(), kill_leader(keep=...) and restart() on a real cluster."""
+    cluster = etcd_cluster_factory(3)
+    target = cluster.followers()[0]
+    cluster.move_leader(target)
+    assert cluster.leader() is target
+    # keep=target: leadership is handed to another member, which is killed.
+    killed, t_kill, t_leader = cluster.kill_leader(keep=target)
+    assert killed is not target and target.running and not killed.running
+    assert t_leader >= t_kill and cluster.leader() not in (None, killed)
+    cluster.restart(killed)
+    assert killed.running and len(cluster.followers()) == 2
+
+
 def test_etcd_cluster_failover_baseline(etcd_cluster_factory, clustercheck_bin, tmp_path):
     cluster = etcd_cluster_factory(3)
     follower = cluster.followers()[0]
@@ -161,3 +175,20 @@ def test_etcd_cluster_linearizable_across_leader_kills(etcd_cluster_factory, clu
           f"counter {res['counter']}, {res['unknown']} unknown, {res['refused']} refused")
     _no_violations(res)
     assert res["counter_ok"] and res["increments"] > 20, res
+
+
+# ---------------------------------------------------------------------------
+# The model and the pause/revision bookkeeping on hand-made histories
+# ---------------------------------------------------------------------------
+
+
+def test_clustercheck_go_unit_tests(clustercheck_bin):
+    """porcupine's verdict on small histories (stale reads, unknown outcomes,
+    CAS, foreign revisions), pauses and revision order: go test."""
+    import subprocess
+
+    from tests.support.servers import REPO_ROOT
+
+    out = subprocess.run(["bash", str(REPO_ROOT / "tests" / "cluster" / "build.sh"), "--go-test",
+                          "clustercheck"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]

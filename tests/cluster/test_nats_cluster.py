@@ -10,10 +10,9 @@ import asyncio
 import threading
 import time
 
+import nats
 import pytest
-
-nats = pytest.importorskip("nats")
-from nats.js.errors import APIError  # noqa: E402
+from nats.js.errors import APIError
 
 STREAM = "JOURNAL"
 WRONG_LAST_SEQUENCE = 10071

@@ -80,9 +80,11 @@ class CheckRun:
         self.mode = mode
         self.binary = binary or clustercheck_binary()
         self.args = [self.binary, mode, "--endpoints", endpoints, *_flags(options)]
-        # The tool stops by itself after --duration (+ --settle for watch, the
-        # check for lin); past this bound it is killed.
+        # The tool stops by itself after --duration (+ --settle for watch, +
+        # --check-timeout for lin); past this bound it is killed.
         self.bound = _seconds(options.get("duration", 10)) + _seconds(options.get("settle", 0)) + margin
+        if mode == "lin":
+            self.bound += _seconds(options.get("check_timeout", 300))
         self._stderr = tempfile.TemporaryFile()
         self.started = time.time()
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self._stderr,

@@ -22,35 +22,24 @@ seconds pass, so a crashed or hung test leaves no etcd behind.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Sequence
 
 import grpc
 
 from tests.support import servers
 from tests.support.binaries import etcd36_binary
-from tests.support.watchdog import Watchdog
+from tests.support.server_group import GroupMember, ServerGroup
 
 
-class EtcdMember(servers._Server):
+class EtcdMember(GroupMember):
     """One member; started by its ``EtcdCluster``."""
 
     kind = "etcd-member"
 
-    def __init__(self, cluster: "EtcdCluster", name: str, root: Path, **kw):
+    def __init__(self, cluster: "EtcdCluster", name: str, **kw):
         self.cluster = cluster
-        self.name = name
-        super().__init__(**kw)
-        # One root for the cluster (the watchdog matches it in command lines).
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root = root / name
-        self.root.mkdir(parents=True)
-        self.data_dir = self.root / "data"
-        self.log_path = self.root / "server.log"
+        super().__init__(cluster, name, **kw)
         self.peer_port = servers.free_port()
 
     @property
@@ -72,10 +61,6 @@ class EtcdMember(servers._Server):
             *self.cluster.extra_args,
         ]
 
-    def _spawn(self) -> None:
-        super()._spawn()
-        self.cluster.watchdog.track(self.name, self.proc)
-
     def member_id(self) -> int:
         return self.status().header.member_id
 
@@ -86,19 +71,16 @@ class EtcdMember(servers._Server):
             return st.maintenance.Status(rpc_pb2.StatusRequest(), timeout=timeout)
 
 
-class EtcdCluster:
+class EtcdCluster(ServerGroup):
     """``size`` etcd members on loopback. See the module docstring."""
 
     def __init__(self, size: int = 3, *, binary: str | None = None, extra_args: Sequence[str] = (),
                  lifetime: float = 900.0, ready_timeout: float = 60.0):
         self.binary = binary or etcd36_binary()
         self.extra_args = list(extra_args)
-        self.ready_timeout = ready_timeout
-        self.root = Path(tempfile.mkdtemp(prefix="etcd-cluster-", dir=servers._tmp_parent()))
+        super().__init__("etcd-cluster-", lifetime=lifetime, ready_timeout=ready_timeout)
         self.token = self.root.name
-        self.watchdog = Watchdog(self.root, lifetime)
-        self.members = [EtcdMember(self, f"e{i + 1}", self.root, ready_timeout=ready_timeout)
-                        for i in range(size)]
+        self.members = [EtcdMember(self, f"e{i + 1}", ready_timeout=ready_timeout) for i in range(size)]
         self.initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     # -- addresses --------------------------------------------------------
@@ -113,31 +95,8 @@ class EtcdCluster:
     def member(self, name: str) -> EtcdMember:
         return next(m for m in self.members if m.name == name)
 
-    # -- lifecycle ----------------------------------------------------------
-    def start(self) -> "EtcdCluster":
-        """Start every member at once and wait for each and for a leader."""
-        try:
-            for m in self.members:
-                m._spawn()
-            for m in self.members:
-                m._wait_ready()
-                m._starts += 1
-            self.wait_leader()
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
-
-    def kill9(self, member: EtcdMember) -> float:
-        """SIGKILL ``member``; returns the time (time.time()) of the kill."""
-        t = time.time()
-        member.kill9()
-        return t
-
-    def restart(self, member: EtcdMember) -> None:
-        """Start a stopped or killed member again (same ports and data dir)."""
-        member.stop()
-        member.start()
+    def _ready(self) -> None:
+        self.wait_leader()
 
     def leader(self, timeout: float = 2.0) -> EtcdMember | None:
         """The member the live members agree leads, or None (no quorum, election)."""
@@ -202,27 +161,6 @@ class EtcdCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"leadership did not move to {to.name}")
             time.sleep(0.05)
-
-    def logs(self, nbytes: int = 4000) -> str:
-        """The tail of every member's log, for a failure message."""
-        return "\n".join(f"--- {m.name} ({m.log_path}) ---\n{m.log_tail(nbytes)}" for m in self.members)
-
-    def stop(self) -> None:
-        for m in self.members:
-            m.stop(grace=5.0)
-
-    def cleanup(self) -> None:
-        """Stop every member and remove the root (unless KEEP_TEST_DIRS)."""
-        self.stop()
-        self.watchdog.stop()
-        if not os.environ.get("KEEP_TEST_DIRS"):
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> "EtcdCluster":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         return f"<EtcdCluster {self.endpoints} dir={self.root}>"

@@ -38,35 +38,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 from tests.support import servers
 from tests.support.binaries import nats_server_binary
-from tests.support.watchdog import Watchdog
+from tests.support.server_group import GroupMember, ServerGroup
 
 CLUSTER_NAME = "brain-test"
 
 
-class NatsNode(servers._Server):
+class NatsNode(GroupMember):
     """One nats-server; started by its ``NatsCluster``."""
 
     kind = "nats"
 
-    def __init__(self, cluster: "NatsCluster", name: str, root: Path, **kw):
+    def __init__(self, cluster: "NatsCluster", name: str, **kw):
         self.cluster = cluster
-        self.name = name
-        super().__init__(**kw)
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root = root / name
-        self.root.mkdir(parents=True)
+        super().__init__(cluster, name, **kw)
         self.data_dir = self.root / "jetstream"
-        self.log_path = self.root / "server.log"
         self.config_path = self.root / "nats.conf"
         self.route_port = servers.free_port()
         self.monitor_port = servers.free_port()
@@ -102,10 +93,6 @@ class NatsNode(servers._Server):
 
     def _command(self) -> list[str]:
         return [self.cluster.binary, "--config", str(self.config_path)]
-
-    def _spawn(self) -> None:
-        super()._spawn()
-        self.cluster.watchdog.track(self.name, self.proc)
 
     def monitor(self, path: str, timeout: float = 2.0) -> tuple[int, dict]:
         """GET the monitoring endpoint ``path``: (HTTP status, JSON body)."""
@@ -152,7 +139,7 @@ class NatsNode(servers._Server):
         return (body.get("meta_cluster") or {}).get("leader", "") if status == 200 else ""
 
 
-class NatsCluster:
+class NatsCluster(ServerGroup):
     """``size`` nats-servers with JetStream on loopback. See the module docstring."""
 
     def __init__(self, size: int = 3, *, sync_always: bool = False, binary: str | None = None,
@@ -161,12 +148,12 @@ class NatsCluster:
             raise ValueError("size must be >= 1")
         self.binary = binary or nats_server_binary()
         self.sync_always = sync_always
-        self.ready_timeout = ready_timeout
-        self.root = Path(tempfile.mkdtemp(prefix="nats-cluster-", dir=servers._tmp_parent()))
-        self.watchdog = Watchdog(self.root, lifetime)
-        self.nodes: list[NatsNode] = []
-        for i in range(size):
-            self.nodes.append(NatsNode(self, f"n{i + 1}", self.root, ready_timeout=ready_timeout))
+        super().__init__("nats-cluster-", lifetime=lifetime, ready_timeout=ready_timeout)
+        self.members = [NatsNode(self, f"n{i + 1}", ready_timeout=ready_timeout) for i in range(size)]
+
+    @property
+    def nodes(self) -> list[NatsNode]:
+        return self.members
 
     # -- addresses --------------------------------------------------------
     @property
@@ -181,21 +168,12 @@ class NatsCluster:
     def node(self, name: str) -> NatsNode:
         return next(n for n in self.nodes if n.name == name)
 
-    # -- lifecycle ----------------------------------------------------------
-    def start(self) -> "NatsCluster":
-        try:
-            for n in self.nodes:
-                n.write_config()
-            for n in self.nodes:
-                n._spawn()
-            for n in self.nodes:
-                n._wait_ready()
-                n._starts += 1
-            self.wait_meta_leader()
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
+    def _prepare(self) -> None:
+        for n in self.nodes:
+            n.write_config()
+
+    def _ready(self) -> None:
+        self.wait_meta_leader()
 
     def wait_meta_leader(self, timeout: float | None = None) -> str:
         """Wait until every running node names the same meta leader; return its name."""
@@ -207,17 +185,6 @@ class NatsCluster:
             if time.monotonic() > deadline:
                 raise servers.ServerStartError(f"no JetStream meta leader agreed on (saw {seen})\n" + self.logs())
             time.sleep(0.1)
-
-    def kill9(self, node: NatsNode) -> float:
-        """SIGKILL ``node``; returns the time (time.time()) of the kill."""
-        t = time.time()
-        node.kill9()
-        return t
-
-    def restart(self, node: NatsNode) -> None:
-        """Start a stopped or killed node again (same ports, config and store)."""
-        node.stop()
-        node.start()
 
     # -- JetStream API ----------------------------------------------------
     def js_request(self, subject: str, payload: dict | None = None, timeout: float = 2.0) -> dict:
@@ -265,27 +232,6 @@ class NatsCluster:
                 return n
             time.sleep(0.1)
         raise TimeoutError(f"no leader for stream {stream} within {timeout:.0f} s\n" + self.logs())
-
-    # -- diagnostics and teardown --------------------------------------------
-    def logs(self, nbytes: int = 4000) -> str:
-        return "\n".join(f"--- {n.name} ({n.log_path}) ---\n{n.log_tail(nbytes)}" for n in self.nodes)
-
-    def stop(self) -> None:
-        for n in self.nodes:
-            n.stop(grace=5.0)
-
-    def cleanup(self) -> None:
-        """Stop every node and remove the root (unless KEEP_TEST_DIRS)."""
-        self.stop()
-        self.watchdog.stop()
-        if not os.environ.get("KEEP_TEST_DIRS"):
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> "NatsCluster":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         return f"<NatsCluster {self.url} dir={self.root}>"

@@ -56,30 +56,17 @@ func runLin(args []string) (result, error) {
 	}
 	keyName := func(k int) string { return fmt.Sprintf("%sk%d", c.prefix, k) }
 
-	conns := make([]*clientv3.Client, *clients)
-	defer func() {
-		for _, cli := range conns {
-			if cli != nil {
-				cli.Close()
-			}
-		}
-	}()
-	for i := range conns {
-		cli, err := c.dialClient(i)
-		if err != nil {
-			return nil, err
-		}
-		conns[i] = cli
+	conns, err := c.dialClients(*clients)
+	if err != nil {
+		return nil, err
 	}
+	defer closeAll(conns)
 	// A clean slate: the history starts from "no key exists" at the
 	// revision this delete returns.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	dr, err := conns[0].Delete(ctx, c.prefix, clientv3.WithPrefix())
-	cancel()
+	initRev, err := c.clearPrefix(conns[0])
 	if err != nil {
-		return nil, fmt.Errorf("clearing %s: %w", c.prefix, err)
+		return nil, err
 	}
-	initRev := dr.Header.Revision
 
 	var errs errLog
 	var mu sync.Mutex

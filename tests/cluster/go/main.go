@@ -185,6 +185,38 @@ func (c *common) dialClient(i int) (*clientv3.Client, error) {
 	return c.dialTo(eps)
 }
 
+// dialClients connects n clients (dialClient 0..n-1).
+func (c *common) dialClients(n int) ([]*clientv3.Client, error) {
+	conns := make([]*clientv3.Client, 0, n)
+	for i := 0; i < n; i++ {
+		cli, err := c.dialClient(i)
+		if err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+		conns = append(conns, cli)
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*clientv3.Client) {
+	for _, cli := range conns {
+		cli.Close()
+	}
+}
+
+// clearPrefix deletes every key under --prefix; it returns the revision
+// after the delete.
+func (c *common) clearPrefix(cli *clientv3.Client) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := cli.Delete(ctx, c.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("clearing %s: %w", c.prefix, err)
+	}
+	return r.Header.Revision, nil
+}
+
 // dial connects one client to every endpoint (--spread or not).
 func (c *common) dial() (*clientv3.Client, error) { return c.dialTo(c.endpointList()) }
 

@@ -54,26 +54,13 @@ func runMutex(args []string) (result, error) {
 	counterKey := c.prefix + "counter"
 	lockPrefix := c.prefix + "lock/"
 
-	conns := make([]*clientv3.Client, *clients)
-	defer func() {
-		for _, cli := range conns {
-			if cli != nil {
-				cli.Close()
-			}
-		}
-	}()
-	for i := range conns {
-		cli, err := c.dialClient(i)
-		if err != nil {
-			return nil, err
-		}
-		conns[i] = cli
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := conns[0].Delete(ctx, c.prefix, clientv3.WithPrefix())
-	cancel()
+	conns, err := c.dialClients(*clients)
 	if err != nil {
-		return nil, fmt.Errorf("clearing %s: %w", c.prefix, err)
+		return nil, err
+	}
+	defer closeAll(conns)
+	if _, err := c.clearPrefix(conns[0]); err != nil {
+		return nil, err
 	}
 
 	var errs errLog

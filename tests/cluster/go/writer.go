@@ -101,21 +101,11 @@ func runWrite(args []string) (result, error) {
 	if !strings.HasSuffix(c.prefix, "/") {
 		return nil, fmt.Errorf("%w: --prefix must end with /", errUsage)
 	}
-	conns := make([]*clientv3.Client, *clients)
-	defer func() {
-		for _, cli := range conns {
-			if cli != nil {
-				cli.Close()
-			}
-		}
-	}()
-	for i := range conns {
-		cli, err := c.dialClient(i)
-		if err != nil {
-			return nil, err
-		}
-		conns[i] = cli
+	conns, err := c.dialClients(*clients)
+	if err != nil {
+		return nil, err
 	}
+	defer closeAll(conns)
 	value := strings.Repeat("v", *valSize)
 
 	var errs errLog
