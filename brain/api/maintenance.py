@@ -24,8 +24,10 @@ agree, and etcd's source where 3.6 differs):
 * Snapshot streams a consistent brain snapshot (brain.engine.snapshot) in
   32 KiB blobs with ``remaining_bytes`` and ``version``, then its sha256 as
   a last message, as etcd's server does.
-* MoveLeader: to itself succeeds (nothing to do, as etcd); to any other ID
-  "etcdserver: bad leader transferee".  Downgrade: no target is valid.
+* MoveLeader: to itself succeeds (nothing to do, as etcd); on a single
+  node any other ID is "etcdserver: bad leader transferee"; on a cluster
+  replica, the leader hands the lead to the member named (a follower
+  answers "etcdserver: not leader").  Downgrade: no target is valid.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.engine import snapshot as snapshots
 from brain.engine.alarms import ALARM_NONE
 from brain.etcd_version import ETCD_VERSION, STORAGE_VERSION
-from brain.mvcc.errors import EtcdError
+from brain.mvcc.errors import EtcdError, ErrNotLeader
 
 log = logging.getLogger("brain.api.maintenance")
 
@@ -70,8 +72,9 @@ def alarm_text(member_id: int, alarm: int) -> str:
 class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
     """Maintenance calls on top of an engine (see brain.engine.Engine)."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, cluster=None) -> None:
         self.engine = engine
+        self.cluster = cluster  # a brain.cluster.Replica on a cluster replica
         self.header = convert.Header(engine)
 
     # -- status and hashes -------------------------------------------------
@@ -193,9 +196,21 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
 
     def MoveLeader(self, request, context):
         try:
-            if request.targetID != self.engine.member_id:
-                raise ErrBadLeaderTransferee.fresh()
-            return rpc_pb2.MoveLeaderResponse()
+            cluster = self.cluster
+            if cluster is None:
+                if request.targetID != self.engine.member_id:
+                    raise ErrBadLeaderTransferee.fresh()
+            else:
+                # etcd: only the leader moves the lead, to a known member
+                if not self.engine.is_leader:
+                    raise ErrNotLeader.fresh()
+                if request.targetID != self.engine.member_id:
+                    if not any(m.id == request.targetID and m.updated for m in cluster.members()):
+                        raise ErrBadLeaderTransferee.fresh()
+                    cluster.move_leader(request.targetID)
+            resp = rpc_pb2.MoveLeaderResponse()
+            self.header.fill(resp.header, self.engine.committed_rev)
+            return resp
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, "MoveLeader")
 

@@ -190,7 +190,7 @@ class ApiServer:
         watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
         self._handlers = {
             "etcdserverpb.KV": kv_handlers(kv, recv_limit),
-            "etcdserverpb.Maintenance": maintenance_handlers(MaintenanceService(self.engine), recv_limit),
+            "etcdserverpb.Maintenance": maintenance_handlers(MaintenanceService(self.engine, self.cluster), recv_limit),
             "etcdserverpb.Cluster": cluster_handlers(
                 ClusterService(self.engine, self.config.name, self.client_urls, self.cluster), recv_limit),
             "etcdserverpb.Lease": lease_handlers(lease, recv_limit),

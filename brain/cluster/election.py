@@ -137,6 +137,16 @@ class Election:
             holder, rev = _holder(entry.value), entry.revision
         except KeyNotFoundError:
             holder, rev = 0, 0
+        if holder == self.member_id and not self._rev and not self._busy and self._candidate:
+            # the leader handed the lead to us (MoveLeader): take the key as it is
+            self._rev = rev
+            self._renewed = now
+            self.elections += 1
+            self._set_leader(self.member_id)
+            log.info("the lead was handed to this replica (key revision %d); taking it", rev)
+            self._busy = True
+            threading.Thread(target=self._elected, name="brain-elected", daemon=True).start()
+            return
         if holder and rev != self._seen[0]:
             self._seen = (rev, now)
         stale = holder and now - self._seen[1] > self.timeout
@@ -212,6 +222,27 @@ class Election:
         except Exception as e:  # noqa: BLE001
             if now - last_renewed > self.ttl:
                 self._lose(f"could not renew the election key for {now - last_renewed:.1f}s ({e!r})")
+
+    def hand_over(self, target: int, timeout: float = 5.0) -> None:
+        """(not on the loop) Give the key to ``target`` (MoveLeader): it
+        takes it at its next poll; this replica stops leading now."""
+        rev = self._rev
+        if not rev:
+            raise RuntimeError("this replica does not hold the election key")
+        self._rev = 0
+        value = json.dumps({"member": f"{target:x}"}).encode()
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(rev), "Nats-TTL": f"{self.ttl}s"}
+        try:
+            self.conn.run(self.conn.js.publish(f"$KV.{self.bucket}.{KEY}", value, headers=headers), timeout)
+        except Exception:
+            self._rev = rev  # still ours
+            raise
+        log.info("handed the lead to %x", target)
+        self._set_leader(target)
+        if self.leading:
+            self.leading = False
+            self._busy = True
+            self._lost()
 
     def _lose(self, why: str) -> None:
         log.warning("lost the lead: %s", why)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from ..engine import Engine, EngineConfig
-from ..journal import JournalPurgedError
+from ..journal import JournalError, JournalPurgedError
 from ..journal.jetstream import JetStreamJournal
 from ..journal.natsio import NatsConnection, parse_journal_url
 from .election import Election
@@ -80,9 +80,11 @@ class Replica:
         try:
             replicas = options.journal_replicas or (3 if len(conn.discovered_servers()) >= 3 else 1)
             membership = Membership(conn, cluster_name, replicas=replicas)
-            membership.open()
-            cluster_id = membership.cluster_id()
-            journal = JetStreamJournal.open(conn, cluster_name, replicas=replicas)
+            deadline = time.monotonic() + options.connect_wait
+            _retrying(membership.open, "opening the membership bucket", deadline)
+            cluster_id = _retrying(membership.cluster_id, "reading the cluster ID", deadline)
+            journal = _retrying(lambda: JetStreamJournal.open(conn, cluster_name, replicas=replicas),
+                                "opening the journal stream", deadline)
             try:
                 engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id)
             except JournalPurgedError as e:
@@ -135,6 +137,21 @@ class Replica:
     def remove_member(self, member_id: int) -> bool:
         return self.membership.remove(member_id)
 
+    def move_leader(self, member_id: int, timeout: float = 10.0) -> None:
+        """Hand the lead to another replica (etcd's MoveLeader); returns
+        once it leads, or raises TimeoutError."""
+        self.election.set_candidate(False)
+        try:
+            self.election.hand_over(member_id)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.engine.store.leader_id == member_id:
+                    return
+                time.sleep(0.02)
+            raise TimeoutError(f"member {member_id:x} did not take the lead within {timeout:g}s")
+        finally:
+            self.election.set_candidate(True)
+
     # -- retention -----------------------------------------------------------------------
 
     def _retain(self) -> None:
@@ -181,6 +198,28 @@ class Replica:
         self.conn.close()
         if self._retention is not None:
             self._retention.join(2)
+
+
+def _retrying(fn, what: str, deadline: float):
+    """``fn()``, retried while NATS answers with timeouts or "no
+    responders" (a JetStream cluster still electing its meta leader, or
+    another replica creating the same stream right now)."""
+    import nats.errors
+
+    from ..journal.jetstream import StreamSettingsError
+
+    delay = 0.2
+    while True:
+        try:
+            return fn()
+        except StreamSettingsError:
+            raise
+        except (nats.errors.Error, TimeoutError, JournalError) as e:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: %s; retrying", what, e or type(e).__name__)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def journal_replicas_of(journal: JetStreamJournal) -> int:
