@@ -55,7 +55,7 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
     lead = cluster.wait_leader()
     watched = next(m for m in cluster.members if m is not lead)
     record = tmp_path / "acked.json"
-    duration = 60
+    duration = 80
     writer = clustercheck.start("write", cluster.endpoints, binary=clustercheck_bin, duration=duration,
                                 rate=300, clients=16, record=record, pause_threshold=0.2)
     watcher = clustercheck.start("watch", watched.endpoint, binary=clustercheck_bin, duration=duration,
@@ -84,8 +84,8 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
         seen = watcher.result()
     v = clustercheck.run("verify", cluster.endpoints, binary=clustercheck_bin, record=record)
     lines = [f"  kill -9 {what} {who}: leader again after {took:.2f} s, write pause "
-             f"{clustercheck.pause_after(w, t, window=12):.2f} s, watch pause "
-             f"{clustercheck.pause_after(seen, t, window=12):.2f} s" for what, who, t, took in kills]
+             f"{clustercheck.pause_after(w, t, window=3):.2f} s, watch pause "
+             f"{clustercheck.pause_after(seen, t, window=3):.2f} s" for what, who, t, took in kills]
     print(f"\nbrain x3 on NATS x3 ({w['acked']} acked, {w['unknown']} unknown, longest write pause "
           f"{w['longest_pause_s']:.2f} s, {seen['events']} events watched on {watched.name}):\n"
           + "\n".join(lines))

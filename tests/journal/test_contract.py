@@ -1,0 +1,283 @@
+"""One contract, every journal (brain.journal.protocol): the local segment
+files and the JetStream stream pass the same tests.
+
+  append/sync/records   what was synced comes back, in order, exactly
+  records(after)        from any position; a released position is refused
+  large records         larger than a segment / than NATS's max_payload
+  torn records          a record never made durable in full is never read
+  release               a checkpointed prefix may go; the rest stays
+  fencing (shared)      a second writer's append is refused, never interleaved
+  follow (shared)       records arrive in order, each once
+  read index (shared)   the newest index, for linearizable reads
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+
+import pytest
+
+from brain.journal import (
+    Journal,
+    JournalError,
+    JournalFencedError,
+    JournalLog,
+    JournalPurgedError,
+    SharedJournal,
+)
+
+_names = itertools.count()
+
+
+class Local:
+    shared = False
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path / "journal"
+        self.j = Journal.open(self.dir, segment_bytes=64 * 1024)
+
+    def writer(self):
+        return self.j
+
+    def reopen(self):
+        self.j.close()
+        self.j = Journal.open(self.dir, segment_bytes=64 * 1024)
+        return self.j
+
+    def tear(self, payload: bytes) -> None:
+        """Write a record's frame halfway, as a crash during append would."""
+        j = self.j
+        j.append(payload)
+        j.sync()
+        # cut the last frame short: the file ends in the middle of it
+        seg = sorted(p for p in os.listdir(self.dir) if p.endswith(".journal"))[-1]
+        path = os.path.join(self.dir, seg)
+        end = j._offset
+        with open(path, "r+b") as f:
+            f.seek(end - len(payload) // 2)
+            f.write(b"\0" * (len(payload) // 2))
+        self.reopen()
+
+    def release_then_read(self, upto):
+        self.j.release(upto)
+        return self.j
+
+    def close(self):
+        self.j.close()
+
+
+class Stream:
+    shared = True
+
+    def __init__(self, nats_url):
+        from brain.journal.jetstream import JetStreamJournal
+        from brain.journal.natsio import NatsConnection
+
+        self.conn = NatsConnection([nats_url])
+        self.name = f"contract{next(_names)}x{os.getpid()}"
+        self.j = JetStreamJournal.open(self.conn, self.name, replicas=1)
+        self.j.begin_writing(self.j.state().last_seq)
+        self.others = []
+
+    def writer(self):
+        return self.j
+
+    def another(self):
+        from brain.journal.jetstream import JetStreamJournal
+
+        j = JetStreamJournal.open(self.conn, self.name, replicas=1)
+        self.others.append(j)
+        return j
+
+    def reopen(self):
+        return self.another()
+
+    def tear(self, payload: bytes) -> None:
+        """Publish the first part of a two-part record and nothing more, as
+        a leader that died halfway would."""
+        j = self.j
+        last = j.last_index
+        headers = {"Nats-Expected-Last-Sequence": str(last), "Nats-Msg-Id": f"torn-{last + 1}",
+                   "Brain-Part": "1/2"}
+        self.conn.run(self.conn.nc.request(j.subject, payload[: len(payload) // 2], headers=headers, timeout=5))
+        j.begin_writing(last + 1)  # the next writer goes on after the lone first part
+
+    def release_then_read(self, upto):
+        self.j.purge(upto + 1)
+        return self.another()
+
+    def close(self):
+        for j in [self.j, *self.others]:
+            j.close()
+        self.conn.close()
+
+
+@pytest.fixture(scope="module")
+def nats():
+    from tests.support import binaries
+    from tests.support.nats_cluster import NatsCluster
+
+    c = NatsCluster(1, binary=binaries.require(binaries.nats_server_binary), lifetime=600.0)
+    c.start()
+    yield c
+    c.cleanup()
+
+
+@pytest.fixture(params=["local", "jetstream"])
+def impl(request, tmp_path):
+    if request.param == "local":
+        made = Local(tmp_path)
+    else:
+        made = Stream(request.getfixturevalue("nats").urls[0])
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def shared(nats):
+    """The shared journals only (fencing, following and the read index
+    have no meaning for a journal with one writer and one reader)."""
+    made = Stream(nats.urls[0])
+    yield made
+    made.close()
+
+
+def payload(i: int, size: int = 100) -> bytes:
+    return (b"%08d" % i) * (size // 8 + 1)
+
+
+def test_it_is_a_journal(impl):
+    assert isinstance(impl.writer(), JournalLog)
+    assert isinstance(impl.writer(), SharedJournal) == impl.shared
+
+
+def test_synced_records_come_back_in_order_from_any_position(impl):
+    j = impl.writer()
+    start = j.last_index
+    indexes = []
+    for i in range(30):
+        indexes.append(j.append(payload(i, 10 + i * 7)))
+        if i % 4 == 3:
+            j.sync()
+    j.sync()
+    assert indexes == sorted(indexes) and len(set(indexes)) == 30 and indexes[0] > start
+    assert j.last_index == indexes[-1]
+    reader = impl.reopen()
+    got = list(reader.records(after_index=start))
+    assert got == [(idx, payload(i, 10 + i * 7)) for i, idx in enumerate(indexes)]
+    mid = indexes[17]
+    assert [i for i, _ in reader.records(after_index=mid)] == indexes[18:]
+    assert list(reader.records(after_index=indexes[-1])) == []
+
+
+def test_records_larger_than_a_segment_or_a_message(impl):
+    j = impl.writer()
+    start = j.last_index
+    big = os.urandom(3 * 1024 * 1024 + 17)  # over a 64 KiB segment and NATS's 1 MiB max_payload
+    small = b"after"
+    j.append(big)
+    j.append(small)
+    j.sync()
+    got = list(impl.reopen().records(after_index=start))
+    assert [p for _, p in got] == [big, small]
+
+
+def test_a_record_never_made_durable_in_full_is_never_read(impl):
+    j = impl.writer()
+    start = j.last_index
+    j.append(b"whole-1")
+    j.sync()
+    impl.tear(b"T" * 4000)
+    j = impl.writer() if impl.shared else impl.j
+    j.append(b"whole-2")
+    j.sync()
+    got = [p for _, p in impl.reopen().records(after_index=start)]
+    assert got == [b"whole-1", b"whole-2"]
+
+
+def test_released_records_may_go_and_later_ones_stay(impl):
+    j = impl.writer()
+    start = j.last_index
+    indexes = []
+    for i in range(40):
+        indexes.append(j.append(payload(i, 4000)))  # 40 x 4 KiB: several 64 KiB segments
+        j.sync()
+    cut = indexes[24]
+    reader = impl.release_then_read(cut)
+    assert [i for i, _ in reader.records(after_index=cut)] == indexes[25:]
+    if reader.first_index > start + 1:
+        with pytest.raises(JournalError):
+            list(reader.records(after_index=start))
+
+
+def test_a_second_writer_is_fenced_not_interleaved(shared):
+    impl = shared
+    a = impl.writer()
+    a.append(b"a1")
+    a.sync()
+    b = impl.another()
+    b.begin_writing(a.last_index)
+    b.append(b"b1")
+    b.sync()
+    a.append(b"a2")  # a still thinks it is the writer
+    with pytest.raises(JournalFencedError):
+        a.sync()
+    b.append(b"b2")
+    b.sync()
+    tail = [p for _, p in b.records(after_index=0)][-3:]
+    assert tail == [b"a1", b"b1", b"b2"]
+    # a retry of the same append after an unknown outcome is not duplicated
+    n = b.last_index
+    b.append(b"once")
+    b._send(b._unacked[0])  # the publish goes out twice, same id and fence
+    b.sync()
+    assert [p for i, p in b.records(after_index=n)] == [b"once"]
+
+
+def test_follow_delivers_each_record_once_in_order(shared):
+    impl = shared
+    w = impl.writer()
+    start = w.last_index
+    for i in range(5):
+        w.append(payload(i))
+    w.sync()
+    reader = impl.another()
+    got = []
+    done = threading.Event()
+
+    def deliver(index, data):
+        got.append((index, data))
+        if len(got) == 25:
+            done.set()
+
+    reader.follow(start, deliver, lambda e: got.append(("failed", e)))
+    for i in range(5, 25):
+        w.append(payload(i, 20_000 if i == 10 else 100))
+        if i % 3 == 0:
+            w.sync()
+    w.sync()
+    assert done.wait(15), got[-3:]
+    time.sleep(0.2)
+    reader.stop_following()
+    assert [d for _, d in got] == [payload(i, 20_000 if i == 10 else 100) for i in range(25)]
+    assert [i for i, _ in got] == sorted(i for i, _ in got)
+    # following from a purged position is refused, not silently skipped
+    w.purge(w.last_index)
+    failed = []
+    impl.another().follow(start, lambda i, d: None, failed.append)
+    assert failed and isinstance(failed[0], JournalPurgedError)
+
+
+def test_read_index_is_the_newest_index(shared):
+    impl = shared
+    w = impl.writer()
+    w.append(b"x")
+    w.sync()
+    out = []
+    done = threading.Event()
+    impl.another().read_index(lambda index, exc: (out.append((index, exc)), done.set()))
+    assert done.wait(5)
+    assert out == [(w.last_index, None)]
