@@ -808,6 +808,7 @@ class Engine(Replication):
                     still.append((rev, p))
             self._compact_waiters = still
         self._expire_waiting()
+        self._check_following()
         if self._rebuild_pending:
             self._try_rebuild()
             return  # no checkpoint of a store about to be replaced

@@ -86,6 +86,7 @@ class Replication:
         self.forwarder: Forwarder | None = None
         # Called (on the committer) after the role or the leader changed.
         self.role_hooks: list = []
+        self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
         self._follow_error: BaseException | None = None
         self._following = False
         # set (from any thread) when this replica lost the election: a batch
@@ -93,6 +94,8 @@ class Replication:
         self._abandon_writes = False
         self._rebuild_pending = False
         self._rebuild_retry_at = 0.0
+        self._refollow_at = 0.0  # following failed: start again at this time
+        self._behind: tuple[int, float] | None = None  # (an index the journal has, since when)
 
     # ------------------------------------------------------------------
     # who leads
@@ -131,10 +134,34 @@ class Replication:
 
     def _follow_failed(self, exc: BaseException) -> None:
         """(journal thread) The journal cannot deliver any more records."""
-        log.error("following the journal failed: %s", exc)
         self._follow_error = exc
         if isinstance(exc, JournalPurgedError):
+            log.error("following the journal failed: %s", exc)
             self._fail(errors.ErrStopped, f"journal records needed by this replica were purged: {exc}")
+        else:
+            log.warning("following the journal failed (%s); trying again in 1s", exc)
+            self._refollow_at = time.monotonic() + 1.0
+
+    def _check_following(self) -> None:
+        """(committer, between batches) Start following again when it
+        failed, or when the journal is known to hold records that have not
+        arrived for a while (a consumer lost across a NATS outage)."""
+        if self._role != FOLLOWER or self._rebuild_pending or self._failed is not None:
+            return
+        now = time.monotonic()
+        behind = self._behind
+        if behind is not None:
+            if self._applied_index >= behind[0]:
+                self._behind = None
+            elif now - behind[1] > 3.0 and not self._inbox:
+                log.warning("the journal holds index %d but this replica is at %d since %.1fs; "
+                            "following again", behind[0], self._applied_index, now - behind[1])
+                self._behind = None
+                self._refollow_at = now
+        if self._refollow_at and now >= self._refollow_at:
+            self._refollow_at = 0.0
+            self.journal.stop_following()
+            self._follow()
 
     def _apply_records(self, records: list) -> None:
         """Apply delivered records (a follower's commit)."""
@@ -179,6 +206,8 @@ class Replication:
             log.warning("the journal is at index %d, past this leader's last append %d: stepping down",
                         index, self.journal.last_index)
             self._control(lambda: self._role == LEADER and self._step_down(rebuild=True))
+        elif self._role == FOLLOWER and self._behind is None:
+            self._behind = (index, time.monotonic())
 
     # ------------------------------------------------------------------
     # forwarding a follower's writes
@@ -467,6 +496,7 @@ class Replication:
         log.info("store rebuilt at revision %d in %.2fs", store.revision, time.monotonic() - started)
 
     def _run_role_hooks(self) -> None:
+        self.leader_changes += 1
         for hook in self.role_hooks:
             try:
                 hook()

@@ -429,6 +429,11 @@ class JetStreamJournal:
                 err = _api_error(info)
                 if err:
                     raise JournalUnavailableError(f"stream info: {err[1]}")
+                if int(info.get("config", {}).get("num_replicas", 1)) > 1 and not (info.get("cluster") or {}).get(
+                        "leader"):
+                    # a replica of a leaderless stream answers from its own
+                    # copy, which may be behind the last quorum's
+                    raise JournalUnavailableError(f"{self.stream} has no leader (no NATS quorum)")
                 index = int(info["state"]["last_seq"])
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 callback(None, e)

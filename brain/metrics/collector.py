@@ -14,8 +14,8 @@ etcd names used (their meaning in brain):
   etcd_debugging_mvcc_watch_stream_total    watch streams
   etcd_debugging_server_lease_expired_total leases revoked by expiry
   etcd_debugging_server_alarms              raised alarms {member_id, alarm_type}
-  etcd_server_has_leader / is_leader        1 (brain is its own leader)
-  etcd_server_leader_changes_seen_total     1 (it became leader once, at start)
+  etcd_server_has_leader / is_leader        a leader is known / this replica leads (a single node: 1, 1)
+  etcd_server_leader_changes_seen_total     terms seen (a single node: 1, it leads from the start)
   etcd_server_is_learner                    0
   etcd_server_version{server_version}       1 for the etcd version brain reports
   etcd_cluster_version{cluster_version}     1 for the cluster version
@@ -31,6 +31,9 @@ brain_checkpoint_last_duration_seconds, brain_journal_bytes_since_checkpoint,
 brain_backend_size_bytes, brain_backend_in_use_bytes, brain_memtable_records,
 brain_index_keys (keys in the index, deleted ones not yet compacted included),
 brain_leases, brain_engine_failed (1 once a journal failure stopped writes).
+On a cluster replica also brain_cluster_term, brain_journal_applied_index,
+brain_cluster_forwarded_writes_total, brain_cluster_forward_retries_total and
+brain_read_index_round_trips_total.
 """
 
 from __future__ import annotations
@@ -113,9 +116,16 @@ class BrainCollector:
             alarms.add_metric([f"{member:x}", ALARM_NAMES.get(alarm, str(alarm))], 1)
         yield alarms
 
-        yield _gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", 1)
-        yield _gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", 1)
-        yield _counter("etcd_server_leader_changes_seen_total", "The number of leader changes seen.", 1)
+        leader_id = getattr(eng, "leader_id", eng.member_id)
+        is_leader = getattr(eng, "is_leader", True)
+        yield _gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.",
+                     1 if leader_id else 0)
+        yield _gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+                     1 if is_leader else 0)
+        yield _counter("etcd_server_leader_changes_seen_total", "The number of leader changes seen.",
+                       getattr(eng, "leader_changes", 1))
+        if getattr(eng, "forwarder", None) is not None:
+            yield from _cluster_metrics(eng, st)
         yield _gauge("etcd_server_is_learner", "Whether or not this member is a learner. 1 if is, 0 otherwise.", 0)
         yield _info("etcd_server_version", "Which version is running. 1 for 'server_version' label with "
                     "current version.", "server_version", ETCD_VERSION)
@@ -204,3 +214,18 @@ class Registry:
 
 def build_registry(engine, grpc_stats=None) -> Registry:
     return Registry(engine, grpc_stats)
+
+
+def _cluster_metrics(eng, st):
+    """A replica's view of its cluster (brain.cluster)."""
+    yield _gauge("brain_cluster_term", "The term (epoch) of the journal's current leader.", eng.raft_term)
+    yield _gauge("brain_journal_applied_index", "Index of the last journal record this replica applied.",
+                 st.applied_index)
+    fwd = eng.forwarder
+    yield _counter("brain_cluster_forwarded_writes_total", "Writes this replica forwarded to the leader.",
+                   getattr(fwd, "forwarded", 0))
+    yield _counter("brain_cluster_forward_retries_total", "Forwarded batches sent again (no leader, or "
+                   "the replica asked was not the leader).", getattr(fwd, "retried", 0))
+    barrier = getattr(eng, "_barrier", None)
+    yield _counter("brain_read_index_round_trips_total", "Journal round trips made for linearizable reads.",
+                   getattr(barrier, "round_trips", 0))
