@@ -17,7 +17,10 @@ test-full: deps cluster-tools ## the long versions: 20+ crash cycles, more diffe
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
 
-.PHONY: cluster-tools cluster-test
+.PHONY: cluster cluster-tools cluster-test
+cluster: deps-python              ## a local 3-replica brain cluster on 3 nats-servers (deploy/local-cluster.sh; Ctrl-C stops it)
+	bash deploy/local-cluster.sh
+
 cluster-tools:                ## nats-server 2.15, clustercheck and etcd 3.6 for the cluster tests (Go, cached: .cache/nats, .cache/cluster, .cache/bench)
 	bash tests/cluster/build.sh
 	bash benchmarks/build.sh etcd-3.6
