@@ -21,6 +21,7 @@ the key over, then close the engine (a final checkpoint) and NATS.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ..engine import Engine, EngineConfig
 from ..journal import JournalError, JournalPurgedError
 from ..journal.jetstream import JetStreamJournal
 from ..journal.natsio import NatsConnection, parse_journal_url
+from . import bootstrap
 from .election import Election
 from .forwarding import Forwarder, ForwardingServer
 from .membership import Member, Membership
@@ -59,6 +61,7 @@ class Replica:
         self.membership = membership
         self.engine = engine
         self.forwarding = ForwardingServer(conn, cluster_name, engine)
+        self.snapshots = bootstrap.SnapshotServer(conn, cluster_name, engine, journal_replicas_of(journal))
         self.election = Election(
             conn, cluster_name, engine.member_id,
             ttl=options.election_timeout_ms / 1000.0, renew_interval=options.heartbeat_interval_ms / 1000.0,
@@ -88,10 +91,22 @@ class Replica:
             try:
                 engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id)
             except JournalPurgedError as e:
-                raise RuntimeError(
-                    f"this replica's data ({engine_config.data_dir}) ends before the journal's first record "
-                    f"{e.first_index}: the records it needs were purged after every other replica "
-                    "checkpointed them. Start it with an empty --data-dir to copy a peer's snapshot.") from None
+                # Its history starts before the journal's first record: every
+                # other replica checkpointed those records and they were purged.
+                # The cluster holds all of this replica's data: start it again
+                # from a peer's snapshot.
+                log.warning("this replica's data (%s) ends before the journal's first record %d; replacing "
+                            "it with a peer's snapshot", engine_config.data_dir, e.first_index)
+                _clear_data_dir(engine_config.data_dir)
+                boundaries = engine_config.shard_boundaries
+                if boundaries is None:
+                    from ..mvcc.shard import default_boundaries
+
+                    boundaries = default_boundaries(engine_config.shards)
+                bootstrap.copy_from_peer(conn, cluster_name, engine_config.data_dir, cluster_id=cluster_id,
+                                         member_name=options.name, shards=engine_config.shards,
+                                         boundaries=list(boundaries))
+                engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id)
             journal.on_release = membership.set_checkpoint
             replica = cls(options, conn, cluster_name, journal, membership, engine)
             replica._join()
@@ -103,6 +118,7 @@ class Replica:
     def _join(self) -> None:
         eng = self.engine
         self.forwarding.start()
+        self.snapshots.start()
         cp = eng.backend.get_meta(b"brain.checkpoint")
         cp_index = 0
         if cp is not None:
@@ -194,10 +210,24 @@ class Replica:
         self.election.stop(resign=True)
         self.membership.stop()
         self.forwarding.stop()
+        self.snapshots.stop()
         self.engine.close()
         self.conn.close()
         if self._retention is not None:
             self._retention.join(2)
+
+
+def _clear_data_dir(data_dir: str) -> None:
+    """Empty a replica's data directory (it belongs to this cluster: the
+    engine checked the cluster ID before replaying)."""
+    import shutil
+
+    for entry in os.listdir(data_dir):
+        path = os.path.join(data_dir, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
 
 
 def _retrying(fn, what: str, deadline: float):

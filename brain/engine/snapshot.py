@@ -213,6 +213,11 @@ def write_snapshot(engine, f: BinaryIO) -> SnapshotInfo:
                 "boundaries": [b.hex() for b in st.shard_map.boundaries],
                 "cluster_id": engine.cluster_id,
                 "member_id": engine.member_id,
+                # the journal record the state ends with, read with the
+                # revision (a replica copying this snapshot tails from it)
+                "journal_index": engine._applied_index,
+                "epoch": st.epoch,
+                "leader_id": st.leader_id,
                 "storage_version": STORAGE_VERSION,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
@@ -402,9 +407,15 @@ def restore(
     shards: int | None = None,
     boundaries: list[bytes] | None = None,
     skip_hash_check: bool = False,
+    replica_of: int | None = None,
 ) -> RestoreResult:
     """Create `data_dir` (which must not exist or be empty) from a snapshot.
-    `shards`/`boundaries` choose the layout (default: the snapshot's)."""
+    `shards`/`boundaries` choose the layout (default: the snapshot's).
+
+    ``replica_of``: the data dir becomes a new replica of that cluster (a
+    peer's snapshot): it keeps the cluster ID and the journal position the
+    snapshot was taken at, where an ordinary restore starts a new cluster
+    with no journal."""
     data_dir = os.path.abspath(data_dir)
     if os.path.exists(data_dir) and (not os.path.isdir(data_dir) or os.listdir(data_dir)):
         raise SnapshotError(f"data-dir {data_dir!r} exists")
@@ -437,15 +448,18 @@ def restore(
                     batch, pending = [], 0
             if batch:
                 be.write(backend_mod.WriteBatch(puts=batch))
-            cluster_id, member_id = new_id(), new_id()
+            cluster_id, member_id = (replica_of or new_id()), new_id()
             compact_rev = header["compact_revision"]
             checkpoint = {
                 "revision": header["revision"],
                 "compact_rev": compact_rev,
                 "compact_done_rev": compact_rev,
-                "journal_index": 0,
+                "journal_index": header.get("journal_index", 0) if replica_of else 0,
                 "leases": [tuple(x) for x in header.get("leases", [])],
             }
+            if replica_of:
+                checkpoint["epoch"] = header.get("epoch", 0)
+                checkpoint["leader_id"] = header.get("leader_id", 0)
             be.write(backend_mod.WriteBatch(meta={
                 META_LAYOUT: json.dumps({"boundaries": [b.hex() for b in boundaries]}).encode(),
                 META_IDENTITY: json.dumps({"cluster_id": cluster_id, "member_id": member_id, "term": 0,

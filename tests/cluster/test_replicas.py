@@ -303,3 +303,53 @@ def test_retention_purges_what_every_replica_checkpointed(cluster):
     back = c.add(f.options.name, start=True)
     assert get(back, b"late") is not None
     assert get(back, b"r49") is not None
+
+
+def test_a_new_replica_after_a_purge_starts_from_a_peers_snapshot(cluster):
+    c = cluster()
+    leader = c.leader()
+    for i in range(60):
+        c.replicas[i % 3].engine.put(PutRequest(b"s%02d" % i, b"v%d" % i))
+    lease = leader.engine.lease_grant(LeaseGrantRequest(300))
+    leader.engine.put(PutRequest(b"leased", b"x", lease=lease.id))
+    for r in c.replicas:
+        r.engine.wait_linearizable()
+        r.engine.checkpoint()
+    time.sleep(2.5)  # heartbeats carry the checkpoints
+    assert leader.retain_once() > 0 and leader.journal.first_index > 1
+    newcomer = c.add("r9", start=True)  # an empty data dir: revision 1 is gone from the journal
+    assert get(newcomer, b"s59").value == b"v59"
+    assert get(newcomer, b"leased").lease == lease.id
+    ref = [(kv.key, kv.create_revision, kv.mod_revision, kv.version)
+           for kv in leader.engine.range(RangeRequest(b"\0", b"")).kvs]
+    newcomer.engine.wait_linearizable()
+    got = [(kv.key, kv.create_revision, kv.mod_revision, kv.version)
+           for kv in newcomer.engine.range(RangeRequest(b"\0", b"")).kvs]
+    assert got == ref
+    # and it follows from there: a write through it and through the others
+    res = newcomer.engine.put(PutRequest(b"from-new", b"1"))
+    assert get(leader, b"from-new").mod_revision == res.revision
+    assert leader.snapshots.served + sum(r.snapshots.served for r in c.followers(leader)) == 1
+
+
+def test_a_replica_whose_records_were_purged_starts_again_from_a_snapshot(cluster):
+    c = cluster()
+    leader = c.leader()
+    away = c.followers(leader)[0]
+    name = away.options.name
+    away.close()
+    c.replicas.remove(away)
+    for i in range(40):
+        c.replicas[i % 2].engine.put(PutRequest(b"p%02d" % i, b"v"))
+    for r in c.replicas:
+        r.engine.wait_linearizable()
+        r.engine.checkpoint()
+    # the absent replica's entry is old: only the live ones count
+    leader.membership._me and None
+    time.sleep(2.5)
+    floor = leader.membership.retention_floor(stale_after=1.0)
+    assert floor is not None
+    leader.journal.purge(floor + 1)
+    back = c.add(name, start=True)
+    assert get(back, b"p39") is not None
+    assert back.engine.statistics().applied_index >= floor
