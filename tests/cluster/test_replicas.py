@@ -353,3 +353,18 @@ def test_a_replica_whose_records_were_purged_starts_again_from_a_snapshot(cluste
     back = c.add(name, start=True)
     assert get(back, b"p39") is not None
     assert back.engine.statistics().applied_index >= floor
+
+
+def test_after_a_failover_every_lease_gets_its_full_ttl_again(cluster):
+    c = cluster()
+    old = c.leader()
+    g = old.engine.lease_grant(LeaseGrantRequest(10))
+    time.sleep(3)
+    assert old.engine.lease_time_to_live(g.id).ttl <= 7
+    c.kill(old)
+    new = c.leader(exclude=(old,))
+    left = new.engine.lease_time_to_live(g.id)
+    # etcd on a leader change: the remaining time starts over (plus the extension)
+    assert left.granted_ttl == 10 and left.ttl >= 9, left
+    f = next(r for r in c.replicas if r is not new)
+    assert f.engine.lease_time_to_live(g.id).ttl >= 9
