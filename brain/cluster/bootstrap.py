@@ -58,18 +58,11 @@ class SnapshotServer:
         self.served = 0
 
     def start(self) -> None:
-        async def subscribe():
-            return await self.conn.nc.subscribe(subject_of(self.name), queue="snapshot", cb=self._on_request)
-
-        self._sub = self.conn.run(subscribe(), 10)
+        self._sub = self.conn.subscribe(subject_of(self.name), self._on_request, queue="snapshot")
 
     def stop(self) -> None:
         sub, self._sub = self._sub, None
-        if sub is not None:
-            try:
-                self.conn.run(sub.unsubscribe(), 5)
-            except Exception:  # noqa: BLE001
-                pass
+        self.conn.unsubscribe(sub)
 
     async def _on_request(self, msg) -> None:
         if msg.reply:

@@ -129,19 +129,11 @@ class ForwardingServer:
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="brain-fwd")
 
     def start(self) -> None:
-        async def subscribe():
-            return await self.conn.nc.subscribe(subject_of(self.name, self.engine.member_id), cb=self._on_msg,
-                                                pending_msgs_limit=-1, pending_bytes_limit=-1)
-
-        self._sub = self.conn.run(subscribe(), 10)
+        self._sub = self.conn.subscribe(subject_of(self.name, self.engine.member_id), self._on_msg)
 
     def stop(self) -> None:
         sub, self._sub = self._sub, None
-        if sub is not None:
-            try:
-                self.conn.run(sub.unsubscribe(), 5)
-            except Exception:  # noqa: BLE001
-                pass
+        self.conn.unsubscribe(sub)
         self._pool.shutdown(wait=False)
 
     def _reply(self, msg, value: list) -> None:
@@ -211,7 +203,7 @@ class ForwardingServer:
             else:
                 self._reply(msg, ["err", e])
             return
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             log.exception("forwarded %s failed", op)
             self._reply(msg, ["err", errors.ErrStopped])
             return

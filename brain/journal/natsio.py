@@ -138,6 +138,25 @@ class NatsConnection:
             fut.cancel()
             raise
 
+    def subscribe(self, subject: str, cb, *, queue: str = "", timeout: float = 10.0):
+        """A subscription whose ``cb(msg)`` coroutine runs on the loop; no
+        pending limit (a listener that falls behind queues, it never drops)."""
+
+        async def sub():
+            return await self.nc.subscribe(subject, queue=queue, cb=cb, pending_msgs_limit=-1,
+                                           pending_bytes_limit=-1)
+
+        return self.run(sub(), timeout)
+
+    def unsubscribe(self, sub, timeout: float = 5.0) -> None:
+        """End a subscription (quietly: the connection may be gone)."""
+        if sub is None:
+            return
+        try:
+            self.run(sub.unsubscribe(), timeout)
+        except Exception:  # noqa: BLE001
+            pass
+
     def call_soon(self, fn, *args) -> None:
         self._loop.call_soon_threadsafe(fn, *args)
 

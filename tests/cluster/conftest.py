@@ -61,6 +61,16 @@ def _factory(request, cls, binary: str):
         c.cleanup()
 
 
+@pytest.fixture(scope="module")
+def nats1(nats_server_bin):
+    """One NATS server for a whole module: every test uses its own cluster
+    name (stream, buckets), so they do not see each other."""
+    c = NatsCluster(1, binary=nats_server_bin, lifetime=1200.0)
+    c.start()
+    yield c
+    c.cleanup()
+
+
 @pytest.fixture
 def nats_cluster_factory(request, nats_server_bin):
     yield from _factory(request, NatsCluster, nats_server_bin)

@@ -22,22 +22,12 @@ KV_OPS = int(os.environ.get("CLUSTER_DIFF_OPS", "500"))
 WATCH_OPS = int(os.environ.get("CLUSTER_WATCH_OPS", "250"))
 
 
-@pytest.fixture(scope="module")
-def nats(nats_server_bin):
-    from tests.support.nats_cluster import NatsCluster
-
-    c = NatsCluster(1, binary=nats_server_bin, lifetime=1200.0)
-    c.start()
-    yield c
-    c.cleanup()
-
-
 @pytest.fixture
-def follower(nats):
+def follower(nats1):
     made = []
 
     def make():
-        c = BrainCluster(3, nats, shards=4, lifetime=600.0)
+        c = BrainCluster(3, nats1, shards=4, lifetime=600.0)
         made.append(c)
         c.start()
         return next(m for m in c.members if m is not c.wait_leader())

@@ -29,16 +29,6 @@ from brain.mvcc.requests import (
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def nats(nats_server_bin):
-    from tests.support.nats_cluster import NatsCluster
-
-    c = NatsCluster(1, binary=nats_server_bin, lifetime=600.0)
-    c.start()
-    yield c
-    c.cleanup()
-
-
 class Cluster:
     """N in-process replicas of cluster ``name`` (their own data dirs)."""
 
@@ -99,11 +89,11 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(nats, tmp_path):
+def cluster(nats1, tmp_path):
     made = []
 
     def make(n=3, **kw):
-        c = Cluster(nats, tmp_path / f"c{len(made)}", n, **kw)
+        c = Cluster(nats1, tmp_path / f"c{len(made)}", n, **kw)
         c.dead = []
         made.append(c)
         return c

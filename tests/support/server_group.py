@@ -97,3 +97,101 @@ class ServerGroup:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+class StatusMember(GroupMember):
+    """A member that answers etcd's Maintenance.Status (etcd or brain)."""
+
+    def status(self, timeout: float = 2.0):
+        from brain.api.pb.etcdserverpb import rpc_pb2
+
+        with servers.kv_stub(self.endpoint) as st:
+            return st.maintenance.Status(rpc_pb2.StatusRequest(), timeout=timeout)
+
+    def member_id(self) -> int:
+        return self.status().header.member_id
+
+
+class LedGroup(ServerGroup):
+    """A group whose members elect a leader and say who leads in Status
+    (an etcd cluster, a brain cluster): endpoints, leader, failover."""
+
+    @property
+    def endpoints(self) -> str:
+        """Every member's ``127.0.0.1:port``, comma-separated (clustercheck --endpoints)."""
+        return ",".join(m.endpoint for m in self.members)
+
+    def endpoint_list(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    def member(self, name: str):
+        return next(m for m in self.members if m.name == name)
+
+    def _ready(self) -> None:
+        self.wait_leader()
+
+    def leader(self, timeout: float = 2.0):
+        """The member the live members agree leads (and which says so
+        itself), or None (no quorum, an election under way)."""
+        import grpc
+
+        ids = {}
+        leaders = set()
+        for m in self.members:
+            if not m.running:
+                continue
+            try:
+                st = m.status(timeout=timeout)
+            except grpc.RpcError:
+                continue
+            ids[st.header.member_id] = (m, st.leader)
+            if st.leader:
+                leaders.add(st.leader)
+        if len(leaders) == 1:
+            lead = leaders.pop()
+            found = ids.get(lead)
+            if found is not None and found[1] == lead:
+                return found[0]
+        return None
+
+    def wait_leader(self, exclude=None, timeout: float | None = None):
+        """Wait until a member other than ``exclude`` leads and return it."""
+        deadline = time.monotonic() + (timeout or self.ready_timeout)
+        while time.monotonic() < deadline:
+            m = self.leader()
+            if m is not None and m is not exclude:
+                return m
+            time.sleep(0.05)
+        raise servers.ServerStartError(f"no leader within {timeout or self.ready_timeout:.0f} s\n" + self.logs())
+
+    def followers(self) -> list:
+        lead = self.leader()
+        return [m for m in self.members if m.running and m is not lead]
+
+    def kill_leader(self, keep=None):
+        """SIGKILL the leader and wait for the next.  When ``keep`` (say, the
+        member a watcher is connected to) leads, the lead is first moved to
+        another member, so ``keep`` stays up.  Returns (the killed member,
+        the kill's time.time(), the time a new leader was seen)."""
+        lead = self.wait_leader()
+        if lead is keep:
+            self.move_leader(next(m for m in self.members if m.running and m is not keep))
+            lead = self.wait_leader()
+        t_kill = self.kill9(lead)
+        self.wait_leader(exclude=lead)
+        return lead, t_kill, time.time()
+
+    def move_leader(self, to) -> None:
+        """Hand the lead to ``to`` (Maintenance.MoveLeader on the leader)."""
+        from brain.api.pb.etcdserverpb import rpc_pb2
+
+        lead = self.wait_leader()
+        if lead is to:
+            return
+        with servers.kv_stub(lead.endpoint) as st:
+            st.maintenance.MoveLeader(rpc_pb2.MoveLeaderRequest(targetID=to.member_id()), timeout=15)
+        deadline = time.monotonic() + 10
+        while self.leader() is not to:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"leadership did not move to {to.name}")
+            time.sleep(0.05)
