@@ -12,8 +12,9 @@ database too; brain's lmdb and etcd's bbolt are memory-mapped files, whose
 touched pages count in RSS (the file-backed part is reported separately).
 
 Binaries: etcd 3.4 is ``etcd`` from PATH (Debian's etcd-server); the others
-are read from ``<repo>/.cache/bench/bin`` (written by benchmarks/build.sh),
-or from ``$BRAIN_BENCH_BIN`` when set.
+are read from ``<repo>/.cache/bench/bin`` (written by benchmarks/build.sh;
+``$BRAIN_BENCH_CACHE`` moves ``.cache/bench`` as it does for build.sh), or
+from ``$BRAIN_BENCH_BIN`` when set.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def bin_dir() -> Path:
+    """$BRAIN_BENCH_BIN, else bin/ of build.sh's cache ($BRAIN_BENCH_CACHE or <repo>/.cache/bench)."""
     explicit = os.environ.get("BRAIN_BENCH_BIN")
-    return Path(explicit) if explicit else REPO_ROOT / ".cache" / "bench" / "bin"
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("BRAIN_BENCH_CACHE")
+    return (Path(cache) if cache else REPO_ROOT / ".cache" / "bench") / "bin"
 
 
 def tool_path(name: str) -> Path | None:

@@ -41,7 +41,9 @@ def bench_bin() -> Path:
     if not BUILD.is_file():
         _skip_or_fail("benchmarks/build.sh is missing")
     if shutil.which("go") is None:
-        cached = REPO_ROOT / ".cache" / "bench" / "bin"
+        from benchmarks.servers import bin_dir
+
+        cached = bin_dir()
         if all((cached / b).is_file() for b in BINARIES):
             return cached
         _skip_or_fail("go is not on PATH and the benchmark binaries are not built")

@@ -81,11 +81,16 @@ ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.PreRelease=GA'"
 
 mkdir -p "$bin"
 rm -f "$out/stamp"
+# Build into a private staging dir and rename each file into place whole:
+# several builds may share the cache at once, and a reader must see either
+# the old binary or the new one, never a partial file.
+stage="$(mktemp -d "$out/stage.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
 echo "build.sh: building $k8s_version / kwok $kwok_version into $bin (go build -p $jobs)" >&2
 start=$(date +%s)
 (
     cd "$here"
-    go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$bin/" \
+    go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$stage/" \
         k8s.io/kubernetes/cmd/kube-apiserver \
         k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler \
@@ -93,7 +98,7 @@ start=$(date +%s)
         sigs.k8s.io/kwok/cmd/kwok
 )
 echo "build.sh: built in $(( $(date +%s) - start )) s" >&2
-"$bin/kube-apiserver" --version >&2
+"$stage/kube-apiserver" --version >&2
 
 # kwok's binary takes its Stage objects from --config; kwokctl normally writes
 # them. Assemble the same default set (node initialize + lease heartbeat, pod
@@ -108,6 +113,11 @@ kwok_dir="$(cd "$here" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
         first=0
         cat "$kwok_dir/kustomize/stage/$f"
     done
-} > "$out/kwok-stages.yaml"
-echo "$stamp" > "$out/stamp"
+} > "$stage/kwok-stages.yaml"
+for b in "${binaries[@]}"; do
+    mv -f "$stage/$b" "$bin/$b"
+done
+mv -f "$stage/kwok-stages.yaml" "$out/kwok-stages.yaml"
+echo "$stamp" > "$stage/stamp"
+mv -f "$stage/stamp" "$out/stamp"
 echo "$bin"
