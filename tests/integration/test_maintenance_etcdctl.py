@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from brain.etcd_version import ETCD_VERSION
 from tests.integration.conftest import require_etcdctl, run_etcdctl
-from tests.support.servers import REPO_ROOT, BrainServer, etcd_available, free_port, shard_args
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, shard_args
 
 pytestmark = [pytest.mark.etcd, pytest.mark.timeout(180)]
 
@@ -156,18 +156,18 @@ def test_nospace_alarm_cycle(brain_factory, etcd_factory):
     assert ok(ep, "alarm", "list") == ""
     assert ok(ep, "put", "tiny", "1") == "OK\n"
 
-    if etcd_available():  # the same cycle's texts from etcd
-        etcd = etcd_factory(extra_args=["--quota-backend-bytes", "120000"])
-        eep = etcd.endpoint
-        _fill_until_nospace(eep)
-        assert _masked(ok(eep, "alarm", "list")) == "memberID:<M> alarm:NOSPACE \n"
-        assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
-        ok(eep, "del", "fill/", "--prefix")
-        ok(eep, "compact", str(revision(eep)), "--physical")
-        ok(eep, "defrag")
-        assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
-        assert _masked(ok(eep, "alarm", "disarm")) == "memberID:<M> alarm:NOSPACE \n"
-        assert ok(eep, "put", "tiny", "1") == "OK\n"
+    # the same cycle's texts from etcd
+    etcd = etcd_factory(extra_args=["--quota-backend-bytes", "120000"])
+    eep = etcd.endpoint
+    _fill_until_nospace(eep)
+    assert _masked(ok(eep, "alarm", "list")) == "memberID:<M> alarm:NOSPACE \n"
+    assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
+    ok(eep, "del", "fill/", "--prefix")
+    ok(eep, "compact", str(revision(eep)), "--physical")
+    ok(eep, "defrag")
+    assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
+    assert _masked(ok(eep, "alarm", "disarm")) == "memberID:<M> alarm:NOSPACE \n"
+    assert ok(eep, "put", "tiny", "1") == "OK\n"
 
 
 @pytest.mark.parametrize("restore_shards", [None, 1])
