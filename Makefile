@@ -2,17 +2,21 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean
+.PHONY: serve test deps deps-python deps-system deps-etcd36 proto proto-check test-full e2e clean
 
 serve: deps-python            ## run brain on its embedded default (127.0.0.1:2379, ./default.brain)
 	$(PYTHON) -m brain serve
 
-test: deps                    ## everything CI runs
-	$(PYTHON) -m brain.api.genproto --check
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+# -rfEs: the summary at the end lists failures, errors and every skipped test
+# with its reason (under CI=true a missing tool or service fails instead).
+PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider -rfEs -m "not k8s"
 
-test-full: deps               ## the long versions: 20+ crash cycles, more differential seeds
-	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTHON) -m pytest -q -p no:cacheprovider
+test: deps deps-etcd36        ## everything CI runs (tests/k8s is `make e2e`)
+	$(PYTHON) -m brain.api.genproto --check
+	$(PYTEST)
+
+test-full: deps deps-etcd36   ## the long versions: 20+ crash cycles, more differential seeds
+	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTEST)
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
@@ -30,12 +34,20 @@ bench-smoke: deps             ## every benchmark workload for a second on each s
 
 deps: deps-system deps-python
 
+deps-etcd36:                  ## etcd 3.6.16, the second differential oracle (benchmarks/build.sh; cold ~4 min, cached < 1 s)
+	bash benchmarks/build.sh etcd-3.6 >/dev/null
+
 deps-python:
 	$(PIP) install -q --disable-pip-version-check -e '.[test]'
 
-deps-system:                  ## etcd and etcdctl: the differential oracle and the CLI client
-	@if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client; \
+deps-system:                  ## Debian packages: etcd 3.4 and etcdctl (oracle, CLI), fiu-utils and strace (fdatasync failure injection)
+	@missing=""; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
+	command -v fiu-run >/dev/null 2>&1 || missing="$$missing fiu-utils"; \
+	command -v strace >/dev/null 2>&1 || missing="$$missing strace"; \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
 proto:                        ## regenerate brain/api/pb from proto/

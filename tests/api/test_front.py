@@ -17,8 +17,14 @@ from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer
 from brain.config import ServerConfig
 from brain.engine import Engine, EngineConfig
+from tests.support.servers import unavailable
 
-pytestmark = pytest.mark.skipif(not native_front.available(), reason="pygrpc-native is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _native_front():
+    if not native_front.available():  # a dependency of brain: only a broken install lacks it
+        unavailable("pygrpc-native is not installed (pip install -e '.[test]')")
 
 
 @pytest.fixture

@@ -38,7 +38,6 @@ import errno
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import time
@@ -51,7 +50,7 @@ import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
-from tests.support.servers import free_port, in_ci, kv_stub, require_brain, start_brain
+from tests.support.servers import free_port, kv_stub, require_brain, require_tool, start_brain
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,16 +58,6 @@ pytestmark = pytest.mark.timeout(300)
 QUIET_CHECKPOINTS = ["--checkpoint-interval", "1h", "--checkpoint-journal-bytes", str(1 << 30),
                      "--checkpoint-memtable-records", "10000000"]
 STALL_S = 3.0
-
-
-def require_tool(name: str, package: str) -> str:
-    path = shutil.which(name)
-    if path:
-        return path
-    msg = f"{name} not found (Debian package {package}; make deps-system installs it)"
-    if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 def fiu_ctrl(prefix: Path, pid: int, command: str) -> None:

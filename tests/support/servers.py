@@ -101,31 +101,38 @@ def in_ci() -> bool:
     return bool(os.environ.get("CI"))
 
 
+def unavailable(msg: str, *, module: bool = False) -> None:
+    """A tool, package or service the calling test needs is missing: fail
+    under CI ($CI set), skip elsewhere (`make test` lists skips at the end).
+    ``module``: called while a test module is imported."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg, allow_module_level=module)
+
+
+def require_tool(name: str, package: str) -> str:
+    """The path of command ``name`` (from Debian package ``package``)."""
+    path = shutil.which(name)
+    if path is None:
+        unavailable(f"{name} not found (Debian package {package}; `make deps-system` installs it)")
+    return path
+
+
 def require_etcd(version: str = "3.4") -> None:
     """Skip the calling test when etcd ``version`` is missing (fail instead under CI)."""
     if etcd_binary(version):
         return
-    import pytest
-
     if version == "3.4":
-        msg = f"etcd binary not found at {ETCD_BIN} (apt-get install etcd-server etcd-client)"
-    else:
-        msg = f"etcd {version} unavailable: {_build_errors.get(version, 'ETCD36_BIN is not executable')}"
-    if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
+        unavailable(f"etcd binary not found at {ETCD_BIN} (apt-get install etcd-server etcd-client)")
+    unavailable(f"etcd {version} unavailable: {_build_errors.get(version, 'ETCD36_BIN is not executable')}")
 
 
 def require_brain() -> None:
     """Skip the calling test when ``brain/__main__.py`` does not exist yet (fail under CI)."""
-    if brain_available():
-        return
-    import pytest
-
-    msg = "brain server entry point (brain/__main__.py) does not exist yet"
-    if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
+    if not brain_available():
+        unavailable("brain server entry point (brain/__main__.py) does not exist yet")
 
 
 def free_port() -> int:
