@@ -79,8 +79,11 @@ group_bins_brainload=(brainload)
 group_pkgs_brainload=(brain.bench/brainload)
 groups=(etcd36 kine brainload)
 
-stamp_of() {  # inputs of one group
-    { cat "$here/build.sh"; go version; find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1
+stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files
+    # Worktrees sharing BRAIN_BENCH_CACHE agree on a stamp unless the build itself differs.
+    { declare -f build_group; declare -p "group_bins_$1" "group_pkgs_$1"; go version
+      find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat
+    } | sha256sum | cut -d' ' -f1
 }
 
 build_group() {  # build_group <group>: go build all its packages into a staging dir

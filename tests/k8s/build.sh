@@ -37,8 +37,31 @@ out="$cache_root/${k8s_version}-kwok-${kwok_version}"
 bin="$out/bin"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
+minor="${k8s_version#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
+major="${k8s_version#v}"; major="${major%%.*}"
+# The same -X flags as Kubernetes' hack/lib/version.sh, so the binaries report
+# the real version (/version, --version, and the apiserver's compatibility
+# version). The module zip carries no git commit, so gitCommit stays empty.
+# BUILD_DATE is filled in at build time (it is left out of the stamp).
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X '$pkg.gitVersion=$k8s_version'"
+    ldflags+=" -X '$pkg.gitMajor=$major'"
+    ldflags+=" -X '$pkg.gitMinor=$minor'"
+    ldflags+=" -X '$pkg.gitCommit='"
+    ldflags+=" -X '$pkg.gitTreeState=clean'"
+    ldflags+=" -X '$pkg.buildDate=BUILD_DATE'"
+done
+ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}'"
+ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.PreRelease=GA'"
+stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+        pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
+
+# What the output depends on (not this script's prose): worktrees sharing
+# BRAIN_K8S_CACHE agree on the stamp unless the build itself differs.
 stamp_of_inputs() {
-    cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1
+    { cat "$here/go.mod" "$here/go.sum"; go version; echo "${binaries[*]} ${stages[*]} $ldflags"; } \
+        | sha256sum | cut -d' ' -f1
 }
 stamp="$(stamp_of_inputs)"
 
@@ -61,23 +84,7 @@ export CGO_ENABLED=0
 export GOFLAGS="-mod=mod -buildvcs=false"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
-minor="${k8s_version#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
-major="${k8s_version#v}"; major="${major%%.*}"
-build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-# The same -X flags as Kubernetes' hack/lib/version.sh, so the binaries report
-# the real version (/version, --version, and the apiserver's compatibility
-# version). The module zip carries no git commit, so gitCommit stays empty.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X '$pkg.gitVersion=$k8s_version'"
-    ldflags+=" -X '$pkg.gitMajor=$major'"
-    ldflags+=" -X '$pkg.gitMinor=$minor'"
-    ldflags+=" -X '$pkg.gitCommit='"
-    ldflags+=" -X '$pkg.gitTreeState=clean'"
-    ldflags+=" -X '$pkg.buildDate=$build_date'"
-done
-ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}'"
-ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.PreRelease=GA'"
+ldflags="${ldflags//BUILD_DATE/$(date -u +%Y-%m-%dT%H:%M:%SZ)}"
 
 mkdir -p "$bin"
 rm -f "$out/stamp"
@@ -106,9 +113,7 @@ echo "build.sh: built in $(( $(date +%s) - start )) s" >&2
 kwok_dir="$(cd "$here" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 {
     first=1
-    for f in node/fast/node-initialize.yaml \
-             node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    for f in "${stages[@]}"; do
         [[ $first == 1 ]] || echo "---"
         first=0
         cat "$kwok_dir/kustomize/stage/$f"
