@@ -192,7 +192,8 @@ def aggregate(data: dict) -> dict:
             extra = {}
             for key in ("expire_seconds", "on_schedule", "ready_after_kill9_s", "rss_after_load_kb",
                         "rss_after_restart_kb", "rss_after_restart_read_kb", "stop_seconds", "keys_loaded",
-                        "load_keys_per_s", "du_kb", "tail_writes", "tail_seconds", "journal_tail_bytes",
+                        "load_keys_per_s", "du_kb", "cpu_to_ready_s", "cpu_to_ready_kill9_s", "tail_writes",
+                        "tail_seconds", "journal_tail_bytes",
                         "checkpoints_during_tail", "seconds_from_restart_to_kill9", "count_after_kill9",
                         "revision_after_kill9", "events_delivered", "writes_per_s", "slowest_s", "stddev_s"):
                 v = _median([_num(x.get(key)) for x in res])
@@ -422,9 +423,11 @@ def header(data: dict) -> list[str]:
     if m.get("restart_rule"):
         lines += ["", "Restart: " + m["restart_rule"] + "."]
     for merged in m.get("merged", []):
-        lines += ["", f"**Re-measured** on {merged['started'][:10]} with the corrected harness ("
-                      f"{merged['brain']}; {merged['order_rule']}): {', '.join(merged['workloads'])}, from "
-                      f"`{merged['file']}`; every other row is from the run above."]
+        lines += ["", f"**Re-measured** on {merged['started'][:16].replace('T', ' ')} with the corrected "
+                      f"harness ({merged['brain']}; {merged['order_rule']}): {', '.join(merged['workloads'])} "
+                      f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}` "
+                      f"(load average {merged.get('load', '?')} from other work on the machine at its end); "
+                      f"later re-measurements replace earlier ones."]
     notes = m.get("notes") or []
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -572,10 +575,11 @@ def update_readme(readme: Path, block: str) -> None:
 
 
 def merge(base: dict, rerun: dict, rerun_name: str) -> dict:
-    """``base`` with the runs of every workload ``rerun`` measured replaced by ``rerun``'s."""
+    """``base`` with the runs of every (server, workload) ``rerun`` measured replaced by ``rerun``'s."""
     measured = {r["workload"] for r in rerun["runs"]}
+    pairs = {(r["server"], r["workload"]) for r in rerun["runs"]}
     derived = {w for w, meta in WORKLOADS.items() if meta.source in measured}
-    runs = [r for r in base["runs"] if r["workload"] not in measured] + list(rerun["runs"])
+    runs = [r for r in base["runs"] if (r["server"], r["workload"]) not in pairs] + list(rerun["runs"])
     meta = json.loads(json.dumps(base["meta"]))
     for k, v in rerun["meta"].get("settings", {}).items():
         meta.setdefault("settings", {}).setdefault(k, v)
@@ -583,7 +587,9 @@ def merge(base: dict, rerun: dict, rerun_name: str) -> dict:
     meta.setdefault("merged", []).append({
         "file": rerun_name, "started": rm.get("started", "?"),
         "workloads": sorted(measured | derived, key=list(WORKLOADS).index),
+        "servers": sorted({s for s, _ in pairs}, key=lambda s: SERVERS.index(s) if s in SERVERS else 99),
         "brain": (rm.get("servers", {}).get("brain") or {}).get("version") or "brain",
+        "load": (rm.get("machine") or {}).get("load_average_end", "?"),
         "order_rule": rm.get("order_rule", ""),
     })
     if rm.get("restart_rule"):

@@ -340,6 +340,7 @@ class Bench:
         self.meta["elapsed_s"] = round(now_s() - self.t0, 1)
         if final:
             self.meta["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+            self.meta["machine"]["load_average_end"] = _load_average()
         data = {"meta": self.meta, "runs": self.runs}
         tmp = self.json_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
@@ -723,6 +724,7 @@ class Bench:
             # 1. SIGTERM, start (brain's shutdown writes a checkpoint: no journal to replay).
             out["stop_seconds"] = round(srv.stop(grace=120), 3)
             out["ready_after_s"] = round(srv.start(), 3)
+            out["cpu_to_ready_s"] = round(srv.ready_cpu_s, 2)
             restarted = now_s()
             out["count_after_restart"] = srv.ready_count
             out["rss_after_restart_kb"] = srv.memory().get("rss_kb")
@@ -745,6 +747,7 @@ class Bench:
                 out["checkpoints_during_tail"] = int(after["checkpoints"] - before["checkpoints"])
             srv.kill()
             out["ready_after_kill9_s"] = round(srv.start(), 3)
+            out["cpu_to_ready_kill9_s"] = round(srv.ready_cpu_s, 2)
             out["count_after_kill9"] = srv.ready_count
             out["revision_after_kill9"] = head_revision(srv.endpoint)
             out["recovery_log"] = _recovery_lines(srv.log_tail(20000))
@@ -890,6 +893,11 @@ def _brain_checkpoint_thresholds() -> dict:
             "memtable_records": c.checkpoint_memtable_records}
 
 
+def _load_average() -> str:
+    """The 1, 5 and 15 minute load averages: other work on the machine shows here."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine_facts(tmp_root: Path) -> dict:
     cpu = "?"
     try:
@@ -914,6 +922,7 @@ def machine_facts(tmp_root: Path) -> dict:
         "memory_gib": round(mem_kb / 1024 / 1024, 1) if mem_kb else None,
         "python": platform.python_version(),
         "data_dir_fs": fs,
+        "load_average_start": _load_average(),
     }
 
 

@@ -345,6 +345,9 @@ class Server:
     # Range over it that answers; its count is kept in ready_count.
     count_prefix: bytes | None = None
     ready_count: int | None = None
+    # CPU seconds the server used from spawn to ready: unlike the wall time,
+    # barely moved by other load on the machine.
+    ready_cpu_s: float | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -425,6 +428,7 @@ class Server:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=self.flavor.env(), cwd=self.flavor.cwd(), start_new_session=True)
         self.ready_after_s = self._wait_ready()
+        self.ready_cpu_s = self.cpu_seconds()
         return self.ready_after_s
 
     def _wait_ready(self) -> float:

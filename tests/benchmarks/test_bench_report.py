@@ -115,15 +115,17 @@ def test_all_runs_failed_is_an_error_cell():
 
 def test_merge_replaces_the_rerun_workloads():
     base = _data([_run("brain", "put-c1", 10.0), _run("brain", "restart", 3.0, ready_after_kill9_s=3.0),
-                  _run("brain", "count", 5.0)])
+                  _run("kine", "restart", 8.0, ready_after_kill9_s=9.0), _run("brain", "count", 5.0)])
     rerun = _data([_run("brain", "restart", 7.0, ready_after_kill9_s=9.0)])
     rerun["meta"].update(started="2026-02-02T00:00:00", order_rule="rotating",
                          settings={"rounds": 3, "name": "full", "restart_tail": 5})
     merged = report.merge(base, rerun, "rerun.json")
     got = {(r["workload"], r["result"].get("ready_after_s")) for r in merged["runs"]}
     assert ("restart", 7.0) in got and ("restart", 3.0) not in got
+    assert ("restart", 8.0) in got  # kine was not re-run: its run stays
     assert {r["workload"] for r in merged["runs"]} == {"put-c1", "restart", "count"}
     assert merged["meta"]["merged"][0]["workloads"] == ["restart", "restart-kill9", "rss"]
+    assert merged["meta"]["merged"][0]["servers"] == ["brain"]
     assert merged["meta"]["settings"]["restart_tail"] == 5
     md = report.markdown(merged, [])
     assert "**Re-measured** on 2026-02-02" in md and "rerun.json" in md
