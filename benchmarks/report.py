@@ -9,10 +9,11 @@ backed by fewer successful runs than the workload was run for says so
 ("(2/3)"), and a target is only called met when brain and the peer both have
 every run.
 
-    python -m benchmarks.report FULL.json --merge RERUN.json --out NEW.json
+    python -m benchmarks.report FULL.json --merge RERUN.json [--merge RERUN2.json] --out NEW.json
 
-writes NEW.json (and its report) with FULL's runs, except for the workloads
-RERUN measured, which come from RERUN; the header names both runs.
+writes NEW.json (and its report) with FULL's runs, except for the (server,
+workload) pairs a re-run measured, which come from it; the header names
+every run.
 """
 
 from __future__ import annotations
@@ -421,13 +422,15 @@ def header(data: dict) -> list[str]:
         f"everything else `brainload`.  {m.get('conns_rule', '')}.  CPU µs/op is the server process group's "
         f"utime+stime during the timed phase divided by its operations (load generator excluded).")
     if m.get("restart_rule"):
-        lines += ["", "Restart: " + m["restart_rule"] + "."]
+        lines += ["", "Restart runs: " + m["restart_rule"].split(": ", 1)[1] + "."]
     for merged in m.get("merged", []):
         lines += ["", f"**Re-measured** on {merged['started'][:16].replace('T', ' ')} with the corrected "
                       f"harness ({merged['brain']}; {merged['order_rule']}): {', '.join(merged['workloads'])} "
-                      f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}` "
-                      f"(load average {merged.get('load', '?')} from other work on the machine at its end); "
-                      f"later re-measurements replace earlier ones."]
+                      f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}`, on "
+                      f"{merged.get('machine', '?')} (load average {merged.get('load', '?')} from other work on "
+                      f"the machine at its end); later re-measurements replace earlier ones.  All servers of a "
+                      f"row ran in the same run, so each row's ratios compare like with like; rows from "
+                      f"different runs do not."]
     notes = m.get("notes") or []
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -547,11 +550,15 @@ def readme_block(data: dict, md_rel: str) -> str:
     tg = targets(agg, m.get("settings"))
     passed = sum(1 for t in tg if t["status"] == "pass")
     missed = [t["target"] for t in tg if t["status"] == "miss"]
-    rerun = "".join(f"; {', '.join(x['workloads'])} re-measured {x['started'][:10]} by the corrected harness"
-                    for x in m.get("merged", []))
+    merged = m.get("merged", [])
+    redone = [w for w in WORKLOADS if any(w in x["workloads"] for x in merged)]
+    days = sorted({x["started"][:10] for x in merged})
+    where = sorted({x.get("machine", "?") for x in merged})
+    rerun = (f"; {', '.join(redone)} re-measured {', '.join(days)} by the corrected harness on "
+             f"{', '.join(where)}" if merged else "")
     lines = [
         README_BEGIN,
-        f"Latest `make bench` ({m.get('started', '?')[:10]}{rerun}; {mach.get('nproc')} CPUs {mach.get('cpu')}; "
+        f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs {mach.get('cpu')}{rerun}; "
         f"medians of the successful runs out of the row's runs, \"(2/3)\" where fewer succeeded; "
         f"full report: [{md_rel}]({md_rel})):",
         "",
@@ -590,6 +597,7 @@ def merge(base: dict, rerun: dict, rerun_name: str) -> dict:
         "servers": sorted({s for s, _ in pairs}, key=lambda s: SERVERS.index(s) if s in SERVERS else 99),
         "brain": (rm.get("servers", {}).get("brain") or {}).get("version") or "brain",
         "load": (rm.get("machine") or {}).get("load_average_end", "?"),
+        "machine": f"{(rm.get('machine') or {}).get('nproc')} CPUs {(rm.get('machine') or {}).get('cpu')}",
         "order_rule": rm.get("order_rule", ""),
     })
     if rm.get("restart_rule"):
@@ -615,14 +623,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("json", type=Path)
     ap.add_argument("--readme", action="store_true", help="also rewrite the README's bench block")
-    ap.add_argument("--merge", type=Path, help="a re-run whose workloads replace the JSON's (needs --out)")
+    ap.add_argument("--merge", type=Path, action="append",
+                    help="a re-run whose (server, workload) runs replace the JSON's; repeatable, later ones "
+                         "replace earlier ones (needs --out)")
     ap.add_argument("--out", type=Path, help="where the merged JSON goes (its report beside it)")
     a = ap.parse_args(argv)
     src = a.json
     if a.merge:
         if not a.out:
             ap.error("--merge needs --out")
-        merged = merge(json.loads(a.json.read_text()), json.loads(a.merge.read_text()), a.merge.name)
+        merged = json.loads(a.json.read_text())
+        for rerun in a.merge:
+            merged = merge(merged, json.loads(rerun.read_text()), rerun.name)
         a.out.write_text(json.dumps(merged, indent=1) + "\n")
         src = a.out
     md = src.with_suffix(".md")
