@@ -41,8 +41,6 @@ import queue
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -50,7 +48,7 @@ import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
-from tests.support.servers import free_port, kv_stub, require_brain, require_tool, start_brain
+from tests.support.servers import free_port, http_get, kv_stub, require_brain, require_tool, start_brain
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -64,14 +62,6 @@ def fiu_ctrl(prefix: Path, pid: int, command: str) -> None:
     r = subprocess.run(["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 0 and "error" not in (r.stdout + r.stderr).lower(), (command, r.stdout, r.stderr)
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def put(kv, key: bytes, value: bytes, timeout: float = 10) -> int:

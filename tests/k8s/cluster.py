@@ -392,20 +392,16 @@ class ControlPlane:
 
     # -- HTTP to the apiserver ----------------------------------------------
     def http_get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
-        req = urllib.request.Request(self.server + path, headers={"Authorization": f"Bearer {self.admin_token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as r:
-                return r.status, r.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError) as e:
-            return 0, str(e)
+        return self._http(urllib.request.Request(self.server + path), timeout)
 
     def http_post_json(self, path: str, obj: dict, timeout: float = 10.0) -> tuple[int, str]:
-        """POST a JSON object as the admin; (status, body), status 0 on a transport error or timeout."""
-        req = urllib.request.Request(self.server + path, data=json.dumps(obj).encode(), method="POST",
-                                     headers={"Authorization": f"Bearer {self.admin_token}",
-                                              "Content-Type": "application/json"})
+        """POST a JSON object as the admin."""
+        return self._http(urllib.request.Request(self.server + path, data=json.dumps(obj).encode(), method="POST",
+                                                 headers={"Content-Type": "application/json"}), timeout)
+
+    def _http(self, req: urllib.request.Request, timeout: float) -> tuple[int, str]:
+        """(status, body) of a request as the admin; status 0 on a transport error or timeout."""
+        req.add_header("Authorization", f"Bearer {self.admin_token}")
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as r:
                 return r.status, r.read().decode("utf-8", "replace")

@@ -169,6 +169,18 @@ def disk_tmp_parent() -> str:
     return parent
 
 
+def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
+    """(status, body) of a GET, error statuses included (/health answers 503 with a body)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def grpc_target(endpoint: str) -> str:
     """Turn ``http://host:port`` (or ``host:port``) into a gRPC target."""
     for prefix in ("http://", "https://", "unix://"):
