@@ -58,6 +58,8 @@ cache="${BRAIN_BENCH_CACHE:-$repo/.cache/bench}"
 bin="$cache/bin"
 stamps="$cache/stamps"
 mkdir -p "$bin" "$stamps"
+staged=()  # this run's staging dirs, removed however the script ends
+trap 'rm -rf "${staged[@]}"' EXIT
 
 jobs="${BRAIN_BENCH_JOBS:-2}"
 export GOMAXPROCS="$jobs"
@@ -77,12 +79,20 @@ group_bins_brainload=(brainload)
 group_pkgs_brainload=(brain.bench/brainload)
 groups=(etcd36 kine brainload)
 
-stamp_of() {  # inputs of one group
-    { cat "$here/build.sh"; go version; find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1
+stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files
+    # Worktrees sharing BRAIN_BENCH_CACHE agree on a stamp unless the build itself differs.
+    { declare -f build_group; declare -p "group_bins_$1" "group_pkgs_$1"; go version
+      find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat
+    } | sha256sum | cut -d' ' -f1
 }
 
 build_group() {  # build_group <group>: go build all its packages into a staging dir
-    local g="$1" stage="$cache/stage-$1"
+    # The staging dir is private to this build (several builds may share the
+    # cache at once); each binary is renamed into bin/ whole, so a reader sees
+    # either the old binary or the new one, never a partial file.
+    local g="$1" stage
+    stage="$(mktemp -d "$cache/stage-$1.XXXXXX")"
+    staged+=("$stage")
     local -n pkgs="group_pkgs_$g" bnames="group_bins_$g"
     local -a env=(CGO_ENABLED=0) flags=(-trimpath -ldflags "-s -w")
     if [[ $g == kine ]]; then
@@ -99,8 +109,6 @@ build_group() {  # build_group <group>: go build all its packages into a staging
             -tags "sqlite_unlock_notify,sqlite_vtable,sqlite_stat4,sqlite_preupdate_hook,sqlite_math_functions,sqlite_dbstat,sqlite_column_metadata"
             -ldflags "-s -w -X github.com/k3s-io/kine/pkg/version.Version=$kine_version")
     fi
-    rm -rf "$stage"
-    mkdir -p "$stage"
     local i
     for i in "${!pkgs[@]}"; do
         mkdir -p "$stage/$i"
@@ -132,6 +140,13 @@ build_group() {  # build_group <group>: go build all its packages into a staging
     rm -rf "$stage"
 }
 
+write_stamp() {  # write_stamp <group> <stamp>: atomically, like the binaries
+    local tmp
+    tmp="$(mktemp "$stamps/.$1.XXXXXX")"
+    echo "$2" > "$tmp"
+    mv -f "$tmp" "$stamps/$1"
+}
+
 want_group() {
     local g="$1" n
     [[ ${#wanted[@]} == 0 ]] && return 0
@@ -158,7 +173,7 @@ for g in "${groups[@]}"; do
     t0=$(date +%s.%N)
     build_group "$g"
     t1=$(date +%s.%N)
-    echo "$stamp" > "$stamps/$g"
+    write_stamp "$g" "$stamp"
     for n in "${names[@]}"; do
         printf '%-12s built  %6.1f s %s\n' "$n" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" "$bin/$n"
     done

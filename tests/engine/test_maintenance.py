@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import pytest
 
@@ -190,6 +189,9 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
     stop = threading.Event()
     errs = []
 
+    progress = threading.Condition()
+    written = [0]
+
     def writer():
         i = 0
         try:
@@ -197,8 +199,18 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
                 src.put(PutRequest(b"a%02d" % (i % 17), b"w%d" % i))
                 src.delete_range(DeleteRangeRequest(b"q%02d" % (i % 17)))
                 i += 1
+                with progress:
+                    written[0] = i
+                    progress.notify_all()
         except Exception as e:  # noqa: BLE001
             errs.append(e)
+        finally:
+            with progress:
+                progress.notify_all()
+
+    def wait_for_writes(n: int) -> None:
+        with progress:
+            assert progress.wait_for(lambda: written[0] >= n or errs, timeout=30), f"{written[0]} of {n} writes"
 
     # A compaction (logical and, but for the pin, physical) in the middle of
     # the walk must not take history the walk has yet to read.
@@ -216,12 +228,12 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
     t = threading.Thread(target=writer)
     t.start()
     try:
-        time.sleep(0.2)
+        wait_for_writes(20)  # the writer is going before the snapshot starts
         # history the snapshot must carry, read before the compaction drops it
         before = {rev: dump(src, rev) for rev in range(10, src.committed_rev + 1)}
         path = str(tmp_path / "snap.db")
         info = snaps.save_snapshot(src, path)
-        time.sleep(0.1)
+        wait_for_writes(written[0] + 5)  # and goes on after it
     finally:
         stop.set()
         t.join()
