@@ -297,6 +297,126 @@ class Etcd(Storage):
         ], self.workdir / "etcd.log")
 
 
+class BrainCluster(Storage):
+    """Three brain replicas on a 3-node NATS JetStream cluster (docs/cluster.md),
+    over TCP; kube-apiserver lists all three in --etcd-servers.  Reads for the
+    checks go to any live replica; ``kill_leader`` kills -9 the one leading."""
+
+    label = "brain-cluster"
+    transport = "tcp"
+
+    def __init__(self, workdir: Path, size: int = 3):
+        from tests.support import binaries
+        from tests.support.nats_cluster import NatsCluster
+
+        self.workdir = workdir
+        self.data_dir = workdir / "brain-cluster"
+        self.nats = NatsCluster(3, binary=binaries.require(binaries.nats_server_binary), sync_always=True,
+                                lifetime=3600.0)
+        self.ports = [free_port() for _ in range(size)]
+        journal = ",".join(u.removeprefix("nats://") for u in self.nats.urls)
+        self.replicas = []
+        for i, port in enumerate(self.ports):
+            url = f"http://127.0.0.1:{port}"
+            self.replicas.append(Proc(f"brain-{i + 1}", [
+                sys.executable, "-m", "brain", "serve", "--name", f"b{i + 1}",
+                "--data-dir", str(self.data_dir / f"b{i + 1}"),
+                "--listen-client-urls", url, "--advertise-client-urls", url,
+                "--journal-url", f"nats://{journal}/e2e",
+            ], workdir / f"brain-{i + 1}.log"))
+        self.port = self.ports[0]
+        self.proc = self.replicas[0]
+
+    @property
+    def url(self) -> str:
+        return ",".join(f"http://127.0.0.1:{p}" for p in self.ports)
+
+    def apiserver_flags(self) -> list[str]:
+        return [f"--etcd-servers={self.url}"]
+
+    def channel(self):
+        import grpc
+
+        live = next((p for p, r in zip(self.ports, self.replicas) if r.alive), self.ports[0])
+        return grpc.insecure_channel(f"127.0.0.1:{live}", options=[("grpc.max_receive_message_length", 256 << 20)])
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.nats.start()
+        for r in self.replicas:
+            if not r.alive:
+                r.start()
+        deadline = time.monotonic() + timeout
+        while self.leader() is None:
+            for r in self.replicas:
+                r.check_alive()
+            if time.monotonic() > deadline:
+                raise StartError(f"{self.label}: no leader after {timeout:.0f}s; log tail:\n"
+                                 f"{log_tail(self.replicas[0].log_path)}")
+            time.sleep(0.2)
+
+    def restart(self, replica: "Proc", timeout: float = 60.0) -> float:
+        """Start a stopped replica again; seconds until it answers a linearizable read."""
+        import grpc
+
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        t0 = time.monotonic()
+        replica.start()
+        port = self.ports[self.replicas.index(replica)]
+        while True:
+            replica.check_alive()
+            try:
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+                    rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=b"/registry/health"), timeout=2)
+                return time.monotonic() - t0
+            except grpc.RpcError:
+                if time.monotonic() - t0 > timeout:
+                    raise StartError(f"{replica.name} not serving after {timeout:.0f}s:\n{log_tail(replica.log_path)}")
+                time.sleep(0.2)
+
+    def leader(self) -> "Proc | None":
+        """The replica every live replica names as leader, or None."""
+        import grpc
+
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        ids, named = {}, set()
+        for port, r in zip(self.ports, self.replicas):
+            if not r.alive:
+                continue
+            try:
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+                    st = rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=2)
+            except grpc.RpcError:
+                continue
+            ids[st.header.member_id] = r
+            named.add(st.leader)
+        if len(named) == 1:
+            return ids.get(named.pop())
+        return None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        codes = [r.stop(timeout) for r in self.replicas]
+        self.nats.cleanup()
+        bad = [c for c in codes if c not in (0, None, -9)]
+        return bad[0] if bad else 0
+
+    def kill9(self) -> int | None:
+        raise NotImplementedError("a brain cluster loses one replica at a time: kill_leader")
+
+    def rss_mib(self) -> float | None:
+        total = 0.0
+        for r in self.replicas:
+            if r.alive:
+                try:
+                    for line in Path(f"/proc/{r.popen.pid}/status").read_text().splitlines():
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1]) / 1024
+                except OSError:
+                    pass
+        return total or None
+
+
 # ---------------------------------------------------------------------------
 # the Kubernetes control plane
 # ---------------------------------------------------------------------------

@@ -56,7 +56,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.k8s import promstats  # noqa: E402
-from tests.k8s.cluster import SERVICE_IP, Brain, ControlPlane, Etcd, StartError  # noqa: E402
+from tests.k8s.cluster import BrainCluster, SERVICE_IP, Brain, ControlPlane, Etcd, StartError  # noqa: E402
 from tests.k8s.pki import make_cluster_pki  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -249,6 +249,7 @@ class ConfigMapWriter:
         self.run = run
         self.namespace = namespace
         self.acked: list[tuple[str, str]] = []
+        self.acked_at: list[float] = []  # time.monotonic() of each acknowledgement
         self.refused = 0
         self._stop = threading.Event()
         self._cond = threading.Condition()
@@ -269,6 +270,7 @@ class ConfigMapWriter:
             with self._cond:
                 if code == 201:
                     self.acked.append((name, json.loads(body)["metadata"]["resourceVersion"]))
+                    self.acked_at.append(time.monotonic())
                 else:
                     self.refused += 1
                 self._cond.notify_all()
@@ -307,6 +309,8 @@ class Run:
         self.pki = make_cluster_pki(workdir / "pki", SERVICE_IP)
         if backend == "brain":
             self.store = Brain(workdir, transport, self.pki)
+        elif backend == "brain-cluster":
+            self.store = BrainCluster(workdir)
         else:
             assert transport == "tcp" and etcd_binary is not None, "the etcd baseline runs over tcp"
             self.store = Etcd(workdir, etcd_binary)
@@ -734,6 +738,91 @@ class Run:
         self.check(f"{how}: a kubectl get -w opened before the restart still delivers",
                    ok and self.cm_watch.closes == 0, f"closed and resumed {self.cm_watch.closes} times")
 
+    def kill_cluster_leader(self) -> None:
+        """A brain cluster loses its leader: kill -9 of the leading replica
+        under the live apiserver while ConfigMaps are being created.  The
+        other replicas take over; nothing acknowledged may be lost, the
+        keyspace at the revision read before the kill must be identical,
+        the apiserver must be healthy again, and the time it took is
+        reported (the killed replica then rejoins and catches up)."""
+        store = self.store
+        before = self.object_lists()
+        pod_names = set(self.names_rvs("pods", "-n", "e2e-apps"))
+        self.metrics_before_restart = self.metrics()
+        cm_mark = len(self.cm_watch.events)
+        self.kubectl("create", "namespace", "e2e-kill")
+        writer = ConfigMapWriter(self, "e2e-kill").start()
+        self.writers.append(writer)
+        self.require("ConfigMaps being created before the kill", writer.wait_acked(20, self.time_left(60)),
+                     f"{len(writer.acked)} acknowledged")
+        lead = store.leader()
+        self.require("the brain cluster names one leader", lead is not None)
+        rev, snap = store.snapshot(b"/registry/")
+        self.log(f"kill -9 of the brain leader {lead.name} with {len(snap)} keys at revision {rev}, "
+                 f"{len(writer.acked)} ConfigMaps acknowledged so far")
+        w0 = time.time()
+        t0 = time.monotonic()
+        n_before = len(writer.acked)
+        code = lead.kill9()
+        self.check("brain leader killed with SIGKILL", code == -9, f"exit status {code}")
+        def new_leader():
+            m = store.leader()
+            return m if m not in (None, lead) else None
+
+        new = self.wait_until("a new brain leader", new_leader, self.time_left(30), interval=0.1)
+        elected = time.monotonic() - t0
+        resumed = writer.wait_acked(n_before + 10, self.time_left(60))
+        after_kill = [t for t in writer.acked_at[n_before:] if t > t0]
+        pause = (after_kill[0] - t0) if after_kill else None
+        self.facts["cluster_new_leader_s"] = round(elected, 2)
+        self.facts["cluster_write_pause_s"] = pause and round(pause, 2)
+        self.check("ConfigMaps are created again after the leader's kill", resumed and pause is not None,
+                   f"a new leader after {elected:.2f}s, the first ConfigMap acknowledged {pause and round(pause, 2)}s "
+                   f"after the kill, {writer.refused} POSTs refused meanwhile")
+        try:
+            _, again = store.snapshot(b"/registry/", revision=rev)
+            lost = sorted(set(snap) - set(again))
+            extra = sorted(set(again) - set(snap))
+            changed = sorted(k for k in snap if k in again and again[k] != snap[k])
+            self.check(f"leader kill: the keyspace at revision {rev} is identical on the other replicas",
+                       not lost and not extra and not changed,
+                       f"{len(again)} keys (before: {len(snap)}); {len(lost)} lost, {len(extra)} extra, "
+                       f"{len(changed)} changed")
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            self.check(f"leader kill: the keyspace at revision {rev} is identical on the other replicas", False,
+                       repr(e))
+        waited, body = self.cp.wait_readyz(self.time_left(60))
+        healthy = time.monotonic() - t0
+        self.facts["cluster_apiserver_healthy_s"] = round(healthy, 2)
+        self.restart_windows.append((w0, time.time() + 30))
+        self.restart_done_wall = time.time()
+        self.check("apiserver /readyz green after the leader's kill", "[+]etcd ok" in body,
+                   f"green {healthy:.1f}s after the kill")
+        rejoin = store.restart(lead, timeout=self.time_left(60))
+        self.facts["cluster_rejoin_s"] = round(rejoin, 1)
+        self.log(f"new leader {new.name} after {elected:.2f}s; write pause {pause and round(pause, 2)}s; "
+                 f"{lead.name} rejoined in {rejoin:.1f}s")
+        n = len(writer.acked)
+        writer.wait_acked(n + 5, self.time_left(30))
+        writer.stop()
+        there = self.names_rvs("configmaps", "-n", "e2e-kill")
+        missing = [k for k, _ in writer.acked if k not in there]
+        moved = [k for k, v in writer.acked if k in there and there[k] != v]
+        self.facts["kill9_configmaps_acknowledged"] = len(writer.acked)
+        self.check("every ConfigMap acknowledged across the leader's kill is there at its resourceVersion",
+                   not missing and not moved,
+                   f"{len(writer.acked)} acknowledged, {len(missing)} missing, {len(moved)} moved")
+        after = self.wait_until("lists after the leader's kill", self.object_lists, 60)
+        for kind in ("configmaps", "widgets", "deployments"):
+            lost = set(before[kind]) - set(after[kind])
+            changed = [k for k in before[kind] if k in after[kind] and after[kind][k] != before[kind][k]]
+            self.check(f"leader kill: no {kind} lost or changed", not lost and not changed and before[kind],
+                       f"{len(after[kind])} present, {len(lost)} lost, {len(changed)} changed")
+        self.check("leader kill: no pods lost", pod_names <= set(self.names_rvs("pods", "-n", "e2e-apps")))
+        self.kubectl("create", "configmap", "after-leader-kill", "-n", "e2e-watch", "--from-literal=k=v")
+        ok = self.cm_watch.wait_for([("ADDED", "after-leader-kill")], 30, cm_mark)
+        self.check("leader kill: a kubectl get -w opened before the kill still delivers", ok)
+
     def scale_roll_delete(self) -> None:
         s, r = self.p.scale_to, self.p.replicas
         t0 = time.monotonic()
@@ -919,8 +1008,11 @@ class Run:
             self.configmaps()
             self.crd()
             self.deployment()
-            self.restart_storage("sigterm")
-            self.restart_storage("kill9")
+            if self.backend == "brain-cluster":
+                self.kill_cluster_leader()
+            else:
+                self.restart_storage("sigterm")
+                self.restart_storage("kill9")
             self.scale_roll_delete()
             self.events_and_compaction()
             code, body = self.cp.http_get("/readyz?verbose")
@@ -945,7 +1037,7 @@ class Run:
             self.cp.stop()
             code = self.store.stop(30)
             self.check(f"{self.store.label} exits cleanly at the end",
-                       code == 0 or (self.backend != "brain" and code == -15), f"exit code {code}")
+                       code == 0 or (not self.backend.startswith("brain") and code == -15), f"exit code {code}")
             self.facts["elapsed_s"] = round(time.monotonic() - self.t0, 1)
 
     @property
@@ -1033,8 +1125,9 @@ def baseline_table(brain: Run, base: Run) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--transport", default="all", choices=["all", "tcp", "tls", "unix"],
-                    help="all = full profile over tcp (+ the baseline), then smoke over tls and unix")
+    ap.add_argument("--transport", default="all", choices=["all", "tcp", "tls", "unix", "cluster"],
+                    help="all = full profile over tcp (+ the baseline), then smoke over tls and unix; "
+                         "cluster = a 3-replica brain cluster on NATS over tcp, its leader killed mid-run")
     ap.add_argument("--profile", choices=sorted(PROFILES), help="default: full for tcp, smoke otherwise")
     ap.add_argument("--baseline", choices=["etcd-3.6", "none"],
                     help="after a tcp run, the same scenario on this server (default: etcd-3.6 for the full tcp "
@@ -1074,6 +1167,8 @@ def main(argv: list[str] | None = None) -> int:
             prof = replace(prof, **overrides)
             prof = replace(prof, scale_to=max(1, min(prof.scale_to, prof.replicas // 2)))
         backends = ["brain"] + ([_baseline(args, transport, pname)] if _baseline(args, transport, pname) else [])
+        if transport == "cluster":
+            transport, backends = "tcp", ["brain-cluster"]
         for backend in backends:
             wd = parent / (f"{transport}-{pname}" + ("" if backend == "brain" else f"-{backend}"))
             wd.mkdir()

@@ -38,6 +38,15 @@ def test_control_plane_on_brain(transport, profile):
     assert r.returncode == 0, f"{' '.join(argv[1:])} failed; the summary above names the failed checks"
 
 
+def test_control_plane_on_a_brain_cluster():
+    """The full scenario with --etcd-servers listing a 3-replica brain
+    cluster on NATS JetStream; the brain leader is killed mid-run."""
+    argv = [sys.executable, "-m", "tests.k8s.e2e", "--transport", "cluster", "--profile", "smoke",
+            *shlex.split(os.environ.get("BRAIN_E2E_ARGS", ""))]
+    r = subprocess.run(argv, cwd=REPO_ROOT, timeout=3500)
+    assert r.returncode == 0, f"{' '.join(argv[1:])} failed; the summary above names the failed checks"
+
+
 def test_storage_conformance_suite():
     """Kubernetes' storage conformance suite (k8s.io/apiserver/pkg/storage/testing)
     over the real etcd3 store, one brain per test: tests/k8s/conformance."""
