@@ -47,7 +47,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header.of(engine)
         self.max_request_bytes = max_request_bytes
         # A request whose serialized size is at most this fits in the limit
         # whatever its envelope (varint length included); only larger ones

@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+mod authority;
 mod events;
 mod grpc;
 mod server;
@@ -40,6 +41,19 @@ struct Transport {
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     io_threads: usize,
     bound: Mutex<Vec<(Listener, Option<Arc<tls::TlsState>>)>>,
+}
+
+/// An io::Error as Python's OSError(errno, strerror), so callers can word
+/// it as Go does ("address already in use").
+fn os_error(e: std::io::Error) -> PyErr {
+    match e.raw_os_error() {
+        Some(code) => {
+            let text = std::io::Error::from_raw_os_error(code).to_string();
+            let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+            pyo3::exceptions::PyOSError::new_err((code, text))
+        }
+        None => pyo3::exceptions::PyOSError::new_err(e.to_string()),
+    }
 }
 
 fn tls_state(args: Option<TlsArgs>) -> PyResult<Option<Arc<tls::TlsState>>> {
@@ -91,8 +105,8 @@ impl Transport {
     #[pyo3(signature = (host, port, tls=None))]
     fn listen_tcp(&self, host: &str, port: u16, tls: Option<TlsArgs>) -> PyResult<u16> {
         let tls = tls_state(tls)?;
-        let l = std::net::TcpListener::bind((host, port))?;
-        let port = l.local_addr()?.port();
+        let l = std::net::TcpListener::bind((host, port)).map_err(os_error)?;
+        let port = l.local_addr().map_err(os_error)?.port();
         self.bound.lock().push((Listener::Tcp(l), tls));
         Ok(port)
     }
@@ -100,7 +114,7 @@ impl Transport {
     #[pyo3(signature = (path, tls=None))]
     fn listen_unix(&self, path: &str, tls: Option<TlsArgs>) -> PyResult<()> {
         let tls = tls_state(tls)?;
-        let l = std::os::unix::net::UnixListener::bind(path)?;
+        let l = std::os::unix::net::UnixListener::bind(path).map_err(os_error)?;
         self.bound.lock().push((Listener::Unix(l), tls));
         Ok(())
     }
@@ -269,8 +283,13 @@ impl Transport {
     }
 }
 
-/// The Go names of TLS 1.2 cipher suites this transport implements, and
-/// rustls' names for them.
+/// Load TLS files as a listener would (ValueError says what is wrong).
+#[pyfunction]
+fn check_tls(tls: TlsArgs) -> PyResult<()> {
+    tls_state(Some(tls)).map(|_| ())
+}
+
+/// rustls' names of the cipher suites this transport implements.
 #[pyfunction]
 fn supported_cipher_suites() -> Vec<String> {
     rustls::crypto::ring::default_provider()
@@ -284,6 +303,7 @@ fn supported_cipher_suites() -> Vec<String> {
 fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
     m.add_function(wrap_pyfunction!(supported_cipher_suites, m)?)?;
+    m.add_function(wrap_pyfunction!(check_tls, m)?)?;
     m.add("EV_CALL", EV_CALL)?;
     m.add("EV_OPEN", EV_OPEN)?;
     m.add("EV_MESSAGE", EV_MESSAGE)?;

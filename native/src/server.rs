@@ -20,6 +20,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
+use crate::authority::AuthorityFix;
 use crate::events::{Event, EventQueue, Peer};
 use crate::grpc::{self, StreamHandle};
 use crate::tls::{self, TlsState};
@@ -150,7 +151,7 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
                         r = l.accept() => match r {
                             Ok((sock, _)) => {
                                 let _ = sock.set_nodelay(true);
-                                tokio::spawn(connection(shared.clone(), sock, tls.clone()));
+                                tokio::spawn(connection(shared.clone(), sock, tls.clone(), false));
                             }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                         },
@@ -166,7 +167,7 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
                 loop {
                     tokio::select! {
                         r = l.accept() => match r {
-                            Ok((sock, _)) => { tokio::spawn(connection(shared.clone(), sock, tls.clone())); }
+                            Ok((sock, _)) => { tokio::spawn(connection(shared.clone(), sock, tls.clone(), true)); }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                         },
                         _ = stop.changed() => return,
@@ -186,7 +187,7 @@ impl Drop for OpenGuard {
     }
 }
 
-async fn connection<S>(shared: Arc<Shared>, sock: S, tls: Option<Arc<TlsState>>)
+async fn connection<S>(shared: Arc<Shared>, sock: S, tls: Option<Arc<TlsState>>, unix: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -194,7 +195,7 @@ where
     shared.stats.connections_open.fetch_add(1, Ordering::Relaxed);
     let _guard = OpenGuard(shared.clone());
     let Some(tls) = tls else {
-        serve(shared, sock, Arc::new(Peer { common_name: None }), None).await;
+        serve(shared, sock, Arc::new(Peer { common_name: None }), None, unix).await;
         return;
     };
     let acceptor = TlsAcceptor::from(tls.config());
@@ -216,7 +217,7 @@ where
         .and_then(|c| c.first())
         .and_then(|c| tls::subject_common_name(c.as_ref()));
     let alpn = conn.alpn_protocol().map(|p| p.to_vec());
-    serve(shared, stream, Arc::new(Peer { common_name }), alpn).await;
+    serve(shared, stream, Arc::new(Peer { common_name }), alpn, unix).await;
 }
 
 fn count_handshake_failure(shared: &Shared, reason: &str) {
@@ -226,7 +227,7 @@ fn count_handshake_failure(shared: &Shared, reason: &str) {
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-async fn serve<S>(shared: Arc<Shared>, mut io: S, peer: Arc<Peer>, alpn: Option<Vec<u8>>)
+async fn serve<S>(shared: Arc<Shared>, mut io: S, peer: Arc<Peer>, alpn: Option<Vec<u8>>, unix: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -257,6 +258,8 @@ where
         }
     };
     match h2 {
+        // unix sockets: clients send the path as :authority (see authority.rs)
+        Some(prefix) if unix => http2(shared, AuthorityFix::new(Rewind { prefix, inner: io }), peer).await,
         Some(prefix) => http2(shared, Rewind { prefix, inner: io }, peer).await,
         None => http1(shared, io, peer, BytesMut::new()).await,
     }
