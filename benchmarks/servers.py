@@ -110,9 +110,34 @@ def memory_kb(pgid: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """Mutual TLS for a server and the tools pointed at it: the server's
+    certificate and key, the CA both sides trust, a client certificate."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    def server_flags(self) -> list[str]:
+        return ["--cert-file", str(self.server_cert), "--key-file", str(self.server_key),
+                "--trusted-ca-file", str(self.ca), "--client-cert-auth"]
+
+    def tool_flags(self) -> list[str]:
+        """For etcd's benchmark, etcdctl and brainload alike."""
+        return ["--cacert", str(self.ca), "--cert", str(self.client_cert), "--key", str(self.client_key)]
+
+
 @dataclass
 class StartOptions:
     big_quota: bool = False  # the 1M-key restart run: 8 GiB backend quota
+    tls: TLSFiles | None = None  # https:// with client-cert auth instead of http://
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
 
 QUOTA_8G = 8 * 1024 ** 3
@@ -184,7 +209,7 @@ class Etcd(Flavor):
         return _first_line([self.binary(), "--version"])
 
     def command(self, data_dir, port, peer_port, opts):
-        client = f"http://127.0.0.1:{port}"
+        client = f"{opts.scheme}://127.0.0.1:{port}"
         peer = f"http://127.0.0.1:{peer_port}"
         cmd = [
             self.binary(),
@@ -198,6 +223,8 @@ class Etcd(Flavor):
         ]
         if opts.big_quota:
             cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        if opts.tls:
+            cmd += opts.tls.server_flags()
         return cmd
 
     def flags_note(self) -> str:
@@ -266,9 +293,11 @@ class Brain(Flavor):
     def command(self, data_dir, port, peer_port, opts):
         cmd = [sys.executable, "-m", "brain", "serve",
                "--data-dir", str(data_dir),
-               "--listen-client-urls", f"http://127.0.0.1:{port}"]
+               "--listen-client-urls", f"{opts.scheme}://127.0.0.1:{port}"]
         if opts.big_quota:
             cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        if opts.tls:
+            cmd += opts.tls.server_flags()
         return cmd
 
     def env(self):
@@ -294,12 +323,17 @@ def all_flavors() -> list[Flavor]:
 # ---------------------------------------------------------------------------
 
 
-def _range_once(endpoint: str, timeout: float, serializable: bool = False) -> None:
+def _range_once(endpoint: str, timeout: float, serializable: bool = False, tls: TLSFiles | None = None) -> None:
     import grpc
 
     from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-    channel = grpc.insecure_channel(endpoint)
+    if tls is None:
+        channel = grpc.insecure_channel(endpoint)
+    else:
+        creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.client_key.read_bytes(),
+                                             tls.client_cert.read_bytes())
+        channel = grpc.secure_channel(endpoint, creds)
     try:
         rpc_pb2_grpc.KVStub(channel).Range(
             rpc_pb2.RangeRequest(key=b"/bench-readiness", serializable=serializable), timeout=timeout)
@@ -330,6 +364,11 @@ class Server:
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The endpoint with its scheme, for tools that tell TLS by it."""
+        return f"{self.opts.scheme}://{self.endpoint}"
 
     @property
     def pid(self) -> int:
@@ -391,7 +430,7 @@ class Server:
                 time.sleep(0.01)
                 continue
             try:
-                _range_once(self.endpoint, timeout=min(2.0, max(0.2, deadline - now)))
+                _range_once(self.endpoint, timeout=min(2.0, max(0.2, deadline - now)), tls=self.opts.tls)
                 return time.monotonic() - self.started_at
             except Exception as e:  # grpc.RpcError and friends
                 details = e.details() if hasattr(e, "details") else str(e)
