@@ -106,6 +106,8 @@ pub struct Shared {
     pub cfg: Config,
     pub stats: Stats,
     pub shutdown: watch::Sender<bool>,
+    /// BRAIN_TRANSPORT_DEBUG set: failures are also printed to stderr.
+    pub debug: bool,
 }
 
 impl Shared {
@@ -126,6 +128,7 @@ impl Shared {
             cfg,
             stats: Stats::default(),
             shutdown: watch::channel(false).0,
+            debug: std::env::var_os("BRAIN_TRANSPORT_DEBUG").is_some(),
         }
     }
     pub fn next_id(&self) -> u64 {
@@ -204,6 +207,9 @@ where
         Ok(Err(e)) => {
             let reason = tls::failure_reason(&e);
             count_handshake_failure(&shared, reason);
+            if shared.debug {
+                eprintln!("brain transport: TLS handshake failed ({reason}): {e}");
+            }
             return;
         }
         Err(_) => {
