@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean
+.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean native
 
 serve: deps-python            ## run brain on its embedded default (127.0.0.1:2379, ./default.brain)
 	$(PYTHON) -m brain serve
@@ -30,8 +30,16 @@ bench-smoke: deps             ## every benchmark workload for a second on each s
 
 deps: deps-system deps-python
 
+# pip builds brain._transport (native/, Rust) with maturin as part of the
+# editable install: cargo fetches crates, builds into .cache/cargo-target
+# (CARGO_TARGET_DIR overrides: several checkouts can share one cache) and the
+# module lands in brain/.  Cold: a few minutes on 2 cores; then seconds.
 deps-python:
 	$(PIP) install -q --disable-pip-version-check -e '.[test]'
+
+native:                       ## rebuild only brain._transport in place (after editing native/), without pip
+	cargo build --release --manifest-path native/Cargo.toml
+	cp "$${CARGO_TARGET_DIR:-.cache/cargo-target}/release/lib_transport.so" brain/_transport.abi3.so
 
 deps-system:                  ## etcd and etcdctl: the differential oracle and the CLI client
 	@if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then \
@@ -45,4 +53,4 @@ proto-check:
 	$(PYTHON) -m brain.api.genproto --check
 
 clean:
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis
+	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis brain/_transport*.so

@@ -1,7 +1,9 @@
 """Servers and an etcdctl runner for the integration tests.
 
-Each module gets one `python -m brain serve` per shard setting
-(BRAIN_TEST_SHARDS, default "1,4") and, when the etcd binary is installed,
+Each module gets one `python -m brain serve` per server setting (every
+BRAIN_TEST_SHARDS setting on plaintext TCP, the first one over mutual TLS
+and a unix socket: tests.support.servers.server_settings_from_env) and,
+when the etcd binary is installed,
 one etcd beside it.  Tests send the same commands to both in the same order,
 so the two stores stay in lockstep (same revisions) and outputs can be
 compared byte for byte after masking the cluster/member ids and raft term.
@@ -19,9 +21,11 @@ import pytest
 
 from tests.support.servers import (
     etcd_available,
+    etcdctl_flags,
     in_ci,
     require_brain,
-    shard_settings_from_env,
+    server_settings_from_env,
+    setting_id,
     start_brain,
     start_etcd,
 )
@@ -67,7 +71,8 @@ def run_etcdctl(endpoint: str, *args: str, stdin: str | bytes | None = None, tim
     env = dict(os.environ, ETCDCTL_API="3")
     data = stdin.encode() if isinstance(stdin, str) else stdin
     p = subprocess.run(
-        [ETCDCTL, f"--endpoints={endpoint}", "--command-timeout=15s", "--dial-timeout=5s", *args],
+        [ETCDCTL, f"--endpoints={endpoint}", *etcdctl_flags(endpoint), "--command-timeout=15s", "--dial-timeout=5s",
+         *args],
         input=data if data is not None else b"",
         capture_output=True,
         env=env,
@@ -100,15 +105,16 @@ class Servers:
     shards: int
 
 
-@pytest.fixture(scope="module", params=shard_settings_from_env(), ids=lambda n: f"shards{n}")
+@pytest.fixture(scope="module", params=server_settings_from_env(), ids=setting_id)
 def servers(request):
     require_brain()
-    brain = start_brain(shards=request.param)
+    shards, transport = request.param
+    brain = start_brain(shards=shards, transport=transport)
     etcd = None
     try:
         if etcd_available():
             etcd = start_etcd()
-        yield Servers(brain, etcd, request.param)
+        yield Servers(brain, etcd, shards)
     finally:
         brain.cleanup()
         if etcd is not None:
