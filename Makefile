@@ -39,7 +39,8 @@ deps-python:
 
 native:                       ## rebuild only brain._transport in place (after editing native/), without pip
 	cargo build --release --manifest-path native/Cargo.toml
-	cp "$${CARGO_TARGET_DIR:-.cache/cargo-target}/release/lib_transport.so" brain/_transport.abi3.so
+	cp "$${CARGO_TARGET_DIR:-.cache/cargo-target}/release/lib_transport.so" brain/_transport.abi3.so.new
+	mv -f brain/_transport.abi3.so.new brain/_transport.abi3.so  # a new file: running servers keep theirs
 
 deps-system:                  ## etcd and etcdctl: the differential oracle and the CLI client
 	@if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then \

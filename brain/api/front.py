@@ -275,8 +275,8 @@ class NativeFront:
     def _round(self, events, EV_CALL, EV_OPEN, EV_MESSAGE) -> None:
         methods = self.methods
         stats = self.stats
-        respond = self.transport.respond
-        recv_limit = self.recv_limit
+        replies = []  # (id, response bytes): sent in one respond_many
+        reply = replies.append
         writes = []
         reads = []
         renewals = []
@@ -310,7 +310,7 @@ class NativeFront:
                     if type(out) is Deferred:
                         writes.append((cid, m, out))
                         continue
-                    respond(cid, out.SerializeToString())
+                    reply((cid, out.SerializeToString()))
                     answered[m.stats_key] = answered.get(m.stats_key, 0) + 1
                 except Exception as e:  # noqa: BLE001 - every failure becomes a status
                     self._fail_with(cid, m, e)
@@ -342,14 +342,16 @@ class NativeFront:
                 self._open(cid, m)
             else:
                 self._other(kind, cid, mid, payload)
+        if writes:
+            self._submit(writes)
+        if reads:
+            self._read_barrier(reads, replies)
+        if replies:
+            self.transport.respond_many(replies)
         for key, n in started.items():
             stats.on_start(key, n)
         for key, n in answered.items():
             stats.on_handled(key, "OK", n, n, calls=n)
-        if reads:
-            self._read_barrier(reads)
-        if writes:
-            self._submit(writes)
         if renewals:
             self._renew(renewals)
 
@@ -390,8 +392,9 @@ class NativeFront:
 
     # -- reads -------------------------------------------------------------
 
-    def _read_barrier(self, reads: list) -> None:
-        """One barrier for every linearizable read of the round."""
+    def _read_barrier(self, reads: list, replies: list) -> None:
+        """One barrier for every linearizable read of the round; answers
+        go to ``replies`` when it passes at once."""
         self._begin(len(reads))
         try:
             now = self.engine.read_barrier(lambda exc: self._barrier_passed(reads, exc))
@@ -399,15 +402,15 @@ class NativeFront:
             self._answer_reads(reads, e, True)
             return
         if now:
-            self._answer_reads(reads, None, True)
+            self._answer_reads(reads, None, True, replies)
 
     def _barrier_passed(self, reads: list, exc) -> None:
         # on an engine thread: hand the reads back to the dispatch thread
         self._barriers.append((reads, exc, True))
         self.transport.wake()
 
-    def _answer_reads(self, reads: list, exc, waited: bool = False) -> None:
-        respond = self.transport.respond
+    def _answer_reads(self, reads: list, exc, waited: bool = False, replies: list | None = None) -> None:
+        out = [] if replies is None else replies
         ok: dict = {}
         try:
             for cid, m, request in reads:
@@ -415,10 +418,12 @@ class NativeFront:
                     self._fail_with(cid, m, exc)
                     continue
                 try:
-                    respond(cid, m.step(request).SerializeToString())
+                    out.append((cid, m.step(request).SerializeToString()))
                     ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                 except Exception as e:  # noqa: BLE001
                     self._fail_with(cid, m, e)
+            if replies is None and out:
+                self.transport.respond_many(out)
             for key, n in ok.items():
                 self.stats.on_handled(key, "OK", n, n, calls=n)
         finally:
@@ -439,11 +444,12 @@ class NativeFront:
     def _completer(self, writes: list):
         """Answers the calls of one dispatch round as the engine settles
         their writes (on the committer thread, once per commit batch)."""
-        respond = self.transport.respond
+        respond_many = self.transport.respond_many
         stats = self.stats
 
         def settled(items) -> None:
             ok: dict = {}
+            replies = []
             try:
                 for index, result, exc in items:
                     cid, m, deferred = writes[index]
@@ -453,10 +459,12 @@ class NativeFront:
                         except Exception as e:  # noqa: BLE001
                             exc = e
                         else:
-                            respond(cid, data)
+                            replies.append((cid, data))
                             ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                             continue
                     self._fail_with(cid, m, exc)
+                if replies:
+                    respond_many(replies)  # the GIL is released while they are written
             finally:
                 for key, n in ok.items():
                     stats.on_handled(key, "OK", n, n, calls=n)

@@ -179,13 +179,17 @@ impl Transport {
         }
     }
 
-    /// Answer many unary calls: [(id, message)].
-    fn respond_many(&self, items: Vec<(u64, PyBackedBytes)>) {
-        for (id, data) in items {
-            if let Some(Pending::Unary(r)) = self.shared.calls.remove(id) {
-                grpc::respond_ok(r, &data);
+    /// Answer many unary calls: [(id, message)].  The HTTP/2 work runs with
+    /// the GIL released, so Python's other threads go on meanwhile.
+    fn respond_many(&self, py: Python<'_>, items: Vec<(u64, PyBackedBytes)>) {
+        let shared = self.shared.clone();
+        py.allow_threads(move || {
+            for (id, data) in items {
+                if let Some(Pending::Unary(r)) = shared.calls.remove(id) {
+                    grpc::respond_ok(r, &data);
+                }
             }
-        }
+        });
     }
 
     /// End a call with a status: a unary call at once; a stream after the
