@@ -208,7 +208,8 @@ class NativeFront:
         self._sessions: dict[int, _Session] = {}
         self._ready: deque[int] = deque()  # streams with responses to poll
         self._wake_pending = False
-        self._barriers: deque = deque()  # (reads, exc) whose read barrier passed
+        self._later: deque = deque()  # engine callbacks to finish on the dispatch thread
+        self._dispatch_ident = 0
         self._thread: threading.Thread | None = None
         self._inflight = 0
         self._inflight_lock = threading.Lock()
@@ -258,7 +259,18 @@ class NativeFront:
 
     # -- dispatch ------------------------------------------------------------
 
+    def _on_dispatch_thread(self, fn, *args) -> None:
+        """Run ``fn(*args)`` now when called on the dispatch thread (the
+        engine answered at once), else queue it there: sessions and the
+        read bookkeeping are only ever touched by that thread."""
+        if threading.get_ident() == self._dispatch_ident:
+            fn(*args)
+        else:
+            self._later.append((fn, args))
+            self.transport.wake()
+
     def _dispatch(self) -> None:
+        self._dispatch_ident = threading.get_ident()
         t = self.transport
         EV_CALL, EV_OPEN, EV_MESSAGE = _transport.EV_CALL, _transport.EV_OPEN, _transport.EV_MESSAGE
         while (events := t.recv_batch(BATCH_EVENTS)) is not None:
@@ -266,8 +278,9 @@ class NativeFront:
                 if events:
                     self._round(events, EV_CALL, EV_OPEN, EV_MESSAGE)
                 self._wake_pending = False
-                while self._barriers:
-                    self._answer_reads(*self._barriers.popleft())
+                while self._later:
+                    fn, args = self._later.popleft()
+                    fn(*args)
                 self._pump()
             except Exception:  # noqa: BLE001 - the dispatch thread must survive a bug
                 log.exception("front dispatch round failed")
@@ -322,6 +335,9 @@ class NativeFront:
                 if type(s) is _KeepAliveSession:
                     try:
                         renewals.append((s, self.lease_service.parse_keepalive(payload)))
+                        # counted now: a half-close later in this batch must
+                        # not end the stream before this renewal is answered
+                        s.outstanding += 1
                     except DecodeError as e:
                         self._finish(s, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
                 elif type(s) is _WatchSession:
@@ -405,9 +421,8 @@ class NativeFront:
             self._answer_reads(reads, None, True, replies)
 
     def _barrier_passed(self, reads: list, exc) -> None:
-        # on an engine thread: hand the reads back to the dispatch thread
-        self._barriers.append((reads, exc, True))
-        self.transport.wake()
+        # on an engine thread: the reads are answered on the dispatch thread
+        self._on_dispatch_thread(self._answer_reads, reads, exc, True)
 
     def _answer_reads(self, reads: list, exc, waited: bool = False, replies: list | None = None) -> None:
         out = [] if replies is None else replies
@@ -521,12 +536,11 @@ class NativeFront:
 
     def _renew(self, renewals: list) -> None:
         """Every LeaseKeepAlive request of the round in one engine call."""
-        for s, _ in renewals:
-            s.outstanding += 1
         revision = self.engine.committed_rev  # etcd reads the header before renewing
         try:
-            self.engine.lease_keepalive_many([lid for _, lid in renewals],
-                                             lambda out: self._renewed(renewals, revision, out))
+            self.engine.lease_keepalive_many(
+                [lid for _, lid in renewals],
+                lambda out: self._on_dispatch_thread(self._renewed, renewals, revision, out))
         except Exception as e:  # noqa: BLE001
             self._renewed(renewals, revision, [(lid, e) for _, lid in renewals])
 
@@ -549,7 +563,7 @@ class NativeFront:
             if not s.done:
                 code, message = status_of(exc, "LeaseKeepAlive")
                 self._finish(s, code.value[0], GO_CODE_NAMES.get(code, "Unknown"), message)
-        for s in per:
+        for s, _ in renewals:
             if s.half_closed and not s.outstanding and not s.done:
                 self._finish(s, _OK, "OK", "")
 

@@ -107,7 +107,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
     # -- the grpcio servicer -----------------------------------------------
 
     def Range(self, request, context):
-        return run_step(self.engine, self.range, request, context, "Range")
+        return run_step(self.engine, self.range, request, context, "Range", linearizable=not request.serializable)
 
     def Put(self, request, context):
         return run_step(self.engine, self.put, request, context, "Put")
@@ -116,7 +116,8 @@ class KVService(rpc_pb2_grpc.KVServicer):
         return run_step(self.engine, self.delete_range, request, context, "DeleteRange")
 
     def Txn(self, request, context):
-        return run_step(self.engine, self.txn, request, context, "Txn")
+        linearizable = convert.txn_is_readonly(request) and not convert.txn_reads_serializable(request)
+        return run_step(self.engine, self.txn, request, context, "Txn", linearizable=linearizable)
 
     def Compact(self, request, context):
         return run_step(self.engine, self.compact, request, context, "Compact")

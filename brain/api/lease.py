@@ -137,10 +137,11 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
             yield resp
 
     def LeaseTimeToLive(self, request, context):
-        return run_step(self.engine, self.lease_time_to_live, request, context, "LeaseTimeToLive")
+        return run_step(self.engine, self.lease_time_to_live, request, context, "LeaseTimeToLive",
+                        linearizable=True)
 
     def LeaseLeases(self, request, context):
-        return run_step(self.engine, self.lease_leases, request, context, "LeaseLeases")
+        return run_step(self.engine, self.lease_leases, request, context, "LeaseLeases", linearizable=True)
 
 
 def lease_handlers(svc: LeaseService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:

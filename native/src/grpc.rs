@@ -285,6 +285,48 @@ enum SendEvent {
     Capacity(Option<Result<usize, h2::Error>>),
 }
 
+/// Hand h2 as much of `pending` as the stream's window allows now, then ask
+/// for capacity for the rest.  False when the stream is gone.
+fn flush(
+    shared: &Shared,
+    id: u64,
+    method: u32,
+    send: &mut h2::SendStream<Bytes>,
+    pending: &mut VecDeque<Bytes>,
+    pending_bytes: &mut usize,
+    state: &StreamState,
+) -> bool {
+    let mut cap = send.capacity();
+    let mut sent = 0usize;
+    while cap > 0 {
+        let Some(mut front) = pending.pop_front() else { break };
+        let chunk = if front.len() <= cap {
+            front
+        } else {
+            let c = front.split_to(cap);
+            pending.push_front(front);
+            c
+        };
+        cap -= chunk.len();
+        sent += chunk.len();
+        if send.send_data(chunk, false).is_err() {
+            return false;
+        }
+    }
+    if sent > 0 {
+        *pending_bytes -= sent;
+        let limit = shared.send_queue_bytes;
+        // SeqCst: pairs with send() in lib.rs (store want_writable, then load
+        // queued); with weaker orders both sides could miss each other.
+        let left = state.queued.fetch_sub(sent, Ordering::SeqCst) - sent;
+        if left <= limit / 2 && state.want_writable.swap(false, Ordering::SeqCst) {
+            shared.queue.push(Event::Writable { id, method });
+        }
+    }
+    send.reserve_capacity(*pending_bytes);
+    true
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn pump(
     shared: Arc<Shared>,
@@ -328,34 +370,10 @@ async fn pump(
                     cancelled = true;
                     break;
                 }
-                SendEvent::Capacity(Some(Ok(mut cap))) => {
-                    let mut sent = 0usize;
-                    while cap > 0 {
-                        let Some(mut front) = pending.pop_front() else { break };
-                        let chunk = if front.len() <= cap {
-                            front
-                        } else {
-                            let c = front.split_to(cap);
-                            pending.push_front(front);
-                            c
-                        };
-                        cap -= chunk.len();
-                        sent += chunk.len();
-                        if send.send_data(chunk, false).is_err() {
-                            cancelled = true;
-                            break;
-                        }
-                    }
-                    if cancelled {
+                SendEvent::Capacity(Some(Ok(_))) => {
+                    if !flush(&shared, id, method, &mut send, &mut pending, &mut pending_bytes, &state) {
+                        cancelled = true;
                         break;
-                    }
-                    pending_bytes -= sent;
-                    let left = state.queued.fetch_sub(sent, Ordering::AcqRel) - sent;
-                    if left <= limit / 2 && state.want_writable.swap(false, Ordering::AcqRel) {
-                        shared.queue.push(Event::Writable { id, method });
-                    }
-                    if pending_bytes > 0 {
-                        send.reserve_capacity(pending_bytes);
                     }
                 }
             },
@@ -365,7 +383,11 @@ async fn pump(
                         pending_bytes += f.len();
                         pending.push_back(f);
                     }
-                    send.reserve_capacity(pending_bytes);
+                    // capacity may be assigned already (no increase to wait for)
+                    if !flush(&shared, id, method, &mut send, &mut pending, &mut pending_bytes, &state) {
+                        cancelled = true;
+                        break;
+                    }
                 }
                 Some(Cmd::Finish(code, msg)) => {
                     finishing = Some((code, msg));

@@ -221,17 +221,19 @@ impl Transport {
         let Some((tx, state)) = self.shared.calls.stream(id) else { return true };
         let frames: Vec<Bytes> = messages.iter().map(|m| grpc::frame(m)).collect();
         let n: usize = frames.iter().map(|f| f.len()).sum();
-        let queued = state.queued.fetch_add(n, std::sync::atomic::Ordering::AcqRel) + n;
+        use std::sync::atomic::Ordering::SeqCst;
+        let queued = state.queued.fetch_add(n, SeqCst) + n;
         if tx.send(grpc::Cmd::Data(frames)).is_err() {
             return true;
         }
         if queued > self.shared.send_queue_bytes {
-            state.want_writable.store(true, std::sync::atomic::Ordering::Release);
-            // it may have drained meanwhile: check again
-            if state.queued.load(std::sync::atomic::Ordering::Acquire) > self.shared.send_queue_bytes / 2 {
+            state.want_writable.store(true, SeqCst);
+            // it may have drained meanwhile: check again (see grpc::flush)
+            if state.queued.load(SeqCst) > self.shared.send_queue_bytes / 2 {
                 return false;
             }
-            state.want_writable.store(false, std::sync::atomic::Ordering::Release);
+            // drained: nobody needs telling (a Writable may still come; harmless)
+            state.want_writable.store(false, SeqCst);
         }
         true
     }

@@ -451,3 +451,21 @@ def test_kv_service_can_be_used_without_a_server(engine):
     with pytest.raises(RuntimeError) as ei:
         svc.Put(pb.PutRequest(key=b"k", value=b"v" * 200), Ctx())
     assert ei.value.args[0] == (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: request is too large")
+
+
+def test_linearizable_reads_wait_for_the_read_barrier(kv, engine):
+    kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
+    engine.barrier_async = True  # a replica: the barrier passes after a round trip
+    before = engine.barriers
+    r = kv.Range(pb.RangeRequest(key=b"k"), timeout=10)
+    assert r.kvs[0].value == b"v"
+    txn = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=b"k"))])
+    assert kv.Txn(txn, timeout=10).responses[0].response_range.kvs[0].value == b"v"
+    # serializable reads never wait
+    kv.Range(pb.RangeRequest(key=b"k", serializable=True), timeout=10)
+    ser = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=b"k", serializable=True))])
+    kv.Txn(ser, timeout=10)
+    assert engine.barriers - before == 2
+    engine.barrier_error = errors.ErrTimeout
+    e = _err(kv.Range, pb.RangeRequest(key=b"k"))
+    assert (e.code().name, e.details()) == (errors.ErrTimeout.code, errors.ErrTimeout.message)
