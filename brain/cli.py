@@ -117,7 +117,8 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--log-level", "log_level", str, "debug, info, warn or error (default %(default)s)"),
     ("--log-format", "log_format", str, "text or json (default %(default)s)"),
     ("--grpc-workers", "grpc_workers", _int,
-     "gRPC handler threads; every open Watch or LeaseKeepAlive stream holds one (default %(default)s)"),
+     "grpcio front: handler threads, one per open Watch or LeaseKeepAlive stream; native front: at most 16 "
+     "serve the rare calls, Snapshot and HTTP requests (default %(default)s)"),
     ("--grpc-front", "grpc_front", str,
      "native: serve every listener (http, https, unix, unixs: gRPC and etcd's HTTP endpoints) with "
      "brain's own transport; grpcio: grpcio for gRPC, no HTTP endpoints on the client port "

@@ -189,7 +189,8 @@ class NativeFront:
 
     def __init__(self, engine, methods: list[Method], *, recv_limit: int, stats: GrpcStats,
                  pool: futures.Executor, http=None, watch_service=None, lease_service=None,
-                 keepalive_time_ms: int, keepalive_timeout_ms: int, send_queue_bytes: int = 4 << 20) -> None:
+                 keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
+                 send_queue_bytes: int = 4 << 20) -> None:
         if _transport is None:
             raise RuntimeError("brain._transport is not built (pip install -e . builds it)")
         self.engine = engine
@@ -204,7 +205,8 @@ class NativeFront:
             [(m.path, m.kind) for m in methods], io_threads=io_threads(),
             # over the limit the transport passes the length, not the body
             max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
-            keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms)
+            keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
+            keepalive_min_time_ms=keepalive_min_time_ms)
         self._sessions: dict[int, _Session] = {}
         self._ready: deque[int] = deque()  # streams with responses to poll
         self._wake_pending = False

@@ -278,7 +278,8 @@ class ApiServer:
             pool=self._executor, http=_LazyHttp(self), watch_service=self._services["watch"],
             lease_service=self._services["lease"],
             keepalive_time_ms=int(config.grpc_keepalive_interval * 1000),
-            keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000))
+            keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
+            keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000))
         endpoints = []
         try:
             tls = None

@@ -180,6 +180,8 @@ class TransportCollector:
           (malformed HTTP/1.1 or garbage on the client port),
       brain_transport_keepalive_timeouts_total (connections closed for an
           unanswered keepalive ping),
+      brain_transport_too_many_pings_total (clients pinging more often than
+          --grpc-keepalive-min-time, sent away),
       brain_tls_handshake_failures_total{reason} (no_client_certificate,
           bad_certificate: e.g. signed by another CA, not_tls: plaintext on
           a TLS port, incompatible, alert_received, closed, timeout, other).
@@ -204,6 +206,9 @@ class TransportCollector:
                        "client port, answered with an HTTP error and closed.", st["bad_requests"])
         yield _counter("brain_transport_keepalive_timeouts_total", "Connections closed because a keepalive "
                        "ping went unanswered.", st["keepalive_timeouts"])
+        yield _counter("brain_transport_too_many_pings_total", "Connections sent away (GOAWAY "
+                       "ENHANCE_YOUR_CALM) for pinging more often than --grpc-keepalive-min-time.",
+                       st["too_many_pings"])
         fam = CounterMetricFamily("brain_tls_handshake_failures_total", "TLS handshakes refused or failed, "
                                   "by reason.", labels=["reason"])
         for reason, n in sorted(st["tls_handshake_failures"].items()):

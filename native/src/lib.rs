@@ -27,6 +27,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 mod authority;
 mod events;
 mod grpc;
+mod pings;
 mod server;
 mod tls;
 
@@ -70,7 +71,7 @@ impl Transport {
     /// 2 bidirectional; a method's id is its index.
     #[new]
     #[pyo3(signature = (methods, *, io_threads=1, max_recv_bytes=2_097_152, send_queue_bytes=4_194_304,
-                        keepalive_interval_ms=7_200_000, keepalive_timeout_ms=20_000,
+                        keepalive_interval_ms=7_200_000, keepalive_timeout_ms=20_000, keepalive_min_time_ms=5_000,
                         handshake_timeout_ms=20_000, max_concurrent_streams=u32::MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -80,10 +81,12 @@ impl Transport {
         send_queue_bytes: usize,
         keepalive_interval_ms: u64,
         keepalive_timeout_ms: u64,
+        keepalive_min_time_ms: u64,
         handshake_timeout_ms: u64,
         max_concurrent_streams: u32,
     ) -> PyResult<Self> {
         let cfg = Config {
+            keepalive_min_time: Duration::from_millis(keepalive_min_time_ms),
             max_recv: max_recv_bytes,
             send_queue_bytes,
             keepalive_interval: Duration::from_millis(keepalive_interval_ms.max(1)),
@@ -263,6 +266,7 @@ impl Transport {
         d.set_item("http_requests", s.http_requests.load(Relaxed))?;
         d.set_item("bad_requests", s.bad_requests.load(Relaxed))?;
         d.set_item("keepalive_timeouts", s.keepalive_timeouts.load(Relaxed))?;
+        d.set_item("too_many_pings", s.too_many_pings.load(Relaxed))?;
         let f = PyDict::new(py);
         for (i, r) in server::HANDSHAKE_REASONS.iter().enumerate() {
             f.set_item(*r, s.handshake_failures[i].load(Relaxed))?;

@@ -21,6 +21,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::authority::AuthorityFix;
+use crate::pings::{PingGuard, PingPolicy};
 use crate::events::{Event, EventQueue, Peer};
 use crate::grpc::{self, StreamHandle};
 use crate::tls::{self, TlsState};
@@ -83,10 +84,12 @@ pub struct Stats {
     pub http_requests: AtomicU64,
     pub bad_requests: AtomicU64,
     pub keepalive_timeouts: AtomicU64,
+    pub too_many_pings: AtomicU64,
     pub handshake_failures: [AtomicU64; 8],
 }
 
 pub struct Config {
+    pub keepalive_min_time: Duration,
     pub max_recv: usize,
     pub send_queue_bytes: usize,
     pub keepalive_interval: Duration,
@@ -275,6 +278,8 @@ async fn http2<S>(shared: Arc<Shared>, io: S, peer: Arc<Peer>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let policy = Arc::new(PingPolicy::default());
+    let io = PingGuard::new(io, policy.clone(), shared.cfg.keepalive_min_time);
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(shared.cfg.max_concurrent_streams)
@@ -315,16 +320,45 @@ where
                 Some(Ok((req, respond))) => {
                     let shared = shared.clone();
                     let peer = peer.clone();
-                    tokio::spawn(request(shared, peer, req, respond));
+                    let active = ActiveCall::new(policy.clone());
+                    tokio::spawn(async move {
+                        request(shared, peer, req, respond).await;
+                        drop(active);
+                    });
                 }
                 _ => break,
             },
+            _ = policy.notify.notified() => {
+                // grpc-go's answer to a client pinging too often
+                shared.stats.too_many_pings.fetch_add(1, Ordering::Relaxed);
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while let Some(Ok(_)) = conn.accept().await {}
+                }).await;
+                break;
+            }
             _ = dead.notified() => break,
             _ = stop.changed() => break,
         }
     }
     if let Some(k) = keepalive {
         k.abort();
+    }
+}
+
+/// A call in flight, for the ping policy (held by the call's task).
+struct ActiveCall(Arc<PingPolicy>);
+
+impl ActiveCall {
+    fn new(p: Arc<PingPolicy>) -> Self {
+        p.active.fetch_add(1, Ordering::Relaxed);
+        ActiveCall(p)
+    }
+}
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

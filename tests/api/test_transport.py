@@ -451,3 +451,30 @@ def test_a_watch_that_never_reads_falls_back_to_catch_up(mtls_server, pki):
             watchers, slow, streams = mtls_server.engine.watches.statistics()
             assert (watchers, slow, streams) == (1, 1, 1)
             assert kv.Range(pb.RangeRequest(key=b"slow"), timeout=10).kvs[0].version == 1000
+
+
+def test_a_client_pinging_too_often_is_sent_away():
+    """--grpc-keepalive-min-time, grpc-go's rule: more than two pings too
+    soon after the previous one get GOAWAY ENHANCE_YOUR_CALM."""
+    e = _Echo(keepalive_min_time_ms=5000)
+    try:
+        ping = _frame(0x6, 0, 0, b"12345678")
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            s.sendall(PREFACE + _frame(0x4, 0, 0) + ping * 4)
+            frames = _read_frames(s, lambda f: f[0] == -1)
+        goaway = [f for f in frames if f[0] == 0x7]
+        assert goaway and int.from_bytes(goaway[0][3][4:8], "big") == 0xB  # ENHANCE_YOUR_CALM
+        assert e.t.stats()["too_many_pings"] == 1
+        # a client whose calls go on between its pings is never a pest
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            out = PREFACE + _frame(0x4, 0, 0)
+            for i in range(6):
+                sid = 2 * i + 1
+                out += ping + _frame(0x1, 0x4, sid, _grpc_headers(b"/t.T/Unary")) + _frame(
+                    0x0, 0x1, sid, _grpc_message(b"x"))
+            s.sendall(out)
+            frames = _read_frames(s, lambda f: f[2] == 11 and f[1] & 0x1)
+        assert not [f for f in frames if f[0] in (0x7, -1)]
+        assert e.t.stats()["too_many_pings"] == 1
+    finally:
+        e.close()
