@@ -34,6 +34,16 @@ from benchmarks.servers import Brain, Etcd, Server, StartOptions, TLSFiles, tool
 WORKLOADS = ["put", "txn-put", "range-l", "watch", "watch-shared"]
 
 
+class BrainGrpcio(Brain):
+    """brain on its grpcio fallback (--grpc-front grpcio): the alternative
+    the native transport replaced."""
+
+    name = "brain-grpcio"
+
+    def command(self, data_dir, port, peer_port, opts):
+        return [*super().command(data_dir, port, peer_port, opts), "--grpc-front", "grpcio"]
+
+
 def make_tls(directory: Path) -> TLSFiles:
     from tests.support.tls import make_test_pki
 
@@ -80,12 +90,15 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="plain,mtls")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--with-grpcio", action="store_true", help="also brain on its grpcio fallback")
     ap.add_argument("--tmp-root", default=None, help="parent of the data dirs (use a disk, not tmpfs)")
     a = ap.parse_args(argv)
     workloads = a.workloads.split(",")
     root = Path(tempfile.mkdtemp(prefix="brain-transport-", dir=a.tmp_root))
     tls = make_tls(root / "pki")
     flavors = [Etcd("etcd-3.6", "etcd-3.6", from_path=False), Brain()]
+    if a.with_grpcio:
+        flavors.append(BrainGrpcio())
     runs: list[dict] = []
     t0 = time.monotonic()
     try:
@@ -114,8 +127,9 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     if a.json:
         a.json.write_text(json.dumps(runs, indent=1))
-    print("\n| mode | workload | etcd-3.6 | brain | brain/etcd | CPU us/op etcd / brain | p99 ms etcd / brain |")
-    print("|---|---|---|---|---|---|---|")
+    extra = " brain-grpcio |" if a.with_grpcio else ""
+    print(f"\n| mode | workload | etcd-3.6 | brain | brain/etcd | CPU us/op etcd / brain | p99 ms etcd / brain |{extra}")
+    print("|---|---|---|---|---|---|---|" + ("---|" if a.with_grpcio else ""))
 
     def med(server, mode, w, key):
         vals = [r[key] for r in runs if (r["server"], r["mode"], r["workload"]) == (server, mode, w)
@@ -128,8 +142,12 @@ def main(argv=None) -> int:
             ce, cb = med("etcd-3.6", mode, w, "cpu_us"), med("brain", mode, w, "cpu_us")
             pe, pb = med("etcd-3.6", mode, w, "p99_ms"), med("brain", mode, w, "p99_ms")
             ratio = f"{b / e:.2f}" if e and b else "-"
-            print(f"| {mode} | {w} | {e or 0:.0f}/s | {b or 0:.0f}/s | {ratio} | {ce or 0:.0f} / {cb or 0:.0f} "
-                  f"| {pe or 0:.1f} / {pb or 0:.1f} |")
+            row = (f"| {mode} | {w} | {e or 0:.0f}/s | {b or 0:.0f}/s | {ratio} | {ce or 0:.0f} / {cb or 0:.0f} "
+                   f"| {pe or 0:.1f} / {pb or 0:.1f} |")
+            if a.with_grpcio:
+                g, cg = med("brain-grpcio", mode, w, "rate"), med("brain-grpcio", mode, w, "cpu_us")
+                row += f" {g or 0:.0f}/s, {cg or 0:.0f} us/op |"
+            print(row)
     return 0
 
 

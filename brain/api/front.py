@@ -514,7 +514,10 @@ class NativeFront:
         ready = self._ready
         seen = set()
         send = self.transport.send
-        while ready:
+        # Only what is queued now: a stream scheduled again while this runs
+        # (the hub routed more) stays queued for the next round, which its
+        # wake() guarantees; dropping it as a duplicate would lose events.
+        for _ in range(len(ready)):
             cid = ready.popleft()
             if cid in seen:
                 continue

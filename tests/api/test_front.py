@@ -11,6 +11,7 @@ import json
 import socket
 import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 
 import grpc
@@ -256,3 +257,51 @@ def test_http_endpoints_answer_like_etcd(api, pki):
     assert (status, body) == (405, b"Method Not Allowed\n")
     # gRPC still works on the same port after HTTP/1.1 connections
     assert api.engine.statistics().committed_revision >= 1
+
+
+def test_fan_out_under_concurrent_writes_loses_nothing(api, channel_):
+    """Streams scheduled again while the front polls them must be polled
+    again (a lost wake-up dropped events here once)."""
+    kv = rpc_pb2_grpc.KVStub(channel_)
+    watch = rpc_pb2_grpc.WatchStub(channel_)
+    streams = []
+    for _ in range(20):
+        reqs = [pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"f/", range_end=b"f0", watch_id=w))
+                for w in range(1, 6)]
+        s = watch.Watch(iter(reqs), timeout=60)
+        for _ in range(5):
+            assert next(s).created
+        streams.append(s)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: kv.Put(pb.PutRequest(key=b"f/%03d" % i, value=b"v"), timeout=30), range(100)))
+    for s in streams:
+        got: dict = {}
+        while sum(len(v) for v in got.values()) < 500:
+            r = next(s)
+            got.setdefault(r.watch_id, []).extend(e.kv.key for e in r.events)
+        assert {w: len(set(keys)) for w, keys in got.items()} == {w: 100 for w in range(1, 6)}
+        s.cancel()
+
+
+def test_a_stream_scheduled_while_it_is_polled_is_polled_again():
+    from brain.api.grpc_stats import GrpcStats
+
+    front = native_front.NativeFront(None, [], recv_limit=1, stats=GrpcStats(), pool=None,
+                                     keepalive_time_ms=60_000, keepalive_timeout_ms=20_000)
+    polls = []
+
+    class RoutedDuringPoll:
+        def poll(self):
+            polls.append(1)
+            if len(polls) == 1:
+                front._schedule(7)  # the hub routes more events while the front polls
+            return []
+
+    s = native_front._WatchSession(7, native_front.Method("s", "Watch", stream="watch"))
+    s.watch = RoutedDuringPoll()
+    front._sessions[7] = s
+    front._schedule(7)
+    front._pump()
+    front._pump()
+    front.transport.close()
+    assert len(polls) == 2

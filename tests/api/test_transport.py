@@ -465,15 +465,15 @@ def test_a_client_pinging_too_often_is_sent_away():
         goaway = [f for f in frames if f[0] == 0x7]
         assert goaway and int.from_bytes(goaway[0][3][4:8], "big") == 0xB  # ENHANCE_YOUR_CALM
         assert e.t.stats()["too_many_pings"] == 1
-        # a client whose calls go on between its pings is never a pest
+        # a client pinging while the server answers its calls (BDP pings) is not
         with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
-            out = PREFACE + _frame(0x4, 0, 0)
+            s.sendall(PREFACE + _frame(0x4, 0, 0))
+            frames = []
             for i in range(6):
                 sid = 2 * i + 1
-                out += ping + _frame(0x1, 0x4, sid, _grpc_headers(b"/t.T/Unary")) + _frame(
-                    0x0, 0x1, sid, _grpc_message(b"x"))
-            s.sendall(out)
-            frames = _read_frames(s, lambda f: f[2] == 11 and f[1] & 0x1)
+                s.sendall(ping + _frame(0x1, 0x4, sid, _grpc_headers(b"/t.T/Unary"))
+                          + _frame(0x0, 0x1, sid, _grpc_message(b"x")))
+                frames += _read_frames(s, lambda f, sid=sid: f[2] == sid and f[1] & 0x1)
         assert not [f for f in frames if f[0] in (0x7, -1)]
         assert e.t.stats()["too_many_pings"] == 1
     finally:
