@@ -360,16 +360,18 @@ class NativeFront:
                 self._open(cid, m)
             else:
                 self._other(kind, cid, mid, payload)
+        # Counted before anything is answered: a client that has its answer
+        # sees its call in the metrics.
+        for key, n in started.items():
+            stats.on_start(key, n)
         if writes:
             self._submit(writes)
         if reads:
             self._read_barrier(reads, replies)
-        if replies:
-            self.transport.respond_many(replies)
-        for key, n in started.items():
-            stats.on_start(key, n)
         for key, n in answered.items():
             stats.on_handled(key, "OK", n, n, calls=n)
+        if replies:
+            self.transport.respond_many(replies)
         if renewals:
             self._renew(renewals)
 
@@ -439,10 +441,10 @@ class NativeFront:
                     ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                 except Exception as e:  # noqa: BLE001
                     self._fail_with(cid, m, e)
-            if replies is None and out:
-                self.transport.respond_many(out)
             for key, n in ok.items():
                 self.stats.on_handled(key, "OK", n, n, calls=n)
+            if replies is None and out:
+                self.transport.respond_many(out)
         finally:
             if waited:
                 self._end(len(reads))
@@ -480,10 +482,13 @@ class NativeFront:
                             ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                             continue
                     self._fail_with(cid, m, exc)
+                for key, n in ok.items():
+                    stats.on_handled(key, "OK", n, n, calls=n)
+                ok = {}
                 if replies:
                     respond_many(replies)  # the GIL is released while they are written
             finally:
-                for key, n in ok.items():
+                for key, n in ok.items():  # only if answering failed midway
                     stats.on_handled(key, "OK", n, n, calls=n)
                 self._end(len(items))
 
@@ -596,9 +601,9 @@ class NativeFront:
 
     def _run_pooled(self, cid: int, m: Method, payload: bytes) -> None:
         try:
-            resp = m.call(payload, _PoolContext())
-            self.transport.respond(cid, resp.SerializeToString())
+            data = m.call(payload, _PoolContext()).SerializeToString()
             self.stats.on_handled(m.stats_key, "OK", 1, 1)
+            self.transport.respond(cid, data)
         except _Abort as a:
             self._fail(cid, m, a.code.value[0], GO_CODE_NAMES.get(a.code, "Unknown"), a.details)
         except Exception as e:  # noqa: BLE001
@@ -668,8 +673,8 @@ class NativeFront:
         self._fail(cid, m, code.value[0], GO_CODE_NAMES.get(code, "Unknown"), message)
 
     def _fail(self, cid: int, m: Method, code: int, code_name: str, message: str) -> None:
-        self.transport.fail(cid, code, message)
         self.stats.on_handled(m.stats_key, code_name, 1, 0)
+        self.transport.fail(cid, code, message)
 
 
 def read_kind_range(request) -> int:

@@ -114,13 +114,22 @@ def _failures(t) -> dict:
     return t.stats()["tls_handshake_failures"]
 
 
+def _counted(t, reason: str, at_least: int = 1) -> int:
+    """The handshake failure count for ``reason`` once it reaches
+    ``at_least`` (it is counted just after the peer is told)."""
+    deadline = time.monotonic() + 5
+    while _failures(t)[reason] < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _failures(t)[reason]
+
+
 def test_client_without_certificate_fails_the_handshake(echo_tls, pki):
     creds = grpc.ssl_channel_credentials(root_certificates=pki.ca.cert.read_bytes())
     with grpc.secure_channel(echo_tls.target, creds) as ch:
         with pytest.raises(grpc.RpcError) as ei:
             _unary(ch)
     assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert _failures(echo_tls.t)["no_client_certificate"] >= 1
+    assert _counted(echo_tls.t, "no_client_certificate") >= 1
     assert not [e for e in echo_tls.events if e[0] == T.EV_CALL]
 
 
@@ -129,7 +138,7 @@ def test_wrong_ca_is_refused_and_counted(echo_tls, pki):
         with pytest.raises(grpc.RpcError) as ei:
             _unary(ch)
     assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert _failures(echo_tls.t)["bad_certificate"] >= 1
+    assert _counted(echo_tls.t, "bad_certificate") >= 1
     assert not [e for e in echo_tls.events if e[0] == T.EV_CALL]
 
 
@@ -220,7 +229,7 @@ def test_no_plaintext_on_an_https_listener(echo_tls):
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         data = s.recv(4096)
     assert not data.startswith(b"HTTP/")  # a TLS alert or nothing, never an answer
-    assert _failures(echo_tls.t)["not_tls"] >= 2
+    assert _counted(echo_tls.t, "not_tls", 2) >= 2
     assert not [e for e in echo_tls.events if e[0] in (T.EV_CALL, T.EV_HTTP)]
 
 
