@@ -47,7 +47,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.engine = engine
-        self.header = convert.Header(engine)
+        self.header = convert.Header.of(engine)
         self.max_request_bytes = max_request_bytes
         # A request whose serialized size is at most this fits in the limit
         # whatever its envelope (varint length included); only larger ones
@@ -63,13 +63,11 @@ class KVService(rpc_pb2_grpc.KVServicer):
     # -- steps (brain.api.unary) ----------------------------------------
 
     def range(self, m):
-        if not m.serializable:
-            self.engine.wait_linearizable()
         return convert.range_response(self.engine.range(convert.range_request(m)), self.header)
 
     def put(self, m):
         if self._too_large(m):
-            raise ErrRequestTooLarge.fresh()
+            raise ErrRequestTooLarge
         return Deferred(convert.put_request(m), self._put_done)
 
     def _put_done(self, res):
@@ -77,7 +75,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def delete_range(self, m):
         if self._too_large(m):
-            raise ErrRequestTooLarge.fresh()
+            raise ErrRequestTooLarge
         return Deferred(convert.delete_range_request(m), self._delete_done)
 
     def _delete_done(self, res):
@@ -85,11 +83,9 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def txn(self, m):
         if not convert.txn_is_readonly(m) and self._too_large(m):
-            raise ErrRequestTooLarge.fresh()
+            raise ErrRequestTooLarge
         req = convert.txn_request(m)
         if is_txn_readonly(req):  # also a nested Txn of Ranges: no journal record
-            if not _all_serializable(m):
-                self.engine.wait_linearizable()
             return convert.txn_response(self.engine.txn(req), self.header)
         return Deferred(req, self._txn_done)
 
@@ -111,7 +107,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
     # -- the grpcio servicer -----------------------------------------------
 
     def Range(self, request, context):
-        return run_step(self.engine, self.range, request, context, "Range")
+        return run_step(self.engine, self.range, request, context, "Range", linearizable=not request.serializable)
 
     def Put(self, request, context):
         return run_step(self.engine, self.put, request, context, "Put")
@@ -120,20 +116,8 @@ class KVService(rpc_pb2_grpc.KVServicer):
         return run_step(self.engine, self.delete_range, request, context, "DeleteRange")
 
     def Txn(self, request, context):
-        return run_step(self.engine, self.txn, request, context, "Txn")
+        linearizable = convert.txn_is_readonly(request) and not convert.txn_reads_serializable(request)
+        return run_step(self.engine, self.txn, request, context, "Txn", linearizable=linearizable)
 
     def Compact(self, request, context):
         return run_step(self.engine, self.compact, request, context, "Compact")
-
-
-def _all_serializable(m) -> bool:
-    """A read-only Txn whose every Range is serializable may be answered
-    from this replica's state as it is (etcd: a serializable Txn)."""
-    for branch in (m.success, m.failure):
-        for op in branch:
-            which = op.WhichOneof("request")
-            if which == "request_range" and not op.request_range.serializable:
-                return False
-            if which == "request_txn" and not _all_serializable(op.request_txn):
-                return False
-    return True

@@ -75,7 +75,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
     def __init__(self, engine, cluster=None) -> None:
         self.engine = engine
         self.cluster = cluster  # a brain.cluster.Replica on a cluster replica
-        self.header = convert.Header(engine)
+        self.header = convert.Header.of(engine)
 
     # -- status and hashes -------------------------------------------------
 

@@ -443,9 +443,11 @@ class Engine(Replication):
     # ------------------------------------------------------------------
     # writes
 
-    def watch_stream(self) -> WatchStreamHandle:
-        """A new watch stream (one per client Watch RPC)."""
-        return self.watches.open_stream()
+    def watch_stream(self, wakeup=None) -> WatchStreamHandle:
+        """A new watch stream (one per client Watch RPC); ``wakeup`` (see
+        WatchStreamHandle) lets an event-driven server poll it instead of
+        blocking a thread in ``get``."""
+        return self.watches.open_stream(wakeup)
 
     def submit(self, request) -> Future:
         """Queue a write request; the future completes with its result or
