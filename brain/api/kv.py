@@ -67,7 +67,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def put(self, m):
         if self._too_large(m):
-            raise ErrRequestTooLarge
+            raise ErrRequestTooLarge.fresh()
         return Deferred(convert.put_request(m), self._put_done)
 
     def _put_done(self, res):
@@ -75,7 +75,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def delete_range(self, m):
         if self._too_large(m):
-            raise ErrRequestTooLarge
+            raise ErrRequestTooLarge.fresh()
         return Deferred(convert.delete_range_request(m), self._delete_done)
 
     def _delete_done(self, res):
@@ -83,7 +83,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def txn(self, m):
         if not convert.txn_is_readonly(m) and self._too_large(m):
-            raise ErrRequestTooLarge
+            raise ErrRequestTooLarge.fresh()
         req = convert.txn_request(m)
         if is_txn_readonly(req):  # also a nested Txn of Ranges: no journal record
             return convert.txn_response(self.engine.txn(req), self.header)

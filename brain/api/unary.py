@@ -20,7 +20,6 @@ UNKNOWN, and the server goes on serving.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Callable, NamedTuple, NoReturn
 
 import grpc

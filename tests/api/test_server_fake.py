@@ -50,12 +50,6 @@ class FakeEngine:
 
     leader_id = MEMBER_ID
 
-    def wait_linearizable(self) -> None:
-        pass  # one store: reads are always linearizable
-
-    def read_barrier(self, callback) -> bool:
-        return True
-
     def range(self, req: core.RangeRequest) -> core.RangeResult:
         self._enter(req)
         with self.lock:
@@ -144,6 +138,16 @@ class FakeEngine:
             return True
         threading.Timer(0.05, callback, args=(self.barrier_error,)).start()
         return False
+
+    def wait_linearizable(self) -> None:
+        """The engine's blocking form of the barrier (grpcio servicers)."""
+        done = threading.Event()
+        outcome: list = []
+        if self.read_barrier(lambda exc: (outcome.append(exc), done.set())):
+            return
+        done.wait(10)
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
 
     def lease_keepalive_many(self, ids, callback) -> None:
         callback([(i, 0) for i in ids])
