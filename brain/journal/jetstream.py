@@ -59,6 +59,11 @@ log = logging.getLogger("brain.journal.jetstream")
 ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
+# JetStream errors that say "not now" rather than "never": the cluster or the
+# stream has no leader (10008 cluster not available, 10009 not the leader).
+# Out of space (10023) is not among them: like a full local disk, it stops
+# writes until an operator acts.
+TRANSIENT_ERRORS = {10008, 10009}
 PART_HEADER = "Brain-Part"
 HEADER_ROOM = 512  # bytes of a message left for headers
 ACK_TIMEOUT = 2.0
@@ -331,7 +336,13 @@ class JetStreamJournal:
                 self._unacked = []
                 raise JournalFencedError(f"{self.stream}: {err[1]} (another writer appended after index "
                                          f"{pub.seq - 1})", pub.seq - 1)
-            # any other API error: the stream refused it (e.g. no space)
+            if err[0] in TRANSIENT_ERRORS:
+                # JetStream cannot store anything right now (no quorum, no
+                # stream leader): not stored, retried like a lost answer
+                retry = True
+                break
+            # any other API error: the stream refused it for good (too large,
+            # sealed, out of space): the batch is not durable
             self._writing = False
             self._unacked = []
             raise JournalError(f"{self.stream}: publish refused: {err[1]} (code {err[0]})")

@@ -164,6 +164,24 @@ class LedGroup(ServerGroup):
             time.sleep(0.05)
         raise servers.ServerStartError(f"no leader within {timeout or self.ready_timeout:.0f} s\n" + self.logs())
 
+    def wait_serving(self, timeout: float | None = None) -> None:
+        """Wait until every running member answers a linearizable read."""
+        import grpc
+
+        from brain.api.pb.etcdserverpb import rpc_pb2
+
+        deadline = time.monotonic() + (timeout or self.ready_timeout)
+        for m in self.members:
+            while m.running:
+                try:
+                    with servers.kv_stub(m.endpoint) as st:
+                        st.kv.Range(rpc_pb2.RangeRequest(key=b"/ready"), timeout=2)
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise servers.ServerStartError(f"{m.name} not serving\n" + self.logs()) from None
+                    time.sleep(0.1)
+
     def followers(self) -> list:
         lead = self.leader()
         return [m for m in self.members if m.running and m is not lead]
