@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Serve the etcd v3 gRPC API on the client URLs.")
     _add_serve_flags(serve)
     sub.add_parser("snapshot", help="save, restore and inspect snapshots (brain snapshot -h)", add_help=False)
+    sub.add_parser("import", help="import an etcd data directory or snapshot, history included (brain import -h)",
+                   add_help=False)
     return parser
 
 
@@ -215,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from brain.snapshot_cli import main as snapshot_main
 
         return snapshot_main(argv[1:])
+    if argv and argv[0] == "import":
+        from brain.import_cli import main as import_main
+
+        return import_main(argv[1:])
     cfg = parse_serve(argv)
     from brain import logging_setup
 

@@ -1,18 +1,20 @@
-"""`brain snapshot ...`: save, restore and inspect brain snapshots.
+"""`brain snapshot ...`: save, restore and inspect snapshots.
+
+A snapshot is an etcd database file with its sha256 appended, from brain or
+from etcd alike (brain's earlier format is still read).
 
   brain snapshot save <file> [--endpoints host:port]
       fetch a snapshot over the Maintenance API (what `etcdctl snapshot save`
-      does; either works against brain)
+      does; either works against brain and against etcd)
   brain snapshot restore <file> --data-dir <dir> [--name N] [--shards N]
-                         [--shard-boundaries k1,k2] [--skip-hash-check]
+                         [--shard-boundaries k1,k2] [--skip-hash-check] [--replace]
       create a fresh data directory from a snapshot, with new cluster and
-      member IDs (like `etcdutl snapshot restore`); the layout is the
-      snapshot's unless --shards/--shard-boundaries choose another
-  brain snapshot status <file> [-w table|simple|json]
-      check a snapshot (sha256, frames, kv hash) and print its hash,
-      revision, total keys and size; the hash equals `etcdctl endpoint
-      hashkv --rev <revision>` on the source while its compaction revision
-      is unchanged
+      member IDs (like `etcdutl snapshot restore`); restoring an etcd
+      snapshot is `brain import`.  Layout: --shards/--shard-boundaries, else
+      the default (a snapshot in brain's earlier format: its own)
+  brain snapshot status <file> [-w simple|table|json]
+      check a snapshot (sha256, bbolt structure) and print what `etcdutl
+      snapshot status` prints: hash, revision, total keys, size, version
 """
 
 from __future__ import annotations
@@ -44,23 +46,21 @@ def _status(args) -> int:
     from brain.engine.snapshot import SnapshotError, status
 
     try:
-        snap = status(args.file)
+        st = status(args.file)
     except SnapshotError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    h = snap.header
     if args.write_out == "json":
         print(json.dumps({
-            "hash": snap.hash, "revision": h["revision"], "totalKey": snap.keys, "totalSize": snap.size,
-            "version": h.get("storage_version", ""), "compactRevision": h["compact_revision"],
-            "totalRecords": snap.records, "leases": len(h.get("leases", [])),
-            "shards": len(h.get("boundaries", [])) + 1, "created": h.get("created", ""),
-        }))
+            "hash": st.hash, "revision": st.revision, "totalKey": st.total_keys, "totalSize": st.total_size,
+            "version": st.version, "compactRevision": st.compact_revision, "totalRevisions": st.revisions,
+            "leases": st.leases, "format": st.format,
+        }, separators=(",", ":")))
     elif args.write_out == "simple":
-        print(f"{snap.hash:x}, {h['revision']}, {snap.keys}, {_human_bytes(snap.size)}")
+        print(f"{st.hash:x}, {st.revision}, {st.total_keys}, {_human_bytes(st.total_size)}, {st.version}")
     else:
-        cols = ["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE"]
-        vals = [f"{snap.hash:x}", str(h["revision"]), str(snap.keys), _human_bytes(snap.size)]
+        cols = ["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE", "VERSION"]
+        vals = [f"{st.hash:x}", str(st.revision), str(st.total_keys), _human_bytes(st.total_size), st.version]
         widths = [max(len(c), len(v)) + 2 for c, v in zip(cols, vals)]
         sep = "+" + "+".join("-" * w for w in widths) + "+"
         print(sep)
@@ -82,7 +82,7 @@ def _restore(args) -> int:
         return 2
     try:
         res = restore(args.file, data_dir, name=args.name, shards=args.shards, boundaries=boundaries,
-                      skip_hash_check=args.skip_hash_check)
+                      skip_hash_check=args.skip_hash_check, replace=args.replace)
     except (SnapshotError, ValueError, OSError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
@@ -152,17 +152,21 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("restore", help="create a data directory from a snapshot")
     r.add_argument("file")
     r.add_argument("--data-dir", default="", help="directory to create (default <name>.brain); must not exist "
-                   "or be empty")
+                   "or be empty, unless --replace")
     r.add_argument("--name", default=C.DEFAULT_NAME, help="member name to record (default %(default)s)")
-    r.add_argument("--shards", type=int, default=None, help="reshard into N shards (default: the snapshot's)")
+    r.add_argument("--shards", type=int, default=None, help="number of shards (default: 4, or a brain-1 "
+                   "snapshot's own layout)")
     r.add_argument("--shard-boundaries", type=_boundaries, default=None,
-                   help="comma-separated first keys of shards 2..N (default: the snapshot's)")
+                   help="comma-separated first keys of shards 2..N")
     r.add_argument("--skip-hash-check", action="store_true",
-                   help="accept a snapshot without its sha256 trailer (or with a wrong one)")
+                   help="accept a snapshot whose sha256 trailer is wrong")
+    r.add_argument("--replace", action="store_true",
+                   help="replace the brain data already in --data-dir (it must not be in use)")
     r.set_defaults(run=_restore)
     st = sub.add_parser("status", help="check a snapshot and print its hash, revision, keys and size")
     st.add_argument("file")
-    st.add_argument("-w", "--write-out", default="table", choices=("table", "simple", "json"))
+    st.add_argument("-w", "--write-out", default="simple", choices=("simple", "table", "json"),
+                    help="output format, as etcdutl's (default %(default)s)")
     st.set_defaults(run=_status)
     return p
 

@@ -55,6 +55,7 @@ class BoltFile:
                 raise BoltError(f"{path}: not a bbolt file (only {size} bytes)")
             self._mm = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
             self.size = size
+            self.pages_read = 0  # pages visited by bucket walks: progress for long reads
             self.meta = self._choose_meta()
             self.page_size = self.meta.page_size
             if self.meta.pgid * self.page_size > size:
@@ -134,6 +135,7 @@ class BoltFile:
             raise BoltError(f"{self.path}: page {pgid} is a {PAGE_KINDS.get(flags, hex(flags))} page "
                             f"where a {'branch or leaf' if want == -1 else PAGE_KINDS[want]} page belongs")
         end = off + (overflow + 1) * self.page_size
+        self.pages_read += overflow + 1
         if pgid + overflow >= self.meta.pgid:
             raise BoltError(f"{self.path}: page {pgid} overflows past the high water mark")
         return off, flags, count, end
@@ -280,6 +282,25 @@ class Bucket:
             if chosen is None:
                 return None
             pgid = chosen
+        raise BoltError(f"{self.db.path}: bucket {self.name} is deeper than {_MAX_DEPTH} pages (a cycle?)")
+
+    def last(self) -> tuple[bytes, bytes, int] | None:
+        """The (key, value, flags) with the greatest key, reading only the
+        rightmost path; None for an empty bucket."""
+        if self.inline is not None:
+            items = list(self.items())
+            return items[-1] if items else None
+        pgid = self.root_pgid
+        mm = self.db._mm
+        for _ in range(_MAX_DEPTH):
+            off, flags, count, end = self.db.page(pgid, -1)
+            if flags == LEAF_PAGE:
+                items = self._leaf_items(mm, off, end, f"page {pgid}")
+                return items[-1] if items else None
+            if count == 0:
+                raise BoltError(f"{self.db.path}: branch page {pgid} is empty")
+            elem = off + PAGE_HEADER.size + (count - 1) * BRANCH_ELEMENT.size
+            pgid = BRANCH_ELEMENT.unpack_from(mm, elem)[2]
         raise BoltError(f"{self.db.path}: bucket {self.name} is deeper than {_MAX_DEPTH} pages (a cycle?)")
 
     def as_dict(self) -> dict[bytes, bytes]:

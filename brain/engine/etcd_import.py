@@ -19,7 +19,6 @@ alarms (brain raises its own).
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,8 +27,6 @@ from ..etcddb import EtcdDb
 from ..mvcc.revision import pack
 from ..progress import Progress
 from .restore import BuiltDir, DataDirBuilder
-
-log = logging.getLogger("brain.import")
 
 
 @dataclass(frozen=True)
@@ -72,8 +69,6 @@ def import_etcd(source: str, data_dir: str, *, boundaries: list[bytes], name: st
 
     with EtcdDb.open(source, skip_hash_check=skip_hash_check, progress=hash_progress) as db:
         warnings = _warnings(db)
-        for w in warnings:
-            log.warning("%s", w)
         page_size = db.bolt.page_size
         progress = Progress("import", unit="revisions", total_bytes=db.pages_total() * page_size, out=out,
                             interval=interval)
