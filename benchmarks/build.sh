@@ -87,8 +87,10 @@ group_bins_etcd35=(etcd-3.5 etcdctl-3.5 etcdutl-3.5)
 group_pkgs_etcd35=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
 groups=(etcd36 kine brainload etcdutl36 etcd35)
 
-stamp_of() {  # inputs of one group
-    { cat "$here/build.sh"; go version; find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1
+stamp_of() {  # inputs of one group: how groups are built, its packages, Go, its module (not the
+    # rest of this script, so adding a group does not make every other group stale)
+    local -n spkgs="group_pkgs_$1"
+    { sed -n '/^build_group()/,/^}/p' "$here/build.sh"; printf '%s\n' "${spkgs[@]}"; go version; find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1
 }
 
 build_group() {  # build_group <group>: go build all its packages into a staging dir
