@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.etcd, pytest.mark.timeout(600)]
 def test_import_answers_as_etcd_did(version, etcd_of, brain_on, tmp_path):
     etcd = etcd_of(version)
     with etcd.stubs() as s:
-        h = write_history(s, seed=11, ops=260)
+        h = write_history(s, seed=11, ops=400)
     assert h.compactions and h.multi_put_revisions and h.leases and h.revoked
     snap = tmp_path / "etcd.snap"
     r = etcdctl(etcd.endpoint, "snapshot", "save", str(snap))

@@ -55,7 +55,7 @@ def write_history(stubs, seed: int, ops: int = 300, *, prefix: bytes = b"") -> H
                 success.append(rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=prefix + b"s")))
             resp = kv.Txn(rpc_pb2.TxnRequest(success=success), timeout=10)
             h.multi_put_revisions.append(resp.header.revision)
-        elif r < 0.18 and i > ops // 4:
+        elif r < 0.18 and ops // 4 < i < 2 * ops // 3:  # the last third stays retained history
             rev = _revision(kv)
             at = rng.randint(max(2, (h.compactions or [1])[-1] + 1), rev) if rev > 2 else 0
             if at and (not h.compactions or at > h.compactions[-1]):
