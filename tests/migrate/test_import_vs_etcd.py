@@ -16,6 +16,7 @@ from brain.etcddb import EtcdDb
 from tests.migrate.compare import fingerprint
 from tests.migrate.conftest import ETCD_VERSIONS, brain_cli, etcdctl
 from tests.migrate.workload import write_history
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.etcd, pytest.mark.timeout(600)]
 
@@ -89,6 +90,15 @@ def test_import_refusals(etcd_of, tmp_path):
 
     r = brain_cli("import", str(snap), "--data-dir", str(etcd.data_dir))
     assert r.returncode == 1 and "is an etcd data directory" in r.stderr
+
+    # serving etcd's directory: refused, naming it and how to import it; nothing written into it
+    before = sorted(p.name for p in etcd.data_dir.iterdir())
+    r = brain_cli("serve", "--data-dir", str(etcd.data_dir), "--listen-client-urls",
+                  f"http://127.0.0.1:{free_port()}", timeout=60)
+    assert r.returncode == 1
+    assert f"{etcd.data_dir} is an etcd data directory" in r.stderr
+    assert f"brain import {etcd.data_dir} --data-dir" in r.stderr
+    assert sorted(p.name for p in etcd.data_dir.iterdir()) == before
 
     damaged = tmp_path / "damaged.snap"
     data = bytearray(snap.read_bytes())
