@@ -96,6 +96,7 @@ def _save(args) -> int:
     import grpc
 
     from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    from brain.progress import Progress
 
     target = args.endpoints.split(",")[0].strip()
     for prefix in ("http://", "https://"):
@@ -108,6 +109,7 @@ def _save(args) -> int:
         sha = hashlib.sha256()
         last = b""
         size = 0
+        progress = Progress("snapshot save", unit=None)
         with open(part, "wb") as f:
             for resp in stub.Snapshot(rpc_pb2.SnapshotRequest(), timeout=args.timeout):
                 if last:
@@ -115,6 +117,9 @@ def _save(args) -> int:
                     size += len(last)
                 f.write(resp.blob)
                 last = resp.blob
+                if resp.remaining_bytes:
+                    progress.total_bytes = size + len(last) + resp.remaining_bytes
+                progress.update(nbytes=size + len(last))
             f.flush()
             os.fsync(f.fileno())
         if size % 512 or len(last) != 32 or sha.digest() != last:
@@ -130,6 +135,7 @@ def _save(args) -> int:
         return 1
     finally:
         channel.close()
+    progress.done()
     print(f"Snapshot saved at {args.file}")
     return 0
 

@@ -167,7 +167,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
     def Snapshot(self, request, context):
         eng = self.engine
         try:
-            f, info = snapshots.spool_snapshot(eng, eng.config.data_dir)
+            f, info = snapshots.spool_snapshot(eng, eng.config.data_dir, out=lambda line: log.info("%s", line))
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, "Snapshot")
         log.info("sending snapshot at revision %d to client (%d bytes, %d records)",
