@@ -3,7 +3,7 @@
 A snapshot is an etcd database file with its sha256 appended, from brain or
 from etcd alike (brain's earlier format is still read).
 
-  brain snapshot save <file> [--endpoints host:port]
+  brain snapshot save <file> [--endpoints URL] [--cacert F --cert F --key F]
       fetch a snapshot over the Maintenance API (what `etcdctl snapshot save`
       does; either works against brain and against etcd)
   brain snapshot restore <file> --data-dir <dir> [--name N] [--shards N]
@@ -20,7 +20,6 @@ from etcd alike (brain's earlier format is still read).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -93,48 +92,34 @@ def _restore(args) -> int:
 
 
 def _save(args) -> int:
-    import grpc
-
-    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    from brain.api.etcd_client import ClientTLS, EtcdClient, SourceError
     from brain.progress import Progress
 
-    target = args.endpoints.split(",")[0].strip()
-    for prefix in ("http://", "https://"):
-        if target.startswith(prefix):
-            target = target[len(prefix):]
     part = args.file + ".part"
-    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+    progress = Progress("snapshot save", unit=None)
+
+    def fetched(done: int, total: int) -> None:
+        progress.total_bytes = total
+        progress.update(nbytes=done)
+
     try:
-        stub = rpc_pb2_grpc.MaintenanceStub(channel)
-        sha = hashlib.sha256()
-        last = b""
-        size = 0
-        progress = Progress("snapshot save", unit=None)
-        with open(part, "wb") as f:
-            for resp in stub.Snapshot(rpc_pb2.SnapshotRequest(), timeout=args.timeout):
-                if last:
-                    sha.update(last)
-                    size += len(last)
-                f.write(resp.blob)
-                last = resp.blob
-                if resp.remaining_bytes:
-                    progress.total_bytes = size + len(last) + resp.remaining_bytes
-                progress.update(nbytes=size + len(last))
-            f.flush()
-            os.fsync(f.fileno())
-        if size % 512 or len(last) != 32 or sha.digest() != last:
-            raise RuntimeError("sha256 checksum not found or wrong: incomplete snapshot")
+        client = EtcdClient(args.endpoints.split(",")[0].strip(), ClientTLS(args.cacert, args.cert, args.key),
+                            timeout=args.timeout or 30.0)
+        try:
+            with open(part, "wb") as f:
+                client.snapshot(f, fetched)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            client.close()
         os.replace(part, args.file)
-    except (grpc.RpcError, OSError, RuntimeError) as e:
-        msg = e.details() if isinstance(e, grpc.RpcError) else str(e)
-        print(f"Error: {msg}", file=sys.stderr)
+    except (SourceError, OSError) as e:
+        print(f"Error: {e}", file=sys.stderr)
         try:
             os.unlink(part)
         except OSError:
             pass
         return 1
-    finally:
-        channel.close()
     progress.done()
     print(f"Snapshot saved at {args.file}")
     return 0
@@ -153,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("save", help="fetch a snapshot from a running server")
     s.add_argument("file")
     s.add_argument("--endpoints", default="127.0.0.1:2379", help="server to ask (default %(default)s)")
-    s.add_argument("--timeout", type=float, default=None, help="seconds (default: none)")
+    s.add_argument("--timeout", type=float, default=None, help="seconds per call (default 30)")
+    s.add_argument("--cacert", default="", help="verify the server's certificate with this CA bundle")
+    s.add_argument("--cert", default="", help="client certificate (for --client-cert-auth servers)")
+    s.add_argument("--key", default="", help="client key")
     s.set_defaults(run=_save)
     r = sub.add_parser("restore", help="create a data directory from a snapshot")
     r.add_argument("file")

@@ -66,3 +66,21 @@ def test_brain_snapshot_restores_into_etcd(version, brain_factory, tmp_path):
         assert got.diff(want) is None, got.diff(want)
     finally:
         etcd.cleanup()
+
+
+def test_brain_snapshot_save_from_etcd_and_from_brain(etcd_of, brain_factory, tmp_path):
+    """`brain snapshot save` is a client of the Maintenance API like etcdctl's:
+    it saves etcd's snapshot and brain's, and both read back the same."""
+    etcd = etcd_of("3.6")
+    brain = brain_factory(shards=1)
+    for srv in (etcd, brain):
+        with srv.stubs() as s:
+            write_history(s, seed=3, ops=120)
+        path = tmp_path / f"{srv.kind}.snap"
+        r = brain_cli("snapshot", "save", str(path), "--endpoints", f"http://{srv.endpoint}")
+        assert r.returncode == 0 and r.stdout == f"Snapshot saved at {path}\n", r.stderr
+        assert "snapshot save: done:" in r.stderr
+        theirs = subprocess.run([etcd_tool("etcdutl-3.6"), "snapshot", "status", str(path)],
+                                capture_output=True, text=True, timeout=60)
+        ours = brain_cli("snapshot", "status", str(path))
+        assert theirs.returncode == 0 and ours.stdout == theirs.stdout, (ours.stdout, theirs.stdout)
