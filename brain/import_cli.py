@@ -17,14 +17,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from brain import config as C
-
-
-def _boundaries(text: str) -> list[bytes]:
-    try:
-        return C.parse_shard_boundaries(text)
-    except C.ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+from brain import cli_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,13 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="SOURCE",
                    help="etcd data directory (with member/snap/db; etcd stopped) or snapshot file")
     p.add_argument("--data-dir", required=True, help="brain data directory to create (must not exist or be empty)")
-    p.add_argument("--name", default=C.DEFAULT_NAME, help="member name to record (default %(default)s)")
-    p.add_argument("--shards", type=int, default=None,
-                   help="number of keyspace shards (default 4; must match `brain serve --shards`)")
-    p.add_argument("--shard-boundaries", type=_boundaries, default=None,
-                   help="comma-separated first keys of shards 2..N (as for `brain serve`)")
-    p.add_argument("--replace", action="store_true",
-                   help="replace the brain data already in --data-dir (it must not be in use)")
+    cli_flags.add_layout_flags(p)
     p.add_argument("--skip-hash-check", action="store_true",
                    help="read a snapshot whose sha256 trailer is wrong")
     return p
@@ -52,15 +39,9 @@ def main(argv: Sequence[str]) -> int:
     from brain.engine.etcd_import import import_etcd
     from brain.engine.restore import RestoreError
     from brain.etcddb import EtcdDbError
-    from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries
 
-    boundaries = args.shard_boundaries
     try:
-        if boundaries is None:
-            boundaries = default_boundaries(args.shards if args.shards is not None else DEFAULT_SHARDS)
-        if args.shards is not None and args.shards != len(boundaries) + 1:
-            raise ValueError(f"--shards {args.shards} needs {args.shards - 1} boundary keys, "
-                             f"--shard-boundaries gives {len(boundaries)}")
+        boundaries = cli_flags.layout(args.shards, args.shard_boundaries)
     except ValueError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2

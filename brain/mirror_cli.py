@@ -19,21 +19,8 @@ import sys
 import threading
 from typing import Sequence
 
+from brain import cli_flags
 from brain import config as C
-
-
-def _boundaries(text: str) -> list[bytes]:
-    try:
-        return C.parse_shard_boundaries(text)
-    except C.ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        return C.parse_seconds(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,23 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="source", required=True, metavar="URL",
                    help="etcd client URL (http://, https://, host:port or unix://)")
     p.add_argument("--data-dir", required=True, help="brain data directory to create (must not exist or be empty)")
-    p.add_argument("--cacert", default="", help="verify etcd's certificate with this CA bundle (etcdctl's flag)")
-    p.add_argument("--cert", default="", help="client certificate for etcd (etcdctl's flag)")
-    p.add_argument("--key", default="", help="client key for etcd (etcdctl's flag)")
-    p.add_argument("--name", default=C.DEFAULT_NAME, help="member name to record (default %(default)s)")
-    p.add_argument("--shards", type=int, default=None,
-                   help="number of keyspace shards (default 4; must match `brain serve --shards`)")
-    p.add_argument("--shard-boundaries", type=_boundaries, default=None,
-                   help="comma-separated first keys of shards 2..N (as for `brain serve`)")
-    p.add_argument("--replace", action="store_true",
-                   help="replace the brain data already in --data-dir (it must not be in use)")
+    cli_flags.add_tls_flags(p)
+    cli_flags.add_layout_flags(p)
     p.add_argument("--listen-metrics-urls", type=C.split_urls, default=[],
                    help="serve /metrics (lag included) and /health on these http://host:port URLs")
-    p.add_argument("--lease-poll-interval", type=_seconds, default=1.0,
+    p.add_argument("--lease-poll-interval", type=cli_flags.seconds_type, default=1.0,
                    help="how often etcd's leases are listed ('1s', '500ms'; default 1s)")
-    p.add_argument("--progress-interval", type=_seconds, default=5.0,
+    p.add_argument("--progress-interval", type=cli_flags.seconds_type, default=5.0,
                    help="seconds between progress lines (default 5s)")
-    p.add_argument("--drain-timeout", type=_seconds, default=120.0,
+    p.add_argument("--drain-timeout", type=cli_flags.seconds_type, default=120.0,
                    help="on stop, how long to wait to reach etcd's revision (default 2m)")
     p.add_argument("--log-level", default="info", help="debug, info, warn or error (default %(default)s)")
     return p
@@ -72,17 +51,11 @@ def main(argv: Sequence[str]) -> int:
     from brain.engine.restore import RestoreError
     from brain.etcddb import EtcdDbError
     from brain.mirror import Mirror, MirrorError
-    from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries
 
     logging_setup.configure(args.log_level, "text")
     log = logging.getLogger("brain.mirror")
-    boundaries = args.shard_boundaries
     try:
-        if boundaries is None:
-            boundaries = default_boundaries(args.shards if args.shards is not None else DEFAULT_SHARDS)
-        if args.shards is not None and args.shards != len(boundaries) + 1:
-            raise ValueError(f"--shards {args.shards} needs {args.shards - 1} boundary keys, "
-                             f"--shard-boundaries gives {len(boundaries)}")
+        boundaries = cli_flags.layout(args.shards, args.shard_boundaries)
     except ValueError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Sequence
 
-from brain import config as C
+from brain import cli_flags
 
 
 def _human_bytes(n: int) -> str:
@@ -125,13 +125,6 @@ def _save(args) -> int:
     return 0
 
 
-def _boundaries(text: str) -> list[bytes]:
-    try:
-        return C.parse_shard_boundaries(text)
-    except C.ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="brain snapshot", description="Save, restore and inspect brain snapshots.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -139,23 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--endpoints", default="127.0.0.1:2379", help="server to ask (default %(default)s)")
     s.add_argument("--timeout", type=float, default=None, help="seconds per call (default 30)")
-    s.add_argument("--cacert", default="", help="verify the server's certificate with this CA bundle")
-    s.add_argument("--cert", default="", help="client certificate (for --client-cert-auth servers)")
-    s.add_argument("--key", default="", help="client key")
+    cli_flags.add_tls_flags(s)
     s.set_defaults(run=_save)
     r = sub.add_parser("restore", help="create a data directory from a snapshot")
     r.add_argument("file")
     r.add_argument("--data-dir", default="", help="directory to create (default <name>.brain); must not exist "
                    "or be empty, unless --replace")
-    r.add_argument("--name", default=C.DEFAULT_NAME, help="member name to record (default %(default)s)")
-    r.add_argument("--shards", type=int, default=None, help="number of shards (default: 4, or a brain-1 "
-                   "snapshot's own layout)")
-    r.add_argument("--shard-boundaries", type=_boundaries, default=None,
-                   help="comma-separated first keys of shards 2..N")
+    cli_flags.add_layout_flags(r, shards_default="4, or a brain-1 snapshot's own layout")
     r.add_argument("--skip-hash-check", action="store_true",
                    help="accept a snapshot whose sha256 trailer is wrong")
-    r.add_argument("--replace", action="store_true",
-                   help="replace the brain data already in --data-dir (it must not be in use)")
     r.set_defaults(run=_restore)
     st = sub.add_parser("status", help="check a snapshot and print its hash, revision, keys and size")
     st.add_argument("file")

@@ -73,6 +73,21 @@ def encode_lease(lease: Lease) -> bytes:
     return _int_field(1, lease.id) + _int_field(2, lease.ttl) + _int_field(3, lease.remaining_ttl)
 
 
+def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    """(value, next position) of the varint at `pos`."""
+    v = 0
+    shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, pos
+        shift += 7
+        if shift > 63:
+            raise ProtoError(f"{what}: varint too long")
+
+
 def _fields(data: bytes, what: str) -> dict[int, int | bytes]:
     """Field number -> last value (ints as signed int64, length-delimited as
     bytes); unknown wire types 1 and 5 (fixed64/fixed32) are skipped."""
@@ -80,36 +95,18 @@ def _fields(data: bytes, what: str) -> dict[int, int | bytes]:
     pos, n = 0, len(data)
     try:
         while pos < n:
-            tag = 0
-            shift = 0
-            while True:
-                b = data[pos]
-                pos += 1
-                tag |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
+            tag, pos = _varint(data, pos, what)
             field, wire = tag >> 3, tag & 7
-            if wire == 0 or wire == 2:
-                v = 0
-                shift = 0
-                while True:
-                    b = data[pos]
-                    pos += 1
-                    v |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise ProtoError(f"{what}: varint too long")
-                if wire == 0:
-                    v &= _MASK64
-                    out[field] = v - (1 << 64) if v >> 63 else v
-                else:
-                    if pos + v > n:
-                        raise ProtoError(f"{what}: field {field} runs past the end")
-                    out[field] = data[pos: pos + v]
-                    pos += v
+            if wire == 0:
+                v, pos = _varint(data, pos, what)
+                v &= _MASK64
+                out[field] = v - (1 << 64) if v >> 63 else v
+            elif wire == 2:
+                size, pos = _varint(data, pos, what)
+                if pos + size > n:
+                    raise ProtoError(f"{what}: field {field} runs past the end")
+                out[field] = data[pos: pos + size]
+                pos += size
             elif wire == 1:
                 pos += 8
             elif wire == 5:
