@@ -121,6 +121,53 @@ def _fields(data: bytes, what: str) -> dict[int, int | bytes]:
 
 
 def decode_key_value(data: bytes) -> KeyValue:
+    """The common case (one-byte tags, fields 1-6) in one pass; anything
+    else through the general field reader.  Import decodes one KeyValue per
+    stored revision, so this is its hot loop."""
+    key = value = b""
+    ints = [0, 0, 0, 0, 0, 0, 0]  # by field number: 2 create, 3 mod, 4 version, 6 lease
+    pos, n = 0, len(data)
+    try:
+        while pos < n:
+            tag = data[pos]
+            pos += 1
+            if tag == 0x0A or tag == 0x2A:  # key, value
+                size = data[pos]
+                if size < 0x80:
+                    pos += 1
+                else:
+                    size, pos = _varint(data, pos, "mvccpb.KeyValue")
+                end = pos + size
+                if end > n:
+                    raise ProtoError("mvccpb.KeyValue: a field runs past the end")
+                if tag == 0x0A:
+                    key = data[pos:end]
+                else:
+                    value = data[pos:end]
+                pos = end
+            elif tag in (0x10, 0x18, 0x20, 0x30):  # create, mod, version, lease
+                v = 0
+                shift = 0
+                while True:
+                    b = data[pos]
+                    pos += 1
+                    v |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                    if shift > 63:
+                        raise ProtoError("mvccpb.KeyValue: varint too long")
+                if v >> 63:
+                    v = (v & _MASK64) - (1 << 64)
+                ints[tag >> 3] = v
+            else:
+                return _decode_key_value_general(data)
+    except IndexError:
+        raise ProtoError("mvccpb.KeyValue: truncated") from None
+    return KeyValue(key, ints[2], ints[3], ints[4], value, ints[6])
+
+
+def _decode_key_value_general(data: bytes) -> KeyValue:
     f = _fields(data, "mvccpb.KeyValue")
     kv = KeyValue(f.get(1, b""), f.get(2, 0), f.get(3, 0), f.get(4, 0), f.get(5, b""), f.get(6, 0))
     if not (type(kv.key) is bytes and type(kv.value) is bytes
