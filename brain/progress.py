@@ -75,7 +75,8 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         parts = []
         if self.unit:
-            parts.append(f"{self.items:,} {self.unit}" + (f" of {self.total_items:,}" if self.total_items else ""))
+            total = f" of {self.total_items:,}" if self.total_items else ""
+            parts.append(f"{self.items:,}{total} {self.unit}")
         if self.bytes or self.total_bytes:
             b = human_bytes(self.bytes)
             if self.total_bytes:
