@@ -245,13 +245,24 @@ class Mirror:
             self.compact_revision = c
 
     def _poller(self, stop: threading.Event) -> None:
+        """Leases every lease_poll seconds, compaction every compaction_poll.
+        etcd being unreachable for a while is reported once and retried (the
+        watch notices it too); an engine failure stops the mirror."""
+        from brain.api.etcd_client import SourceError
+
         next_compaction = 0.0
+        unreachable = False
         while not stop.wait(self.lease_poll):
             try:
                 self.poll_leases()
                 if time.monotonic() >= next_compaction:
                     self.poll_compaction()
                     next_compaction = time.monotonic() + self.compaction_poll
+                unreachable = False
+            except SourceError as e:
+                if not unreachable:
+                    self.out(f"mirror: polling etcd's leases failed ({e}); retrying")
+                unreachable = True
             except Exception as e:  # noqa: BLE001 - reported by follow()
                 self._failure = e
                 return

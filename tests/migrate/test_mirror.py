@@ -109,8 +109,15 @@ def test_mirror_follows_etcd_revision_for_revision(version, etcd_of, brain_on, t
             assert time.monotonic() < deadline, mirror.metrics()
             time.sleep(0.5)
 
+        # etcd restarts under the mirror: it watches again from where it was
+        etcd.restart()
+        mirror.wait_for(r"watching again from revision")
+        with etcd.stubs() as s:
+            after = write_history(s, seed=23, ops=60, prefix=b"after/")
+        mirror.wait_for(rf"revision {after.revision:,} of etcd's {after.revision:,} \(0 behind")
+
         # the cutover: writers stop, the mirror drains to etcd's last revision and exits
-        last = during.revision
+        last = after.revision
         assert etcdctl(etcd.endpoint, "put", "last-write", "x").returncode == 0
         last += 1
         assert mirror.stop() == 0, "\n".join(mirror.lines[-30:])
