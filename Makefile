@@ -2,20 +2,28 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean
+.PHONY: serve test deps deps-python deps-system proto proto-check test-full e2e clean distclean
 
-serve: deps-python            ## run brain on its embedded default (127.0.0.1:2379, ./default.brain)
+serve: deps-python            ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain)
 	$(PYTHON) -m brain serve
 
-test: deps                    ## everything CI runs
+test: deps cluster-tools      ## everything CI runs
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
-test-full: deps               ## the long versions: 20+ crash cycles, more differential seeds
+test-full: deps cluster-tools ## the long versions: 20+ crash cycles, more differential seeds
 	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTHON) -m pytest -q -p no:cacheprovider
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
+
+.PHONY: cluster-tools cluster-test
+cluster-tools:                ## nats-server 2.15, clustercheck and etcd 3.6 for the cluster tests (Go, cached: .cache/nats, .cache/cluster, .cache/bench)
+	bash tests/cluster/build.sh
+	bash benchmarks/build.sh etcd-3.6
+
+cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NATS and etcd clusters, clustercheck)
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
 bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine, ~40 min: benchmarks/results/<date>.md, plots, README table
@@ -31,11 +39,21 @@ bench-smoke: deps             ## every benchmark workload for a second on each s
 deps: deps-system deps-python
 
 deps-python:
+	@# The distribution was called brain before it became brain-etcd: drop such an install of ours
+	@# (never the unrelated package of that name) so that one distribution provides the package.
+	@if $(PIP) show brain 2>/dev/null | grep -q 'etcd v3 API'; then $(PIP) uninstall -y -q brain; fi
 	$(PIP) install -q --disable-pip-version-check -e '.[test]'
 
-deps-system:                  ## etcd and etcdctl: the differential oracle and the CLI client
-	@if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client; \
+# etcd and etcdctl: the differential oracle and the CLI client. openssl, python3-venv,
+# python3-yaml, systemd-container (systemd-nspawn) and iproute2: tests/deploy, which runs
+# deploy/brain-node.sh in a scratch root and boots the systemd unit there.
+SYSTEM_PACKAGES = etcd-server etcd-client openssl python3-venv python3-yaml systemd-container iproute2
+
+deps-system:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+		grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
 proto:                        ## regenerate brain/api/pb from proto/
@@ -44,5 +62,9 @@ proto:                        ## regenerate brain/api/pb from proto/
 proto-check:
 	$(PYTHON) -m brain.api.genproto --check
 
-clean:
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis
+clean:                        ## what serve, builds and tests leave in the tree (seconds to remake)
+	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp
+	find . -name __pycache__ -type d -not -path './.cache/*' -prune -exec rm -rf {} +
+
+distclean: clean              ## also .cache: the Kubernetes and benchmark Go builds (~1.7 GB; ~8 min to rebuild)
+	rm -rf .cache

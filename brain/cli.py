@@ -15,8 +15,10 @@ import sys
 from typing import Sequence
 
 from brain import config as C
+from brain.mvcc.shard import DEFAULT_SHARDS
 
 API_VERSION = "3.6"
+SERVE_DESCRIPTION = "Serve the etcd v3 gRPC API on the client URLs."
 SUBCOMMANDS = ("serve",)
 
 
@@ -81,7 +83,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--data-dir", "data_dir", str, "path to the data directory (default <name>.brain)"),
     ("--listen-client-urls", "listen_client_urls", C.split_urls,
      "comma-separated URLs to serve clients on: http://host:port, https://host:port, "
-     "unix://path, unixs://path (default http://localhost:2379)"),
+     "unix://path, unixs://path (default http://localhost:2379, which binds 127.0.0.1:2379 like etcd)"),
     ("--advertise-client-urls", "advertise_client_urls", C.split_urls,
      "comma-separated client URLs to advertise (informational for a single member)"),
     ("--listen-metrics-urls", "listen_metrics_urls", C.split_urls,
@@ -96,10 +98,12 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--auto-compaction-retention", "auto_compaction_retention", str,
      "history to keep: periodic '1h', '5m' or a number of hours; revision: a number of revisions; "
      "'0' disables auto compaction (default %(default)s)"),
-    ("--shards", "shards", _int, "number of keyspace shards (default: the engine's)"),
+    ("--shards", "shards", _int,
+     f"number of keyspace shards (default {DEFAULT_SHARDS}, or one more than --shard-boundaries gives)"),
     ("--shard-boundaries", "shard_boundaries", _boundaries,
      "comma-separated first keys of shards 2..N; backslash escapes \\, \\\\ \\xHH"),
-    ("--backend", "backend", str, "value store backend (default: the engine's, lmdb)"),
+    ("--backend", "backend", str, "value store: lmdb (the default) or memory (for tests: values are not "
+     "durable)"),
     ("--cert-file", "cert_file", str, "client server TLS certificate file"),
     ("--key-file", "key_file", str, "client server TLS key file"),
     ("--trusted-ca-file", "trusted_ca_file", str, "client server TLS trusted CA certificate file"),
@@ -153,13 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the etcd v3 API (the default)", allow_abbrev=False,
-                           description="Serve the etcd v3 gRPC API on the client URLs.")
+                           description=SERVE_DESCRIPTION)
     _add_serve_flags(serve)
     sub.add_parser("snapshot", help="save, restore and inspect snapshots (brain snapshot -h)", add_help=False)
     sub.add_parser("import", help="import an etcd data directory or snapshot, history included (brain import -h)",
                    add_help=False)
     sub.add_parser("mirror", help="copy a running etcd, revisions kept, and follow it (brain mirror -h)",
                    add_help=False)
+    return parser
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    """`brain serve` on its own, so that a flag it does not know is reported
+    with its usage (through the top-level parser argparse would print
+    `brain [-h] [--version] COMMAND` instead)."""
+    parser = argparse.ArgumentParser(prog="brain serve", allow_abbrev=False, description=SERVE_DESCRIPTION)
+    _add_serve_flags(parser)
     return parser
 
 
@@ -172,7 +185,7 @@ def _env_value(dest: str, environ) -> str | None:
     return None
 
 
-def _apply_env(parser: argparse.ArgumentParser, serve_args: list[str], environ) -> list[str]:
+def _apply_env(serve_args: list[str], environ) -> list[str]:
     """Turn BRAIN_*/ETCD_* variables into flags placed before the command
     line's, so that explicit flags (parsed later) win."""
     given = set()
@@ -200,11 +213,12 @@ def parse_serve(argv: Sequence[str], environ=None) -> C.ServerConfig:
     """Parse ``brain [serve] ...`` into a ServerConfig (exits on bad flags)."""
     environ = os.environ if environ is None else environ
     args = list(argv)
-    if not args or (args[0] not in SUBCOMMANDS and args[0] not in ("-h", "--help")):
-        args = ["serve", *args]
-    parser = build_parser()
-    args = [args[0], *_apply_env(parser, args[1:], environ), *args[1:]]
-    ns = parser.parse_args(args)
+    if args and args[0] in ("-h", "--help"):
+        build_parser().parse_args(args)  # the top-level help; exits
+    if args and args[0] in SUBCOMMANDS:
+        args = args[1:]
+    parser = build_serve_parser()
+    ns = parser.parse_args([*_apply_env(args, environ), *args])
     cfg = config_from_args(ns)
     try:
         cfg.validate()

@@ -36,6 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from brain.api import front as native_front
+from brain.api import preflight
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.kv import KVService
@@ -384,6 +385,11 @@ def run(config: ServerConfig) -> int:
     except (ConfigError, ValueError, TypeError) as e:
         log.error("invalid configuration: %s", e)
         return 2
+    try:
+        preflight.check_before_data_dir(config)  # listeners and TLS files, then the data dir
+    except (preflight.StartupError, ConfigError) as e:
+        log.error("%s", e)
+        return 1
 
     stop = threading.Event()
 
@@ -398,7 +404,6 @@ def run(config: ServerConfig) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
-            os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
             engine = Engine.open(engine_config)
         except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
             # expected refusals (dir locked, layout mismatch, I/O) need no traceback

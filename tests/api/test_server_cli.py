@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,129 @@ def test_engine_config_mapping():
     ref = EngineConfig(data_dir="/d")
     assert (dflt.shards, dflt.shard_boundaries, dflt.backend, dflt.checkpoint_interval_seconds) == (
         ref.shards, ref.shard_boundaries, ref.backend, ref.checkpoint_interval_seconds)
+
+
+# --- errors that name the real cause (brain.api.preflight) --------------------
+
+
+def test_unknown_flag_prints_serve_usage(capsys):
+    for argv in (["serve", "--no-such-flag"], ["--no-such-flag"]):
+        with pytest.raises(SystemExit) as ei:
+            parse(*argv)
+        assert ei.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: brain serve [-h]"), err
+        assert "brain serve: error: unrecognized arguments: --no-such-flag" in err
+
+
+def test_top_level_help_still_lists_commands(capsys):
+    with pytest.raises(SystemExit) as ei:
+        parse("--help")
+    assert ei.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: brain [-h] [--version] COMMAND") and "snapshot" in out
+
+
+def _startup_error(fn, *args) -> str:
+    from brain.api import preflight
+
+    with pytest.raises(preflight.StartupError) as ei:
+        fn(*args)
+    return str(ei.value)
+
+
+def test_data_dir_under_proc_names_the_filesystem(tmp_path):
+    from brain.api.preflight import prepare_data_dir
+
+    msg = _startup_error(prepare_data_dir, "/proc/brain-data")
+    assert msg == ("cannot create data dir /proc/brain-data: /proc is a proc filesystem (kernel state, "
+                   "not storage); choose a directory on a disk")
+    assert "No such file" not in msg
+    assert "/proc is a proc filesystem" in _startup_error(prepare_data_dir, "/proc/self")
+
+
+def test_data_dir_that_is_a_file(tmp_path):
+    from brain.api.preflight import prepare_data_dir
+
+    f = tmp_path / "file"
+    f.write_text("not brain's")
+    assert _startup_error(prepare_data_dir, str(f)) == f"data dir {f} is a regular file, not a directory"
+    assert _startup_error(prepare_data_dir, str(f / "sub" / "d")) == (
+        f"cannot create data dir {f / 'sub' / 'd'}: {f} is a regular file, not a directory")
+    assert f.read_text() == "not brain's"
+
+
+def test_data_dir_created_0700_with_parents(tmp_path):
+    from brain.api.preflight import prepare_data_dir
+
+    d = tmp_path / "a" / "b"
+    prepare_data_dir(str(d))
+    assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o700
+    prepare_data_dir(str(d))  # an existing directory is fine
+
+
+def test_taken_ports_are_found_before_the_data_dir(tmp_path):
+    import socket
+
+    from brain.api.preflight import check_before_data_dir
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        for flags in (["--listen-client-urls", f"http://127.0.0.1:{port}"],
+                      ["--listen-client-urls", "http://127.0.0.1:0", "--listen-metrics-urls", f"http://127.0.0.1:{port}"]):
+            cfg = parse("--data-dir", str(tmp_path / "d"), *flags)
+            assert _startup_error(check_before_data_dir, cfg) == (
+                f"listen tcp 127.0.0.1:{port}: bind: address already in use")
+            assert not (tmp_path / "d").exists()
+    # a free port binds after the probe released it
+    check_before_data_dir(parse("--data-dir", str(tmp_path / "d"), "--listen-client-urls", f"http://127.0.0.1:{port}"))
+    assert (tmp_path / "d").is_dir()
+
+
+def test_unix_listener_on_a_regular_file(tmp_path):
+    from brain.api.preflight import check_listeners
+
+    f = tmp_path / "not-a-socket"
+    f.write_text("x")
+    assert _startup_error(check_listeners, parse("--listen-client-urls", f"unix://{f}")) == (
+        f"listen unix {f}: bind: address already in use ({f} is a regular file)")
+    assert _startup_error(check_listeners, parse("--listen-client-urls", f"unix://{tmp_path}/no/dir.sock")) == (
+        f"listen unix {tmp_path}/no/dir.sock: bind: no such file or directory ({tmp_path}/no does not exist)")
+
+
+def _self_signed(d: Path, stem: str) -> tuple[Path, Path]:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "1", "-subj", f"/CN={stem}", "-keyout", str(d / f"{stem}.key"), "-out",
+                    str(d / f"{stem}.crt")], check=True, capture_output=True, timeout=60)
+    return d / f"{stem}.crt", d / f"{stem}.key"
+
+
+def test_tls_files_are_checked_before_the_data_dir(tmp_path):
+    from brain.api.preflight import check_before_data_dir
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed (Debian package openssl)")
+    crt, key = _self_signed(tmp_path, "a")
+    _crt_b, key_b = _self_signed(tmp_path, "b")
+    empty = tmp_path / "empty.key"
+    empty.write_text("")
+    data = str(tmp_path / "d")
+
+    def cfg(*flags):
+        return parse("--data-dir", data, "--listen-client-urls", "https://127.0.0.1:0", *flags)
+
+    missing = tmp_path / "missing.key"
+    assert _startup_error(check_before_data_dir, cfg("--cert-file", str(crt), "--key-file", str(missing))) == (
+        f"--key-file {missing}: No such file or directory")
+    assert _startup_error(check_before_data_dir, cfg("--cert-file", str(crt), "--key-file", str(empty))) == (
+        f"--key-file {empty}: no PEM private key in it (a '-----BEGIN ...PRIVATE KEY-----' block)")
+    assert _startup_error(check_before_data_dir, cfg("--cert-file", str(crt), "--key-file", str(key_b))) == (
+        f"--cert-file {crt} with --key-file {key_b}: key values mismatch")
+    assert _startup_error(check_before_data_dir, cfg("--cert-file", str(crt), "--key-file", str(key),
+                                                     "--trusted-ca-file", str(key))).startswith(
+        f"--trusted-ca-file {key}: no PEM certificate in it")
+    assert not Path(data).exists()
+    check_before_data_dir(cfg("--cert-file", str(crt), "--key-file", str(key), "--trusted-ca-file", str(crt)))
+    assert Path(data).is_dir()

@@ -112,8 +112,66 @@ def test_port_in_use_exits_1_with_etcds_message(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         p = run_brain("serve", "--data-dir", str(tmp_path / "d"), "--listen-client-urls", f"http://127.0.0.1:{port}")
+        assert p.returncode == 1
+        assert f"listen tcp 127.0.0.1:{port}: bind: address already in use" in p.stderr
+        assert not (tmp_path / "d").exists()  # found before the data dir was created
+        p = run_brain("serve", "--data-dir", str(tmp_path / "d"), "--listen-client-urls", "http://127.0.0.1:0",
+                      "--listen-metrics-urls", f"http://127.0.0.1:{port}")
+        assert p.returncode == 1
+        assert f"listen tcp 127.0.0.1:{port}: bind: address already in use" in p.stderr
+        assert not (tmp_path / "d").exists()
+
+
+def test_taken_port_is_found_before_recovery(brain):
+    """A data dir with history is not recovered (no engine log lines) when
+    the port is taken: the check comes first."""
+    brain.start()
+    with brain.stubs() as s:
+        s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
+    assert stop_with(brain, signal.SIGTERM) == 0
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = run_brain("serve", "--data-dir", str(brain.data_dir), "--listen-client-urls", f"http://127.0.0.1:{port}",
+                      "--log-level", "debug")
     assert p.returncode == 1
-    assert f"listen tcp 127.0.0.1:{port}: bind: address already in use" in p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert lines and lines[-1].endswith(f"listen tcp 127.0.0.1:{port}: bind: address already in use"), p.stderr
+    assert not any("brain.engine" in l or "brain.journal" in l for l in lines), p.stderr
+
+
+def test_key_file_problems_are_found_before_the_data_dir(tmp_path, certs):
+    require_brain()
+    data = tmp_path / "d"
+    https = ["--listen-client-urls", f"https://127.0.0.1:{free_port()}"]
+    missing = tmp_path / "server.key"
+    p = run_brain("serve", "--data-dir", str(data), *https, "--cert-file", str(certs / "server.crt"),
+                  "--key-file", str(missing))
+    assert p.returncode == 1
+    assert f"--key-file {missing}: No such file or directory" in p.stderr
+    p = run_brain("serve", "--data-dir", str(data), *https, "--cert-file", str(certs / "server.crt"),
+                  "--key-file", str(certs / "client.key"))
+    assert p.returncode == 1
+    assert f"--cert-file {certs / 'server.crt'} with --key-file {certs / 'client.key'}: key values mismatch" in p.stderr
+    assert not data.exists()
+
+
+def test_data_dir_errors_name_the_cause(tmp_path):
+    require_brain()
+    listen = ["--listen-client-urls", f"http://127.0.0.1:{free_port()}"]
+    p = run_brain("serve", "--data-dir", "/proc/brain-data", *listen)
+    assert p.returncode == 1
+    assert "cannot create data dir /proc/brain-data: /proc is a proc filesystem" in p.stderr
+    assert "No such file or directory" not in p.stderr
+    f = tmp_path / "file"
+    f.write_text("")
+    p = run_brain("serve", "--data-dir", str(f), *listen)
+    assert p.returncode == 1
+    assert f"data dir {f} is a regular file, not a directory" in p.stderr
+    assert "File exists" not in p.stderr
 
 
 def test_data_dir_in_use_exits_1(brain, tmp_path):
@@ -128,8 +186,11 @@ def test_bad_flag_exits_2():
     p = run_brain("serve", "--listen-client-urls", "localhost:2379")
     assert p.returncode == 2
     assert "URL scheme must be http, https, unix, or unixs" in p.stderr
-    p = run_brain("serve", "--no-such-flag")
-    assert p.returncode == 2
+    for argv in (["serve", "--no-such-flag"], ["--no-such-flag"]):
+        p = run_brain(*argv)
+        assert p.returncode == 2
+        assert p.stderr.startswith("usage: brain serve [-h]"), p.stderr  # not the top-level usage
+        assert p.stderr.rstrip().endswith("brain serve: error: unrecognized arguments: --no-such-flag")
 
 
 # --- TLS ---------------------------------------------------------------------

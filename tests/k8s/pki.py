@@ -2,16 +2,21 @@
 
 Two CAs: one for the Kubernetes side (the apiserver's serving certificate,
 trusted by kubectl, kube-controller-manager, kube-scheduler and kwok through
-their kubeconfigs) and one for the etcd side (brain's serving certificate and
-the apiserver's etcd client certificate, used by the mutual-TLS run). The
-service-account signing key is a separate RSA key. Nothing here is written
-outside the run's work directory.
+their kubeconfigs), made here as kubeadm would, and one for brain's side
+(brain's serving certificate and the apiserver's client certificate, used by
+the mutual-TLS run), made by `deploy/brain-node.sh pki`, the step
+docs/kubernetes.md tells operators to run, so that a broken step fails the
+e2e. The service-account signing key is a separate RSA key. Nothing here is
+written outside the run's work directory.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import getpass
 import ipaddress
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,11 +140,28 @@ def _save_pair(directory: Path, stem: str, pair) -> CertFiles:
     return files
 
 
+REPO = Path(__file__).resolve().parents[2]
+NODE_SCRIPT = REPO / "deploy" / "brain-node.sh"
+
+
+def brain_node_pki(directory: Path) -> tuple[CertFiles, CertFiles, CertFiles]:
+    """Run the deploy script's pki step with its paths moved under
+    ``directory``; returns (CA, brain's serving pair, apiserver client pair)."""
+    brain_dir, kube_dir = directory / "brain-pki", directory / "kube-pki"
+    env = dict(os.environ, BRAIN_PKI_DIR=str(brain_dir), KUBE_PKI_DIR=str(kube_dir),
+               BRAIN_CA_KEY=str(directory / "brain-ca" / "ca.key"), BRAIN_USER=getpass.getuser())
+    p = subprocess.run(["bash", str(NODE_SCRIPT), "pki"], env=env, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"deploy/brain-node.sh pki failed ({p.returncode}): {p.stderr.strip()}")
+    return (CertFiles(brain_dir / "ca.crt", directory / "brain-ca" / "ca.key"),
+            CertFiles(brain_dir / "server.crt", brain_dir / "server.key"),
+            CertFiles(kube_dir / "apiserver-brain-client.crt", kube_dir / "apiserver-brain-client.key"))
+
+
 def make_cluster_pki(directory: Path, service_ip: str) -> ClusterPKI:
     """Write every certificate and key the e2e run needs into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     k8s = _Issuer("brain-e2e-kubernetes-ca")
-    etcd = _Issuer("brain-e2e-etcd-ca")
     apiserver = k8s.issue(
         "kube-apiserver",
         dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -147,16 +169,15 @@ def make_cluster_pki(directory: Path, service_ip: str) -> ClusterPKI:
         ips=("127.0.0.1", service_ip),
         server=True, client=False,
     )
-    etcd_server = etcd.issue("brain", dns=("localhost",), ips=("127.0.0.1",), server=True, client=True)
-    etcd_client = etcd.issue("kube-apiserver-etcd-client", org="system:masters", server=False, client=True)
+    etcd_ca, etcd_server, etcd_client = brain_node_pki(directory)
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     sa_path = directory / "sa.key"
     _write_key(sa_path, sa)
     return ClusterPKI(
         k8s_ca=k8s.save(directory, "k8s-ca"),
         apiserver=_save_pair(directory, "apiserver", apiserver),
-        etcd_ca=etcd.save(directory, "etcd-ca"),
-        etcd_server=_save_pair(directory, "etcd-server", etcd_server),
-        etcd_client=_save_pair(directory, "etcd-client", etcd_client),
+        etcd_ca=etcd_ca,
+        etcd_server=etcd_server,
+        etcd_client=etcd_client,
         sa_key=sa_path,
     )
