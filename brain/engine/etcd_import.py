@@ -57,9 +57,14 @@ def _storage_version(db: EtcdDb) -> str:
 
 def import_etcd(source: str, data_dir: str, *, boundaries: list[bytes], name: str = "default",
                 replace: bool = False, skip_hash_check: bool = False, out=None,
-                interval: float = 2.0) -> ImportResult:
+                interval: float = 2.0, replica_of: int | None = None) -> ImportResult:
     """Build `data_dir` from the etcd data directory or snapshot `source`.
-    Progress lines go to `out` (a callable taking a line; default stderr)."""
+    Progress lines go to `out` (a callable taking a line; default stderr).
+
+    `replica_of`: `source` is a snapshot of a replica of brain cluster
+    `replica_of` (brain writes its journal index as etcd's consistent index
+    and its epoch as etcd's term): the new directory joins that cluster at
+    that journal position instead of starting a new cluster."""
     started = time.monotonic()
     hashing = Progress("import: checking sha256", unit=None, out=out, interval=interval)
 
@@ -95,6 +100,9 @@ def import_etcd(source: str, data_dir: str, *, boundaries: list[bytes], name: st
                 revision=revision, compact_rev=compact,
                 compact_done_rev=finished if finished is not None else -1,
                 leases=leases,
+                cluster_id=replica_of,
+                journal_index=(db.meta.consistent_index or 0) if replica_of else 0,
+                checkpoint_extra={"epoch": db.meta.term or 0} if replica_of else None,
                 origin={"etcd": os.path.abspath(source), "kind": db.kind, "revision": revision,
                         "consistent_index": db.meta.consistent_index, "term": db.meta.term,
                         "storage_version": _storage_version(db)})

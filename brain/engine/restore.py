@@ -136,19 +136,24 @@ class DataDirBuilder:
     # -- finishing ------------------------------------------------------------
 
     def commit(self, *, revision: int, compact_rev: int, compact_done_rev: int | None = None,
-               leases: list[tuple[int, int]] = (), origin: dict | None = None, journal_index: int = 0) -> BuiltDir:
+               leases: list[tuple[int, int]] = (), origin: dict | None = None, journal_index: int = 0,
+               cluster_id: int | None = None, checkpoint_extra: dict | None = None) -> BuiltDir:
         """Write the checkpoint meta and move the directory into place.
         `compact_done_rev` (default `compact_rev`) below `compact_rev` makes
-        the engine finish that compaction when it opens the directory."""
+        the engine finish that compaction when it opens the directory.  A
+        new replica of an existing cluster keeps its `cluster_id` and the
+        `journal_index` the records correspond to; anything else is a new
+        cluster (new IDs) with no journal."""
         try:
             self._flush()
-            cluster_id, member_id = new_id(), new_id()
+            cluster_id, member_id = cluster_id or new_id(), new_id()
             checkpoint = {
                 "revision": revision,
                 "compact_rev": compact_rev,
                 "compact_done_rev": compact_rev if compact_done_rev is None else compact_done_rev,
                 "journal_index": journal_index,
                 "leases": [tuple(x) for x in sorted(leases)],
+                **(checkpoint_extra or {}),
             }
             identity = {"cluster_id": cluster_id, "member_id": member_id, "term": 0, "name": self.name}
             if origin:

@@ -266,19 +266,27 @@ def restore(
     skip_hash_check: bool = False,
     replace: bool = False,
     out=None,
+    replica_of: int | None = None,
 ) -> RestoreResult:
     """Create `data_dir` (which must not exist or be empty, unless
     `replace`) from a snapshot.  `shards`/`boundaries` choose the layout
-    (default: a brain-1 snapshot's own, else the default layout)."""
+    (default: a brain-1 snapshot's own, else the default layout).
+
+    ``replica_of``: the data dir becomes a new replica of that cluster (a
+    peer's snapshot): it keeps the cluster ID and the journal position the
+    snapshot was taken at (its consistent index), where an ordinary restore
+    starts a new cluster with no journal."""
     try:
         if legacy_snapshot.is_legacy(path):
+            if replica_of:
+                raise SnapshotError(f"{path}: a snapshot in brain's earlier format cannot start a replica")
             return _restore_legacy(path, data_dir, name=name, shards=shards, boundaries=boundaries,
                                    skip_hash_check=skip_hash_check, replace=replace)
         if boundaries is None:
             boundaries = default_boundaries(shards if shards is not None else DEFAULT_SHARDS)
         _check_layout(shards, boundaries)
         res = import_etcd(path, data_dir, boundaries=boundaries, name=name, replace=replace,
-                          skip_hash_check=skip_hash_check, out=out)
+                          skip_hash_check=skip_hash_check, out=out, replica_of=replica_of)
     except (EtcdDbError, RestoreError) as e:
         raise SnapshotError(str(e)) from None
     return RestoreResult(res.data_dir, res.revision, res.compact_revision, res.records, res.keys, res.shards,

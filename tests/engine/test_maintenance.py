@@ -3,6 +3,7 @@ compaction pins."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -429,3 +430,30 @@ def test_tombstone_at_the_compaction_revision_travels_in_snapshots(engines, tmp_
     assert b"k" in dst.store.shards[0].index  # a watch from 3 can still see the delete
     assert snaps.hash_kv(dst) == snaps.hash_kv(src)
     assert dump(dst) == dump(src) == [(b"j", b"v", 4, 4, 1, 0)]
+
+
+def test_a_snapshot_can_start_a_replica_at_its_journal_position(engines, tmp_path):
+    """A peer's snapshot carries its journal index (etcd's consistent_index)
+    and epoch (etcd's term): restored as a replica, the directory keeps the
+    cluster ID and that journal position; restored plainly, neither."""
+    src = engines("src", 1)
+    workload(src)
+    path = str(tmp_path / "s.db")
+    info = snaps.save_snapshot(src, path)
+    assert info.journal_index == src.journal.last_index > 0
+    snaps.restore(path, str(tmp_path / "replica"), shards=1, boundaries=[], replica_of=src.cluster_id)
+    snaps.restore(path, str(tmp_path / "plain"), shards=1, boundaries=[])
+    from brain import backend as backend_mod
+    from brain.engine.engine import META_CHECKPOINT, META_IDENTITY
+
+    def meta(name):
+        be = backend_mod.open_backend("lmdb", str(tmp_path / name / "values"), 1)
+        try:
+            return json.loads(be.get_meta(META_CHECKPOINT)), json.loads(be.get_meta(META_IDENTITY))
+        finally:
+            be.close()
+
+    (cp, ident), (cp2, ident2) = meta("replica"), meta("plain")
+    assert (cp["journal_index"], cp["epoch"], ident["cluster_id"]) == (info.journal_index, src.raft_term,
+                                                                       src.cluster_id)
+    assert cp2["journal_index"] == 0 and "epoch" not in cp2 and ident2["cluster_id"] != src.cluster_id
