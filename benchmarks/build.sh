@@ -64,6 +64,8 @@ cache="${BRAIN_BENCH_CACHE:-$repo/.cache/bench}"
 bin="$cache/bin"
 stamps="$cache/stamps"
 mkdir -p "$bin" "$stamps"
+staged=()  # this run's staging dirs, removed however the script ends
+trap 'rm -rf "${staged[@]}"' EXIT
 
 jobs="${BRAIN_BENCH_JOBS:-2}"
 export GOMAXPROCS="$jobs"
@@ -87,14 +89,20 @@ group_bins_etcd35=(etcd-3.5 etcdctl-3.5 etcdutl-3.5)
 group_pkgs_etcd35=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
 groups=(etcd36 kine brainload etcdutl36 etcd35)
 
-stamp_of() {  # inputs of one group: how groups are built, its packages, Go, its module (not the
-    # rest of this script, so adding a group does not make every other group stale)
-    local -n spkgs="group_pkgs_$1"
-    { sed -n '/^build_group()/,/^}/p' "$here/build.sh"; printf '%s\n' "${spkgs[@]}"; go version; find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1
+stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files
+    # Worktrees sharing BRAIN_BENCH_CACHE agree on a stamp unless the build itself differs.
+    { declare -f build_group; declare -p "group_bins_$1" "group_pkgs_$1"; go version
+      find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat
+    } | sha256sum | cut -d' ' -f1
 }
 
 build_group() {  # build_group <group>: go build all its packages into a staging dir
-    local g="$1" stage="$cache/stage-$1"
+    # The staging dir is private to this build (several builds may share the
+    # cache at once); each binary is renamed into bin/ whole, so a reader sees
+    # either the old binary or the new one, never a partial file.
+    local g="$1" stage
+    stage="$(mktemp -d "$cache/stage-$1.XXXXXX")"
+    staged+=("$stage")
     local -n pkgs="group_pkgs_$g" bnames="group_bins_$g"
     local -a env=(CGO_ENABLED=0) flags=(-trimpath -ldflags "-s -w")
     if [[ $g == kine ]]; then
@@ -111,8 +119,6 @@ build_group() {  # build_group <group>: go build all its packages into a staging
             -tags "sqlite_unlock_notify,sqlite_vtable,sqlite_stat4,sqlite_preupdate_hook,sqlite_math_functions,sqlite_dbstat,sqlite_column_metadata"
             -ldflags "-s -w -X github.com/k3s-io/kine/pkg/version.Version=$kine_version")
     fi
-    rm -rf "$stage"
-    mkdir -p "$stage"
     local i
     for i in "${!pkgs[@]}"; do
         mkdir -p "$stage/$i"
@@ -144,6 +150,13 @@ build_group() {  # build_group <group>: go build all its packages into a staging
     rm -rf "$stage"
 }
 
+write_stamp() {  # write_stamp <group> <stamp>: atomically, like the binaries
+    local tmp
+    tmp="$(mktemp "$stamps/.$1.XXXXXX")"
+    echo "$2" > "$tmp"
+    mv -f "$tmp" "$stamps/$1"
+}
+
 want_group() {
     local g="$1" n
     [[ ${#wanted[@]} == 0 ]] && return 0
@@ -170,7 +183,7 @@ for g in "${groups[@]}"; do
     t0=$(date +%s.%N)
     build_group "$g"
     t1=$(date +%s.%N)
-    echo "$stamp" > "$stamps/$g"
+    write_stamp "$g" "$stamp"
     for n in "${names[@]}"; do
         printf '%-12s built  %6.1f s %s\n' "$n" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" "$bin/$n"
     done

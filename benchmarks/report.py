@@ -4,7 +4,16 @@
 
 Medians are over the successful runs of each (workload, server); ratios are
 brain's median over the peer's (for throughput higher is better, for times,
-latencies, CPU and memory lower is better: the table says which).
+latencies, CPU and memory lower is better: the table says which).  A cell
+backed by fewer successful runs than the workload was run for says so
+("(2/3)"), and a target is only called met when brain and the peer both have
+every run.
+
+    python -m benchmarks.report FULL.json --merge RERUN.json [--merge RERUN2.json] --out NEW.json
+
+writes NEW.json (and its report) with FULL's runs, except for the (server,
+workload) pairs a re-run measured, which come from it; the header names
+every run.
 """
 
 from __future__ import annotations
@@ -55,10 +64,12 @@ WORKLOADS: dict[str, Workload] = {
                         "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
                         "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
     "check-perf": Workload("etcdctl check perf --load {check_perf_load}", "writes_per_s", "writes/s"),
-    "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B: start to first linearizable read",
+    "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
+                        "linearizable count over them answers (count checked)",
                         "ready_after_s", "s", higher_better=False, latency=""),
-    "restart-kill9": Workload("the same after kill -9", "ready_after_kill9_s", "s", higher_better=False, latency="",
-                              source="restart"),
+    "restart-kill9": Workload("the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
+                              "tail just under its 128 MiB checkpoint threshold to replay)",
+                              "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart"),
     "rss": Workload("resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
                     higher_better=False, latency="", source="restart", scale=1 / 1024),
 }
@@ -67,7 +78,17 @@ WORKLOADS: dict[str, Workload] = {
 _TITLE_DEFAULTS = {"list_keys": 100_000, "list_limit": 500, "list_clients": 4, "watch_watchers": 1000,
                    "watch_events": 200, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
                    "k8s_pod_rate": 200, "k8s_pods": 3000, "k8s_duration": 10.0, "check_perf_load": "l",
-                   "restart_keys": 1_000_000, "restart_val": 1024}
+                   "restart_keys": 1_000_000, "restart_val": 1024, "restart_tail": 120_000}
+
+# Groups run once per server whatever the rounds setting (their rows say so).
+ONCE = ("restart", "check-perf")
+
+
+def planned_runs(workload: str, settings: dict | None) -> int:
+    """How many runs per server the harness makes of ``workload``."""
+    w = WORKLOADS.get(workload)
+    base = (w.source or workload) if w else workload
+    return 1 if base in ONCE else int((settings or {}).get("rounds") or 1)
 
 
 def title(workload: str, settings: dict | None = None) -> str:
@@ -144,7 +165,7 @@ def _median(xs):
 
 
 def aggregate(data: dict) -> dict:
-    """{workload: {server: {...medians, n, errors}}}"""
+    """{workload: {server: {...medians, n (successful runs), planned, errors}}}"""
     out: dict = {}
     derived = {}
     for name, meta in WORKLOADS.items():
@@ -161,6 +182,7 @@ def aggregate(data: dict) -> dict:
             runs = cell["runs"]
             res = [r.get("result", {}) for r in runs]
             cell["n"] = len(runs)
+            cell["planned"] = planned_runs(w, data["meta"].get("settings"))
             cell["value"] = _median([metric_of(r, w) for r in runs])
             cell["values"] = [metric_of(r, w) for r in runs]
             cell["p50"] = _median([_num((x.get("latency_ms") or {}).get("p50")) for x in res])
@@ -171,7 +193,10 @@ def aggregate(data: dict) -> dict:
             extra = {}
             for key in ("expire_seconds", "on_schedule", "ready_after_kill9_s", "rss_after_load_kb",
                         "rss_after_restart_kb", "rss_after_restart_read_kb", "stop_seconds", "keys_loaded",
-                        "load_keys_per_s", "du_kb", "events_delivered", "writes_per_s", "slowest_s", "stddev_s"):
+                        "load_keys_per_s", "du_kb", "cpu_to_ready_s", "cpu_to_ready_kill9_s", "tail_writes",
+                        "tail_seconds", "journal_tail_bytes",
+                        "checkpoints_during_tail", "seconds_from_restart_to_kill9", "count_after_kill9",
+                        "revision_after_kill9", "events_delivered", "writes_per_s", "slowest_s", "stddev_s"):
                 v = _median([_num(x.get(key)) for x in res])
                 if v is not None:
                     extra[key] = v
@@ -204,6 +229,16 @@ def _extra(agg, w, s, k):
     return ((agg.get(w, {}).get(s) or {}).get("extra") or {}).get(k)
 
 
+def short_of_runs(agg: dict, workload: str, servers) -> list[str]:
+    """Servers whose cell has fewer successful runs than planned, as 'kine 2/3'."""
+    out = []
+    for s in servers:
+        c = agg.get(workload, {}).get(s)
+        if c is not None and c.get("value") is not None and c["n"] < c["planned"]:
+            out.append(f"{s} {c['n']}/{c['planned']}")
+    return out
+
+
 def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     """The issue's targets, each: target, value, goal, status (pass / miss / n/a) and a note.
 
@@ -212,27 +247,33 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     t: list[dict] = []
     keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
 
-    def add(name, value, ok, goal, workload=None, note=""):
+    def add(name, value, ok, goal, workload=None, note="", peer=None):
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
+        short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
         if value is None and b.get("error") and b.get("value") is None:
             status, note = "miss", "brain failed: " + _oneline(b["error"], 160)
         elif value is None or note.startswith("partial"):
             status = "n/a"
+        elif ok and short:
+            # Not called met on fewer runs than planned.
+            status, note = "n/a", "only " + ", ".join(short) + " runs succeeded"
         else:
             status = "pass" if ok else "miss"
+            if short:
+                note = (note + "; " if note else "") + "only " + ", ".join(short) + " runs succeeded"
         t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note})
 
     for w in ("put-c64", "put-c256", "txn-put-c64", "txn-put-c256", "range-l-c64", "range-l-c256"):
         r = ratio(agg, w, "etcd-3.6")
-        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 1.5, ">= 1.5", w)
+        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 1.5, ">= 1.5", w, peer="etcd-3.6")
     for w in ("list", "count"):
         r = ratio(agg, w, "etcd-3.6")
-        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 3, ">= 3", w)
+        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 3, ">= 3", w, peer="etcd-3.6")
     for w in ("watch", "watch-shared"):
         r = ratio(agg, w, "etcd-3.6")
-        add(f"{w}: brain/etcd-3.6 delivered events/s", r, r is not None and r >= 1, ">= 1", w)
+        add(f"{w}: brain/etcd-3.6 delivered events/s", r, r is not None and r >= 1, ">= 1", w, peer="etcd-3.6")
         r = ratio(agg, w, "etcd-3.6", "p99")
-        add(f"{w}: brain/etcd-3.6 p99 delivery latency", r, r is not None and r <= 1, "<= 1", w)
+        add(f"{w}: brain/etcd-3.6 p99 delivery latency", r, r is not None and r <= 1, "<= 1", w, peer="etcd-3.6")
     b = agg.get("restart", {}).get("brain") or {}
     partial = (b.get("extra") or {}).get("partial")
     pnote = f"partial load: {_oneline(partial, 160)}" if partial else ""
@@ -243,10 +284,10 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     for peer in ("etcd-3.6", "etcd-3.4"):
         r = ratio(agg, "rss", peer)
         note = pnote or ("partial load on " + peer if _extra(agg, "restart", peer, "partial") else "")
-        add(f"RSS after loading {keys}: brain/{peer}", r, r is not None and r <= 1, "<= 1", "rss", note)
+        add(f"RSS after loading {keys}: brain/{peer}", r, r is not None and r <= 1, "<= 1", "rss", note, peer=peer)
     for w in ("put-c1", "put-c64", "put-c256"):
         r = ratio(agg, w, "kine")
-        add(f"{w}: brain/kine throughput", r, r is not None and r >= 10, ">= 10", w)
+        add(f"{w}: brain/kine throughput", r, r is not None and r >= 10, ">= 10", w, peer="kine")
     p = _extra(agg, "check-perf", "brain", "pass")
     add("etcdctl check perf --load l on brain", None if p is None else (1.0 if p else 0.0), bool(p), "PASS",
         "check-perf", "" if p is None else ("PASS" if p else "FAIL"))
@@ -264,22 +305,30 @@ def _servers_in(data: dict) -> list[str]:
 
 
 def summary_table(data: dict, agg: dict) -> list[str]:
+    """One row per workload: the planned runs per server, each server's median
+    (with "(n/N)" when only n of the N runs succeeded) and brain's ratios."""
     servers = _servers_in(data)
     peers = [p for p in PEERS if p in servers]
-    head = ["workload", "unit"] + servers + [f"brain/{p}" for p in peers]
+    head = ["workload", "unit", "runs"] + servers + [f"brain/{p}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    settings = data["meta"].get("settings")
     for w, meta in WORKLOADS.items():
         if w not in agg:
             continue
-        row = [w, meta.unit + ("" if meta.higher_better else " (lower is better)")]
+        row = [w, meta.unit + ("" if meta.higher_better else " (lower is better)"), str(planned_runs(w, settings))]
         for s in servers:
             c = agg[w].get(s)
             if c is None:
                 row.append("–")
             elif c["value"] is None:
-                row.append("error" if c.get("error") else "–")
+                row.append(f"error (0/{c['planned']})" if c.get("error") else "–")
             else:
-                row.append(_fmt(c["value"]) + (" (partial)" if (c.get("extra") or {}).get("partial") else ""))
+                cell = _fmt(c["value"])
+                if c["n"] < c["planned"]:
+                    cell += f" ({c['n']}/{c['planned']})"
+                if (c.get("extra") or {}).get("partial"):
+                    cell += " (partial)"
+                row.append(cell)
         for p in peers:
             r = ratio(agg, w, p)
             row.append(f"{r:.2f}" if r is not None else "–")
@@ -294,7 +343,7 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
         if w not in agg or meta.source:
             continue
         out += [f"### {w}: {title(w, data['meta'].get('settings'))}", ""]
-        head = ["server", f"{meta.unit} median (n)", "runs", "p50 ms", "p99 ms", "CPU µs/op", "op errors"]
+        head = ["server", f"{meta.unit} median (n/planned)", "runs", "p50 ms", "p99 ms", "CPU µs/op", "op errors"]
         head += [f"brain/{p}" for p in PEERS if p in servers]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for s in servers:
@@ -302,7 +351,7 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
             if c is None:
                 continue
             vals = ", ".join(_fmt(v) for v in c["values"] if v is not None)
-            row = [s, f"{_fmt(c['value'])} ({c['n']})", vals or "–", _fmt(c["p50"]), _fmt(c["p99"]),
+            row = [s, f"{_fmt(c['value'])} ({c['n']}/{c['planned']})", vals or "–", _fmt(c["p50"]), _fmt(c["p99"]),
                    _fmt(c["cpu_us_per_op"]), str(c["op_errors"])]
             for p in PEERS:
                 if p in servers:
@@ -361,12 +410,27 @@ def header(data: dict) -> list[str]:
         else:
             lines.append(f"| {name} | **skipped**: {s.get('reason')} | | |")
     lines += ["", "Tools: " + "; ".join(f"{k}: {v or 'missing'}" for k, v in m.get("tools", {}).items()) + ".", ""]
+    order = m.get("order_rule") or ("servers took turns in a fixed order, "
+                                    + ", ".join(s for s, v in m.get("servers", {}).items() if v.get("selected"))
+                                    + " (brain always last)")
     lines.append(
-        f"Each workload ran {st.get('rounds')} time(s) per server, servers alternating (A B C D A B C D ...), "
-        f"{st.get('duration')} s per timed phase, each group on a freshly started server; values are medians. "
+        f"Each workload ran {st.get('rounds')} time(s) per server except restart and check-perf (once; the "
+        f"runs column says so per row), {st.get('duration')} s per timed phase, each group on a freshly started "
+        f"server; values are medians of the successful runs, and a cell with fewer says so (\"(2/3)\"); "
+        f"{order}.  "
         f"put and range use etcd's `benchmark` tool (sized from a short calibration pass that also warms up), "
         f"everything else `brainload`.  {m.get('conns_rule', '')}.  CPU µs/op is the server process group's "
         f"utime+stime during the timed phase divided by its operations (load generator excluded).")
+    if m.get("restart_rule"):
+        lines += ["", "Restart runs: " + m["restart_rule"].split(": ", 1)[1] + "."]
+    for merged in m.get("merged", []):
+        lines += ["", f"**Re-measured** on {merged['started'][:16].replace('T', ' ')} with the corrected "
+                      f"harness ({merged['brain']}; {merged['order_rule']}): {', '.join(merged['workloads'])} "
+                      f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}`, on "
+                      f"{merged.get('machine', '?')} (load average {merged.get('load', '?')} from other work on "
+                      f"the machine at its end); later re-measurements replace earlier ones.  All servers of a "
+                      f"row ran in the same run, so each row's ratios compare like with like; rows from "
+                      f"different runs do not."]
     notes = m.get("notes") or []
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -486,10 +550,17 @@ def readme_block(data: dict, md_rel: str) -> str:
     tg = targets(agg, m.get("settings"))
     passed = sum(1 for t in tg if t["status"] == "pass")
     missed = [t["target"] for t in tg if t["status"] == "miss"]
+    merged = m.get("merged", [])
+    redone = [w for w in WORKLOADS if any(w in x["workloads"] for x in merged)]
+    days = sorted({x["started"][:10] for x in merged})
+    where = sorted({x.get("machine", "?") for x in merged})
+    rerun = (f"; {', '.join(redone)} re-measured {', '.join(days)} by the corrected harness on "
+             f"{', '.join(where)}" if merged else "")
     lines = [
         README_BEGIN,
-        f"Latest `make bench` ({m.get('started', '?')[:10]}, {mach.get('nproc')} CPUs {mach.get('cpu')}, "
-        f"medians of {m.get('settings', {}).get('rounds')} alternating runs; full report: [{md_rel}]({md_rel})):",
+        f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs {mach.get('cpu')}{rerun}; "
+        f"medians of the successful runs out of the row's runs, \"(2/3)\" where fewer succeeded; "
+        f"full report: [{md_rel}]({md_rel})):",
         "",
         *summary_table(data, agg),
         "",
@@ -510,6 +581,32 @@ def update_readme(readme: Path, block: str) -> None:
     readme.write_text(text)
 
 
+def merge(base: dict, rerun: dict, rerun_name: str) -> dict:
+    """``base`` with the runs of every (server, workload) ``rerun`` measured replaced by ``rerun``'s."""
+    measured = {r["workload"] for r in rerun["runs"]}
+    pairs = {(r["server"], r["workload"]) for r in rerun["runs"]}
+    derived = {w for w, meta in WORKLOADS.items() if meta.source in measured}
+    runs = [r for r in base["runs"] if (r["server"], r["workload"]) not in pairs] + list(rerun["runs"])
+    meta = json.loads(json.dumps(base["meta"]))
+    for k, v in rerun["meta"].get("settings", {}).items():
+        meta.setdefault("settings", {}).setdefault(k, v)
+    rm = rerun["meta"]
+    meta.setdefault("merged", []).append({
+        "file": rerun_name, "started": rm.get("started", "?"),
+        "workloads": sorted(measured | derived, key=list(WORKLOADS).index),
+        "servers": sorted({s for s, _ in pairs}, key=lambda s: SERVERS.index(s) if s in SERVERS else 99),
+        "brain": (rm.get("servers", {}).get("brain") or {}).get("version") or "brain",
+        "load": (rm.get("machine") or {}).get("load_average_end", "?"),
+        "machine": f"{(rm.get('machine') or {}).get('nproc')} CPUs {(rm.get('machine') or {}).get('cpu')}",
+        "order_rule": rm.get("order_rule", ""),
+    })
+    if rm.get("restart_rule"):
+        meta["restart_rule"] = rm["restart_rule"]
+    meta.setdefault("notes", [])
+    meta["notes"] = meta["notes"] + [f"re-run: {n}" for n in rm.get("notes", [])]
+    return {"meta": meta, "runs": runs}
+
+
 def write_all(json_path: Path, md_path: Path, readme: bool = False) -> None:
     data = json.loads(Path(json_path).read_text())
     base = Path(md_path).stem
@@ -526,9 +623,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("json", type=Path)
     ap.add_argument("--readme", action="store_true", help="also rewrite the README's bench block")
+    ap.add_argument("--merge", type=Path, action="append",
+                    help="a re-run whose (server, workload) runs replace the JSON's; repeatable, later ones "
+                         "replace earlier ones (needs --out)")
+    ap.add_argument("--out", type=Path, help="where the merged JSON goes (its report beside it)")
     a = ap.parse_args(argv)
-    md = a.json.with_suffix(".md")
-    write_all(a.json, md, readme=a.readme)
+    src = a.json
+    if a.merge:
+        if not a.out:
+            ap.error("--merge needs --out")
+        merged = json.loads(a.json.read_text())
+        for rerun in a.merge:
+            merged = merge(merged, json.loads(rerun.read_text()), rerun.name)
+        a.out.write_text(json.dumps(merged, indent=1) + "\n")
+        src = a.out
+    md = src.with_suffix(".md")
+    write_all(src, md, readme=a.readme)
     print(md)
     return 0
 

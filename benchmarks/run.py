@@ -71,6 +71,10 @@ class Settings:
     restart_val: int = 1024
     restart_chunk: int = 100_000
     restart_load_cap: float = 540.0   # seconds of loading allowed per server (kine: ~2k keys/s)
+    # Overwrites before the kill -9: 120,000 x 1,079 B of brain journal payload (measured per 1 KiB
+    # Put) = 123.5 MiB, 96.5% of brain's first checkpoint threshold (128 MiB; 500k records and 60 s
+    # are reached later at this size and rate), so brain replays its largest journal tail.
+    restart_tail: int = 120_000
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
@@ -85,7 +89,7 @@ SMOKE = Settings(
     watch_watchers=50, watch_writers=1, watch_events=50, watch_timeout=10,
     lease_leases=200, lease_ttl=2,
     k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
-    restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0,
+    restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0, restart_tail=500,
     check_perf=False, settle=0.0, probe_per_client=2,
 )
 
@@ -316,6 +320,12 @@ class Bench:
             "servers": servers,
             "tools": tools,
             "conns_rule": "gRPC connections = max(1, clients // 8)",
+            "order_rule": "servers take turns; the order rotates by one place per round and per group",
+            "restart_rule": ("restart: SIGTERM, then start until a linearizable count_only Range over the loaded "
+                             "keys answers (count checked); restart-kill9: the same after restart_tail overwrites "
+                             "and kill -9 (brain: its journal holds the tail, below the first checkpoint "
+                             "threshold; etcd and kine: whatever their WAL holds)"),
+            "brain_checkpoint_thresholds": _brain_checkpoint_thresholds(),
         }
 
     def elapsed(self) -> str:
@@ -330,6 +340,7 @@ class Bench:
         self.meta["elapsed_s"] = round(now_s() - self.t0, 1)
         if final:
             self.meta["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+            self.meta["machine"]["load_average_end"] = _load_average()
         data = {"meta": self.meta, "runs": self.runs}
         tmp = self.json_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
@@ -414,7 +425,7 @@ class Bench:
             rounds = 1 if g in ("restart", "check-perf") else s.rounds
             slow: dict[str, float] = {}
             for rnd in range(1, rounds + 1):
-                for f in self.flavors:
+                for f in self.round_order(gi, rnd):
                     if f.name in slow:
                         continue
                     self.say(f"[group {gi}/{len(self.groups)}] {g} round {rnd}/{rounds}: {f.name}")
@@ -441,6 +452,12 @@ class Bench:
         report.write_all(self.json_path, self.md_path, readme=self.readme)
         self.say(f"done in {self.elapsed()}: {self.md_path}")
         return 0
+
+    def round_order(self, group_index: int, rnd: int) -> list[Flavor]:
+        """The servers of one round, rotated by one place per round and per group
+        (A B C D, B C D A, ...), so no server always runs first or last."""
+        k = (group_index - 1 + rnd - 1) % len(self.flavors) if self.flavors else 0
+        return self.flavors[k:] + self.flavors[:k]
 
     def _with_server(self, f: Flavor, rnd: int, tag: str, workloads: list[str], body,
                      opts: StartOptions | None = None, template: Path | None = None) -> None:
@@ -588,7 +605,7 @@ class Bench:
                       "--duration", f"{s.duration}s", "--prefix", LIST_PREFIX]
             self._load(srv, "list", rnd, "list", [*common, "--limit", s.list_limit, "--expect", s.list_keys],
                        timeout=s.duration + 600)
-            self._load(srv, "count", rnd, "count", common, timeout=s.duration + 600)
+            self._load(srv, "count", rnd, "count", [*common, "--expect", s.list_keys], timeout=s.duration + 600)
         self._with_server(f, rnd, "list", wl, body, template=tpl)
 
     def group_watch(self, f: Flavor, rnd: int) -> None:
@@ -654,7 +671,10 @@ class Bench:
         self._with_server(f, rnd, "check-perf", ["check-perf"], body)
 
     def group_restart(self, f: Flavor, rnd: int) -> None:
-        """Load N keys of 1 KiB, RSS, SIGTERM + start (time to a linearizable read), kill -9 + start."""
+        """Load N keys of 1 KiB and read RSS; SIGTERM + start; then T overwrites
+        (for brain: a journal tail just under its first checkpoint threshold),
+        kill -9 + start.  Each start is timed until a linearizable count_only
+        Range over the N keys answers, and its count is checked."""
         s = self.s
         name = f.name
         global _current_server
@@ -671,7 +691,7 @@ class Bench:
                 n = min(s.restart_chunk, s.restart_keys - loaded)
                 c0 = srv.cpu_seconds()
                 res = brainload("load", srv.endpoint, [
-                    "--count", n, "--start", loaded, "--clients", 64, "--conns", 8, "--prefix", "/bench/restart/",
+                    "--count", n, "--start", loaded, "--clients", 64, "--conns", 8, "--prefix", RESTART_PREFIX,
                     "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools",
                     f"restart-load-{chunk_no:03d}")
                 cpu_total += srv.cpu_seconds() - c0
@@ -697,28 +717,76 @@ class Bench:
             time.sleep(s.settle)
             out["rss_after_load_kb"] = srv.memory().get("rss_kb")
             out["memory_after_load_kb"] = srv.memory()
-            out["count_after_load"] = count_prefix(srv.endpoint, b"/bench/restart/")
+            out["count_after_load"] = count_prefix(srv.endpoint, RESTART_PREFIX.encode())
             out["du_kb"] = du_kb(srv.data_dir)
+            srv.count_prefix = RESTART_PREFIX.encode()  # ready = a linearizable count answers
+
+            # 1. SIGTERM, start (brain's shutdown writes a checkpoint: no journal to replay).
             out["stop_seconds"] = round(srv.stop(grace=120), 3)
             out["ready_after_s"] = round(srv.start(), 3)
+            out["cpu_to_ready_s"] = round(srv.ready_cpu_s, 2)
+            restarted = now_s()
+            out["count_after_restart"] = srv.ready_count
             out["rss_after_restart_kb"] = srv.memory().get("rss_kb")
-            out["count_after_restart"] = count_prefix(srv.endpoint, b"/bench/restart/")
             time.sleep(s.settle / 2)
             out["rss_after_restart_read_kb"] = srv.memory().get("rss_kb")
+
+            # 2. The tail: overwrites of the first keys (the count stays), then at once kill -9.
+            tail = min(s.restart_tail, loaded)
+            before = _journal_gauges(srv)
+            res = brainload("load", srv.endpoint, [
+                "--count", tail, "--start", 0, "--clients", 64, "--conns", 8, "--prefix", RESTART_PREFIX,
+                "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools", "restart-tail")
+            out["tail_writes"] = int(res.get("ops") or 0)
+            out["tail_seconds"] = res.get("seconds")
+            after = _journal_gauges(srv)
+            out["revision_before_kill9"] = head_revision(srv.endpoint)
+            out["seconds_from_restart_to_kill9"] = round(now_s() - restarted, 1)
+            if before is not None and after is not None:
+                out["journal_tail_bytes"] = int(after["journal_bytes"])
+                out["checkpoints_during_tail"] = int(after["checkpoints"] - before["checkpoints"])
             srv.kill()
             out["ready_after_kill9_s"] = round(srv.start(), 3)
-            out["count_after_kill9"] = count_prefix(srv.endpoint, b"/bench/restart/")
+            out["cpu_to_ready_kill9_s"] = round(srv.ready_cpu_s, 2)
+            out["count_after_kill9"] = srv.ready_count
+            out["revision_after_kill9"] = head_revision(srv.endpoint)
+            out["recovery_log"] = _recovery_lines(srv.log_tail(20000))
             out["ops"] = loaded
             error = None
-            for when in ("count_after_restart", "count_after_kill9"):
+            for when in ("count_after_load", "count_after_restart", "count_after_kill9"):
                 if out[when] != loaded:
                     error = f"{out[when]} keys found ({when}), {loaded} loaded"
+            if res.get("_error") or out["tail_writes"] < tail:
+                error = f"tail: {res.get('_error') or res.get('first_error')} ({out['tail_writes']} of {tail} writes)"
+            elif out["revision_after_kill9"] != out["revision_before_kill9"]:
+                error = (f"revision {out['revision_after_kill9']} after kill -9, "
+                         f"{out['revision_before_kill9']} acknowledged before it")
+            elif out.get("checkpoints_during_tail"):
+                error = "a checkpoint ran during the tail, so kill -9 did not meet the largest tail"
             self.record(name, "restart", rnd, out, tool="brainload load + harness probe",
                         cpu_s=cpu_total, error=error, extra={"partial": out.get("load_error")})
         except (ServerError, ToolError, OSError) as e:
             self.record(name, "restart", rnd, out, error=str(e)[:2000], tool="brainload load + harness probe")
         finally:
             self.finish(srv)
+
+
+RESTART_PREFIX = "/bench/restart/"
+
+
+def _journal_gauges(srv: Server) -> dict | None:
+    """brain's journal bytes since its last checkpoint and checkpoint count (None for other servers)."""
+    if srv.metrics_url is None:
+        return None
+    return {"journal_bytes": srv.metric("brain_journal_bytes_since_checkpoint") or 0.0,
+            "checkpoints": srv.metric("brain_checkpoints_total") or 0.0}
+
+
+def _recovery_lines(log: str) -> list[str]:
+    """brain's own account of its last recovery (checkpoint load, journal replay)."""
+    last = log.rsplit("=== start:", 1)[-1]
+    return [ln.strip()[:300] for ln in last.splitlines()
+            if "loaded checkpoint" in ln or "replayed" in ln or "recovered to revision" in ln]
 
 
 RANGE_KEY = "/bench/range/key"
@@ -740,6 +808,19 @@ def put_key(endpoint: str, key: bytes, value: bytes) -> None:
     ch, kv = _stub(endpoint)
     try:
         kv.Put(rpc_pb2.PutRequest(key=key, value=value), timeout=30)
+    finally:
+        ch.close()
+
+
+def head_revision(endpoint: str) -> int | None:
+    """The header revision of a linearizable read: the newest acknowledged write."""
+    from brain.api.pb.etcdserverpb import rpc_pb2
+
+    ch, kv = _stub(endpoint)
+    try:
+        return int(kv.Range(rpc_pb2.RangeRequest(key=b"/bench-head"), timeout=60).header.revision)
+    except Exception:
+        return None
     finally:
         ch.close()
 
@@ -803,6 +884,20 @@ def _go_module_version(path: Path) -> str:
     return path.name
 
 
+def _brain_checkpoint_thresholds() -> dict:
+    """brain's defaults: a checkpoint starts when any one is reached."""
+    from brain.engine.config import EngineConfig
+
+    c = EngineConfig(data_dir="")
+    return {"seconds": c.checkpoint_interval_seconds, "journal_bytes": c.checkpoint_journal_bytes,
+            "memtable_records": c.checkpoint_memtable_records}
+
+
+def _load_average() -> str:
+    """The 1, 5 and 15 minute load averages: other work on the machine shows here."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine_facts(tmp_root: Path) -> dict:
     cpu = "?"
     try:
@@ -827,6 +922,7 @@ def machine_facts(tmp_root: Path) -> dict:
         "memory_gib": round(mem_kb / 1024 / 1024, 1) if mem_kb else None,
         "python": platform.python_version(),
         "data_dir_fs": fs,
+        "load_average_start": _load_average(),
     }
 
 

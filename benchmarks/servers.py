@@ -12,8 +12,9 @@ database too; brain's lmdb and etcd's bbolt are memory-mapped files, whose
 touched pages count in RSS (the file-backed part is reported separately).
 
 Binaries: etcd 3.4 is ``etcd`` from PATH (Debian's etcd-server); the others
-are read from ``<repo>/.cache/bench/bin`` (written by benchmarks/build.sh),
-or from ``$BRAIN_BENCH_BIN`` when set.
+are read from ``<repo>/.cache/bench/bin`` (written by benchmarks/build.sh;
+``$BRAIN_BENCH_CACHE`` moves ``.cache/bench`` as it does for build.sh), or
+from ``$BRAIN_BENCH_BIN`` when set.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def bin_dir() -> Path:
+    """$BRAIN_BENCH_BIN, else bin/ of build.sh's cache ($BRAIN_BENCH_CACHE or <repo>/.cache/bench)."""
     explicit = os.environ.get("BRAIN_BENCH_BIN")
-    return Path(explicit) if explicit else REPO_ROOT / ".cache" / "bench" / "bin"
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("BRAIN_BENCH_CACHE")
+    return (Path(cache) if cache else REPO_ROOT / ".cache" / "bench") / "bin"
 
 
 def tool_path(name: str) -> Path | None:
@@ -152,6 +157,10 @@ class Flavor:
     def flags_note(self) -> str:
         return ""
 
+    def metrics_url(self, peer_port: int) -> str | None:
+        """Where the server serves Prometheus metrics, if the harness reads them."""
+        return None
+
 
 def _first_line(cmd: list[str]) -> str:
     try:
@@ -263,10 +272,16 @@ class Brain(Flavor):
         py = "python " + ".".join(map(str, sys.version_info[:3]))
         return f"{v} (commit {rev or '?'}, {py})"
 
+    def metrics_url(self, peer_port):
+        return f"http://127.0.0.1:{peer_port}/metrics"
+
     def command(self, data_dir, port, peer_port, opts):
+        # brain has no peer port: the second port serves /metrics (journal
+        # and checkpoint gauges for the restart run).
         cmd = [sys.executable, "-m", "brain", "serve",
                "--data-dir", str(data_dir),
-               "--listen-client-urls", f"http://127.0.0.1:{port}"]
+               "--listen-client-urls", f"http://127.0.0.1:{port}",
+               "--listen-metrics-urls", f"http://127.0.0.1:{peer_port}"]
         if opts.big_quota:
             cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
         return cmd
@@ -294,15 +309,23 @@ def all_flavors() -> list[Flavor]:
 # ---------------------------------------------------------------------------
 
 
-def _range_once(endpoint: str, timeout: float, serializable: bool = False) -> None:
+def _range_once(endpoint: str, timeout: float, serializable: bool = False,
+                count_prefix: bytes | None = None) -> int | None:
+    """A linearizable Range (unless ``serializable``): of one key, or with
+    ``count_prefix`` a count_only Range over that prefix, whose count it returns."""
     import grpc
 
     from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
     channel = grpc.insecure_channel(endpoint)
     try:
-        rpc_pb2_grpc.KVStub(channel).Range(
-            rpc_pb2.RangeRequest(key=b"/bench-readiness", serializable=serializable), timeout=timeout)
+        kv = rpc_pb2_grpc.KVStub(channel)
+        if count_prefix is None:
+            kv.Range(rpc_pb2.RangeRequest(key=b"/bench-readiness", serializable=serializable), timeout=timeout)
+            return None
+        end = count_prefix[:-1] + bytes([count_prefix[-1] + 1])
+        return int(kv.Range(rpc_pb2.RangeRequest(key=count_prefix, range_end=end, count_only=True,
+                                                 serializable=serializable), timeout=timeout).count)
     finally:
         channel.close()
 
@@ -318,6 +341,13 @@ class Server:
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
     ready_after_s: float | None = None
+    # With count_prefix set, "ready" is the first linearizable count_only
+    # Range over it that answers; its count is kept in ready_count.
+    count_prefix: bytes | None = None
+    ready_count: int | None = None
+    # CPU seconds the server used from spawn to ready: unlike the wall time,
+    # barely moved by other load on the machine.
+    ready_cpu_s: float | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -330,6 +360,36 @@ class Server:
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self.flavor.metrics_url(self.peer_port)
+
+    def metric(self, name: str) -> float | None:
+        """One unlabelled sample from the server's /metrics, or None.  brain
+        opens its metrics listener just after its gRPC one: a refused
+        connection is retried for up to 10 s."""
+        import urllib.error
+        import urllib.request
+
+        url = self.metrics_url
+        if url is None:
+            return None
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    text = r.read().decode()
+                break
+            except urllib.error.URLError:
+                if time.monotonic() > deadline or not self.alive():
+                    raise
+                time.sleep(0.1)
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == name:
+                return float(parts[1])
+        return None
 
     @property
     def pid(self) -> int:
@@ -346,7 +406,7 @@ class Server:
             return f"<no log: {e}>"
 
     def start(self) -> float:
-        """Start and wait for a linearizable Range; returns seconds from spawn to ready."""
+        """Start and wait for a linearizable Range (see count_prefix); returns seconds from spawn to ready."""
         for attempt in range(3):
             if not self.port or attempt:
                 self.port, self.peer_port = free_port(), free_port()
@@ -368,6 +428,7 @@ class Server:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=self.flavor.env(), cwd=self.flavor.cwd(), start_new_session=True)
         self.ready_after_s = self._wait_ready()
+        self.ready_cpu_s = self.cpu_seconds()
         return self.ready_after_s
 
     def _wait_ready(self) -> float:
@@ -391,7 +452,8 @@ class Server:
                 time.sleep(0.01)
                 continue
             try:
-                _range_once(self.endpoint, timeout=min(2.0, max(0.2, deadline - now)))
+                limit = min(2.0, max(0.2, deadline - now)) if self.count_prefix is None else max(1.0, deadline - now)
+                self.ready_count = _range_once(self.endpoint, timeout=limit, count_prefix=self.count_prefix)
                 return time.monotonic() - self.started_at
             except Exception as e:  # grpc.RpcError and friends
                 details = e.details() if hasattr(e, "details") else str(e)

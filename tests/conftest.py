@@ -1,9 +1,10 @@
 """Shared pytest fixtures: etcd / brain servers and gRPC stubs.
 
 Fixtures
-  etcd_server     module scope: one etcd for the module (skips when /usr/bin/etcd
-                  is missing; fails instead when $CI is set).
-  etcd_factory    function scope: ``etcd_factory()`` starts another fresh etcd.
+  etcd_server     module scope: one etcd 3.4 for the module (skips when
+                  /usr/bin/etcd is missing; fails instead when $CI is set).
+  etcd_factory    function scope: ``etcd_factory(version="3.4")`` starts another
+                  fresh etcd; version "3.6" is etcd 3.6.16 (built on first use).
   brain_server    function scope: a fresh ``python -m brain serve``,
                   parametrized over shard settings from $BRAIN_TEST_SHARDS
                   (default "1,4"; 4 shards use --shard-boundaries b,k,t).
@@ -46,9 +47,9 @@ def etcd_server():
 def etcd_factory():
     started = []
 
-    def make(**kw):
-        _servers.require_etcd()
-        srv = _servers.start_etcd(**kw)
+    def make(version: str = "3.4", **kw):
+        _servers.require_etcd(version)
+        srv = _servers.start_etcd(version=version, **kw)
         started.append(srv)
         return srv
 

@@ -39,6 +39,7 @@ class FakeEngine:
         self.calls: list[object] = []
         self.fail: BaseException | None = None
         self.gate: threading.Event | None = None  # blocks put() while set and not yet released
+        self.entered = threading.Event()  # a put() reached the engine
         self.closed = False
 
     def _enter(self, req) -> None:
@@ -54,6 +55,7 @@ class FakeEngine:
 
     def put(self, req: core.PutRequest) -> core.PutResult:
         self._enter(req)
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
         with self.lock:
@@ -366,15 +368,18 @@ def test_stop_drains_in_flight_calls_and_refuses_new_ones(engine, front):
 
     t = threading.Thread(target=slow_put)
     t.start()
-    deadline = time.monotonic() + 5
-    while not engine.calls and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert engine.entered.wait(5), "the Put never reached the engine"
     stopper = threading.Thread(target=api.stop, args=(5.0,))
     stopper.start()
-    time.sleep(0.2)
-    # new calls are refused while the old one drains
-    with pytest.raises(grpc.RpcError):
-        stub.Range(pb.RangeRequest(key=b"slow"), timeout=2)
+    # New calls are refused once stop() has begun, while the old one drains.
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            stub.Range(pb.RangeRequest(key=b"slow"), timeout=2)
+        except grpc.RpcError:
+            break
+        assert time.monotonic() < deadline, "new calls were still served 5 s after stop() was called"
+    assert t.is_alive() and not result, "the in-flight Put ended before the engine released it"
     engine.gate.set()
     t.join(10)
     stopper.join(10)

@@ -46,6 +46,14 @@ def factory(request: pytest.FixtureRequest, tmp_path: Path):
     f.close_all()
 
 
+@pytest.fixture(params=[k for k in KINDS if BackendFactory(k, Path()).persistent])
+def persistent_factory(request: pytest.FixtureRequest, tmp_path: Path):
+    """Only the kinds whose data survives a close (the memory backend's does not)."""
+    f = BackendFactory(request.param, tmp_path)
+    yield f
+    f.close_all()
+
+
 @pytest.fixture
 def backend(factory: BackendFactory) -> Backend:
     return factory.open(shards=4)

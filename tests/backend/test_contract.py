@@ -342,9 +342,8 @@ def test_close(factory: BackendFactory) -> None:
             call()
 
 
-def test_reopen_persists(factory: BackendFactory) -> None:
-    if not factory.persistent:
-        pytest.skip(f"{factory.kind} backend does not persist")
+def test_reopen_persists(persistent_factory: BackendFactory) -> None:
+    factory = persistent_factory
     backend = factory.open(shards=3)
     backend.write(WriteBatch(puts=[(s, rev(i), b"%d/%d" % (s, i)) for s in range(3) for i in range(50)]))
     backend.write(WriteBatch(deletes=[(1, rev(7))], meta={b"applied": b"2"}))
@@ -360,9 +359,8 @@ def test_reopen_persists(factory: BackendFactory) -> None:
     assert [k for k, _ in backend.scan(0)] == [rev(i) for i in range(50)]
 
 
-def test_shard_count_mismatch(factory: BackendFactory) -> None:
-    if not factory.persistent:
-        pytest.skip(f"{factory.kind} backend does not persist")
+def test_shard_count_mismatch(persistent_factory: BackendFactory) -> None:
+    factory = persistent_factory
     factory.open(shards=4).close()
     for wrong in (3, 5, 1):
         with pytest.raises(ShardCountMismatchError, match="4 shards"):

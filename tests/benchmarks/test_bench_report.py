@@ -69,8 +69,8 @@ def _data(runs):
 def test_medians_ratios_and_targets():
     runs = [_run("brain", "put-c64", v, i) for i, v in enumerate((300, 100, 200))]
     runs += [_run("etcd-3.6", "put-c64", v, i) for i, v in enumerate((100, 100, 50))]
-    runs += [_run("kine", "put-c64", 10), _run("brain", "list", None, ok=False)]
-    runs += [_run("etcd-3.6", "list", 5.0)]
+    runs += [_run("kine", "put-c64", v, i) for i, v in enumerate((10, 10, 10))]
+    runs += [_run("brain", "list", None, ok=False), _run("etcd-3.6", "list", 5.0)]
     agg = report.aggregate(_data(runs))
     assert agg["put-c64"]["brain"]["value"] == 200 and agg["put-c64"]["brain"]["n"] == 3
     assert report.ratio(agg, "put-c64", "etcd-3.6") == 2.0
@@ -80,7 +80,67 @@ def test_medians_ratios_and_targets():
     assert by_name["list: brain/etcd-3.6 throughput"]["status"] == "miss"  # brain failed
     assert by_name["put-c256: brain/etcd-3.6 throughput"]["status"] == "n/a"
     md = report.markdown(_data(runs), [])
-    assert "| put-c64 | ops/s | 200 |" in md and "## Targets" in md
+    assert "| put-c64 | ops/s | 3 | 200 |" in md and "## Targets" in md
+
+
+def test_fewer_runs_than_planned_are_shown_and_met_targets_need_every_run():
+    """kine crashed in one of three rounds: its median is of 2 runs, the cell says
+    so, and a target resting on it is not called met; restart runs once by design."""
+    runs = [_run("brain", "put-c256", v, i) for i, v in enumerate((300, 300, 300))]
+    runs += [_run("kine", "put-c256", None, 1, ok=False)]
+    runs += [_run("kine", "put-c256", v, i) for i, v in ((2, 20), (3, 20))]
+    runs += [_run("brain", "restart", 3.0, ready_after_kill9_s=4.0, rss_after_load_kb=1024),
+             _run("etcd-3.6", "restart", 4.0, ready_after_kill9_s=5.0, rss_after_load_kb=2048)]
+    data = _data(runs)
+    agg = report.aggregate(data)
+    assert (agg["put-c256"]["kine"]["n"], agg["put-c256"]["kine"]["planned"]) == (2, 3)
+    assert report.ratio(agg, "put-c256", "kine") == 15.0
+    t = {x["target"]: x for x in report.targets(agg)}["put-c256: brain/kine throughput"]
+    assert t["status"] == "n/a" and "kine 2/3" in t["note"]
+    md = report.markdown(data, [])
+    assert "| put-c256 | ops/s | 3 | 300 | – | 20.0 (2/3) |" in md
+    assert "| restart | s (lower is better) | 1 | 3.00 | 4.00 | – | 0.75 |" in md
+    assert "| restart-kill9 | s (lower is better) | 1 | 4.00 | 5.00 |" in md
+    assert "| rss | MiB (lower is better) | 1 | 1.00 | 2.00 |" in md
+    restart = {x["target"]: x for x in report.targets(agg)}["restart (kill -9) with 1,000,000 keys: brain seconds"]
+    assert restart["status"] == "pass"  # one run planned, one run made
+
+
+def test_all_runs_failed_is_an_error_cell():
+    runs = [_run("brain", "count", 5.0, i) for i in range(3)]
+    runs += [_run("kine", "count", None, i, ok=False) for i in range(3)]
+    md = report.markdown(_data(runs), [])
+    assert "| count | ops/s | 3 | 5.00 | error (0/3) |" in md
+
+
+def test_merge_replaces_the_rerun_workloads():
+    base = _data([_run("brain", "put-c1", 10.0), _run("brain", "restart", 3.0, ready_after_kill9_s=3.0),
+                  _run("kine", "restart", 8.0, ready_after_kill9_s=9.0), _run("brain", "count", 5.0)])
+    rerun = _data([_run("brain", "restart", 7.0, ready_after_kill9_s=9.0)])
+    rerun["meta"].update(started="2026-02-02T00:00:00", order_rule="rotating",
+                         settings={"rounds": 3, "name": "full", "restart_tail": 5})
+    merged = report.merge(base, rerun, "rerun.json")
+    got = {(r["workload"], r["result"].get("ready_after_s")) for r in merged["runs"]}
+    assert ("restart", 7.0) in got and ("restart", 3.0) not in got
+    assert ("restart", 8.0) in got  # kine was not re-run: its run stays
+    assert {r["workload"] for r in merged["runs"]} == {"put-c1", "restart", "count"}
+    assert merged["meta"]["merged"][0]["workloads"] == ["restart", "restart-kill9", "rss"]
+    assert merged["meta"]["merged"][0]["servers"] == ["brain"]
+    assert merged["meta"]["settings"]["restart_tail"] == 5
+    md = report.markdown(merged, [])
+    assert "**Re-measured** on 2026-02-02" in md and "rerun.json" in md
+    assert "re-measured 2026-02-02" in report.readme_block(merged, "x.md")
+
+
+def test_server_order_rotates_per_round_and_group():
+    from benchmarks.run import FULL, Bench
+
+    bench = Bench.__new__(Bench)
+    bench.flavors = ["a", "b", "c", "d"]
+    assert FULL.rounds == 3
+    orders = [bench.round_order(1, r) for r in (1, 2, 3)]
+    assert orders == [["a", "b", "c", "d"], ["b", "c", "d", "a"], ["c", "d", "a", "b"]]
+    assert bench.round_order(2, 1) == ["b", "c", "d", "a"]  # single-round groups do not all start with "a"
 
 
 def test_readme_block_is_replaced_in_place(tmp_path):

@@ -27,24 +27,20 @@ BINARIES = ("etcd-3.6", "etcdctl-3.6", "benchmark", "kine", "brainload")
 pytestmark = [pytest.mark.etcd, pytest.mark.timeout(1800)]
 
 
-def _skip_or_fail(msg: str) -> None:
-    if _servers.in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
 @pytest.fixture(scope="module")
 def bench_bin() -> Path:
     explicit = os.environ.get("BRAIN_BENCH_BIN")
     if explicit:
         return Path(explicit)
     if not BUILD.is_file():
-        _skip_or_fail("benchmarks/build.sh is missing")
+        _servers.unavailable("benchmarks/build.sh is missing")
     if shutil.which("go") is None:
-        cached = REPO_ROOT / ".cache" / "bench" / "bin"
+        from benchmarks.servers import bin_dir
+
+        cached = bin_dir()
         if all((cached / b).is_file() for b in BINARIES):
             return cached
-        _skip_or_fail("go is not on PATH and the benchmark binaries are not built")
+        _servers.unavailable("go is not on PATH and the benchmark binaries are not built")
     r = subprocess.run(["bash", str(BUILD)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, f"benchmarks/build.sh failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     return Path(r.stdout.strip().splitlines()[-1])

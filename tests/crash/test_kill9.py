@@ -4,6 +4,11 @@ After every restart, every acknowledged write must be there with its value
 and revision (read back at its own revision, so a later overwrite cannot mask
 a loss), revisions never go back, and the server keeps accepting writes.
 Cycles: BRAIN_CRASH_CYCLES (CI runs a short version; `make test-full` runs 25).
+
+The data dir is on a real disk (not /dev/shm), so the journal's preallocation,
+renames and fdatasyncs go through a disk filesystem.  kill -9 keeps the page
+cache, so these runs cannot tell an fdatasync from none: tests/crash/
+test_fdatasync.py covers that by failing and stalling fdatasync itself.
 """
 
 from __future__ import annotations
@@ -130,7 +135,7 @@ def verify_history(endpoint: str, acked: list[tuple[bytes, bytes, int]]) -> None
 def test_kill9_loses_no_acknowledged_write(shards):
     require_brain()
     rng = random.Random(1234 + shards)
-    srv = start_brain(shards=shards, extra_args=["--checkpoint-interval", "0.7s"])
+    srv = start_brain(shards=shards, extra_args=["--checkpoint-interval", "0.7s"], on_disk=True)
     all_acked: list[tuple[bytes, bytes, int]] = []
     last_rev = 0
     try:

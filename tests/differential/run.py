@@ -19,7 +19,7 @@ if __package__ in (None, ""):  # allow "python tests/differential/run.py"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     __package__ = "tests.differential"
 
-from tests.support.servers import kv_stub, start_brain, start_etcd  # noqa: E402
+from tests.support.servers import ETCD_VERSIONS, kv_stub, start_brain, start_etcd  # noqa: E402
 
 from .compare import render  # noqa: E402
 from .harness import run_differential  # noqa: E402
@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     ap.add_argument("--brain", help="endpoint under test; default: start a fresh brain; "
                                     "'etcd': start a second fresh etcd")
     ap.add_argument("--shards", type=int, default=1, help="shards for a brain started here")
+    ap.add_argument("--etcd-version", choices=ETCD_VERSIONS, default="3.4",
+                    help="version of the etcds started here (3.6 is built by benchmarks/build.sh)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every op and result")
     args = ap.parse_args(argv)
     seeds = args.seed or [1]
@@ -51,13 +53,13 @@ def main(argv=None) -> int:
             if args.etcd:
                 ref_ep = args.etcd
             else:
-                srv = start_etcd()
+                srv = start_etcd(version=args.etcd_version)
                 started.append(srv)
                 ref_ep = srv.endpoint
             if args.brain and args.brain != "etcd":
                 other_ep = args.brain
             else:
-                srv = start_etcd() if args.brain == "etcd" else start_brain(args.shards)
+                srv = start_etcd(version=args.etcd_version) if args.brain == "etcd" else start_brain(args.shards)
                 started.append(srv)
                 other_ep = srv.endpoint
 

@@ -3,8 +3,11 @@
     pytest tests/differential -s            # default seeds / ops
     DIFF_SEEDS=1,2,3 DIFF_OPS=2000 BRAIN_TEST_SHARDS=1,4,8 pytest tests/differential
 
-(a) etcd vs etcd proves the harness is deterministic and compares correctly;
-(b) brain vs etcd asserts zero differences per seed and shard setting.
+Two oracles: etcd 3.4 (Debian's) and etcd 3.6.16 (the version brain reports;
+built by benchmarks/build.sh on first use).
+(a) etcd vs etcd (each version) proves the harness is deterministic, compares
+correctly, and that the stream covers what it should;
+(b) brain vs etcd asserts zero differences per version, seed and shard setting.
 Every seed runs on fresh servers (revisions must line up from revision 1).
 """
 
@@ -16,7 +19,7 @@ import pytest
 
 from tests.differential import harness
 from tests.differential.harness import run_differential
-from tests.support.servers import shard_args
+from tests.support.servers import ETCD_VERSIONS, shard_args
 
 pytestmark = pytest.mark.etcd
 
@@ -52,12 +55,20 @@ def _ops() -> int:
     return int(os.environ.get("DIFF_OPS", DEFAULT_OPS))
 
 
-def test_etcd_vs_etcd_self_check(etcd_factory, kv_stub):
-    a, b = etcd_factory(), etcd_factory()
+def _repro_version(version: str) -> str:
+    return "" if version == "3.4" else f" --etcd-version {version}"
+
+
+versions = pytest.mark.parametrize("etcd_version", ETCD_VERSIONS, ids=lambda v: f"etcd{v}")
+
+
+@versions
+def test_etcd_vs_etcd_self_check(etcd_version, etcd_factory, kv_stub):
+    a, b = etcd_factory(etcd_version), etcd_factory(etcd_version)
     res = run_differential(kv_stub(a.endpoint).kv, kv_stub(b.endpoint).kv,
                            SELF_CHECK_SEED, SELF_CHECK_OPS,
-                           labels=("etcd", "etcd#2"), label="etcd vs etcd",
-                           repro_extra=" --brain etcd")
+                           labels=("etcd", "etcd#2"), label=f"etcd {etcd_version} vs etcd {etcd_version}",
+                           repro_extra=" --brain etcd" + _repro_version(etcd_version))
     harness.RESULTS.append(res)
     print(res.summary())
     assert res.diff is None, res.diff.report()
@@ -122,17 +133,19 @@ def test_harness_detects_differences(etcd_factory, kv_stub, method, nth, tamper)
     assert f"op #{res.diff.index}" in report and "--- tampered ---" in report
 
 
+@versions
 @pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
-def test_brain_matches_etcd(seed, brain_server, etcd_factory, kv_stub):
-    etcd = etcd_factory()
+def test_brain_matches_etcd(etcd_version, seed, brain_server, etcd_factory, kv_stub):
+    etcd = etcd_factory(etcd_version)
     shards = brain_server.shards
-    extra = f" --shards {shards}" if shards != 1 else ""
+    extra = (f" --shards {shards}" if shards != 1 else "") + _repro_version(etcd_version)
     res = run_differential(kv_stub(etcd.endpoint).kv, kv_stub(brain_server.endpoint).kv,
                            seed, _ops(), labels=("etcd", "brain"),
                            label=f"brain shards={shards} {' '.join(shard_args(shards))}".rstrip()
-                           + " vs etcd",
+                           + f" vs etcd {etcd_version}",
                            repro_extra=extra)
     harness.RESULTS.append(res)
     print(res.summary())
-    print(f"{res.ops_compared} operations compared (seed {seed}, shards={shards})")
+    print(f"{res.ops_compared} operations compared (seed {seed}, shards={shards}, etcd {etcd_version})")
+    assert res.ops_compared == _ops() or res.diff is not None
     assert res.diff is None, res.diff.report()

@@ -45,6 +45,10 @@ AVOIDABLE = {
                        "is still in the future",
     "compacted_start": "watch creates with a start_revision below the compaction revision "
                        "(etcd keeps the id of a watcher it cancels for compaction registered)",
+    "unanswered_progress": "RequestProgress where etcd 3.6 sends nothing: on a stream with no watcher, "
+                           "or with one that is not synced (start_revision in the future, cancelled "
+                           "for compaction); the progress is sent after quiescence, so history "
+                           "catch-up is over",
     "leases": "every Lease call and put with a lease",
 }
 
@@ -298,12 +302,21 @@ class WatchLeaseGenerator(OpGenerator):
         return WOp("cancel", "Cancel", rpc_pb2.WatchRequest(
             cancel_request=rpc_pb2.WatchCancelRequest(watch_id=wid)), stream=s, tags=(tag,))
 
+    def progress_answerable(self, stream: int) -> bool:
+        """Whether etcd 3.6 answers a RequestProgress on ``stream``: it holds
+        a watcher, and every watcher it holds is synced (etcd 3.6.16's
+        progressIfSync; otherwise the request is dropped, not deferred)."""
+        st = self.streams[stream]
+        return bool(st.registered) and not st.future and not (st.compacted & set(st.registered))
+
     def progress_op(self) -> WOp | None:
         streams = list(range(self.n_streams))
         if "future_progress" in self.avoid:
             streams = [i for i in streams if not self.streams[i].future]
-            if not streams:
-                return None
+        if "unanswered_progress" in self.avoid:
+            streams = [i for i in streams if self.progress_answerable(i)]
+        if not streams:
+            return None
         s = self.rng.choice(streams)
         tags = ("future watcher pending",) if self.streams[s].future else ()
         return WOp("progress", "Progress", rpc_pb2.WatchRequest(

@@ -164,6 +164,8 @@ def _outcome(op: WOp, ref) -> str:
     if op.kind == "cancel":
         return f"{'answered' if ref else 'no answer'} ({tags})"
     if op.kind == "progress":
+        if ref == "skipped":
+            return "skipped (etcd 3.6 would not answer after quiescence)"
         return "answered" + (f" ({tags})" if tags else "")
     return "ok" + (f" ({tags})" if tags else "")
 
@@ -305,6 +307,12 @@ class _Lockstep:
         return True
 
     def progress(self, op: WOp):
+        if "unanswered_progress" in self.gen.avoid:
+            # Let history catch-up finish (etcd 3.6 drops a progress request
+            # while any watcher is unsynced) and learn of compaction cancels.
+            self.round()
+            if not self.gen.progress_answerable(op.stream):
+                return "skipped"
         starts = self._send_both(op)
         a, b = self._await_both(op, starts, _is_progress, PROGRESS_TIMEOUT)
         if a is None:

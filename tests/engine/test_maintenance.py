@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 
 import pytest
 
@@ -194,6 +193,9 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
     stop = threading.Event()
     errs = []
 
+    progress = threading.Condition()
+    written = [0]
+
     def writer():
         i = 0
         try:
@@ -201,8 +203,18 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
                 src.put(PutRequest(b"a%02d" % (i % 17), b"w%d" % i))
                 src.delete_range(DeleteRangeRequest(b"q%02d" % (i % 17)))
                 i += 1
+                with progress:
+                    written[0] = i
+                    progress.notify_all()
         except Exception as e:  # noqa: BLE001
             errs.append(e)
+        finally:
+            with progress:
+                progress.notify_all()
+
+    def wait_for_writes(n: int) -> None:
+        with progress:
+            assert progress.wait_for(lambda: written[0] >= n or errs, timeout=30), f"{written[0]} of {n} writes"
 
     # A compaction (logical and, but for the pin, physical) in the middle of
     # either pass must not take history the export has yet to read.
@@ -227,12 +239,12 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
     t = threading.Thread(target=writer)
     t.start()
     try:
-        time.sleep(0.2)
+        wait_for_writes(20)  # the writer is going before the snapshot starts
         # history the snapshot must carry, read before the compaction drops it
         before = {rev: dump(src, rev) for rev in range(10, src.committed_rev + 1)}
         path = str(tmp_path / "snap.db")
         info = snaps.save_snapshot(src, path)
-        time.sleep(0.1)
+        wait_for_writes(written[0] + 5)  # and goes on after it
     finally:
         stop.set()
         t.join()

@@ -1,8 +1,8 @@
 """Servers and an etcdctl runner for the integration tests.
 
 Each module gets one `python -m brain serve` per shard setting
-(BRAIN_TEST_SHARDS, default "1,4") and, when the etcd binary is installed,
-one etcd beside it.  Tests send the same commands to both in the same order,
+(BRAIN_TEST_SHARDS, default "1,4") and one etcd beside it (without an etcd
+binary the module fails under CI and is skipped, and listed, elsewhere).  Tests send the same commands to both in the same order,
 so the two stores stay in lockstep (same revisions) and outputs can be
 compared byte for byte after masking the cluster/member ids and raft term.
 """
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import pytest
 
 from tests.support.servers import (
-    etcd_available,
-    in_ci,
     require_brain,
+    require_etcd,
     shard_settings_from_env,
     start_brain,
     start_etcd,
+    unavailable,
 )
 
 ETCDCTL = os.environ.get("ETCDCTL_BIN", shutil.which("etcdctl") or "/usr/bin/etcdctl")
@@ -42,12 +42,8 @@ _IDS = [
 
 
 def require_etcdctl() -> None:
-    if os.path.isfile(ETCDCTL) and os.access(ETCDCTL, os.X_OK):
-        return
-    msg = f"etcdctl not found at {ETCDCTL} (apt-get install etcd-client)"
-    if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
+    if not (os.path.isfile(ETCDCTL) and os.access(ETCDCTL, os.X_OK)):
+        unavailable(f"etcdctl not found at {ETCDCTL} (apt-get install etcd-client)")
 
 
 @dataclass
@@ -78,44 +74,45 @@ def run_etcdctl(endpoint: str, *args: str, stdin: str | bytes | None = None, tim
 
 
 class Ctl:
-    """etcdctl against brain, mirrored to etcd when there is one."""
+    """etcdctl against brain, mirrored to etcd (compared unless compare=False)."""
 
-    def __init__(self, brain_endpoint: str, etcd_endpoint: str | None) -> None:
+    def __init__(self, brain_endpoint: str, etcd_endpoint: str) -> None:
         self.brain = brain_endpoint
         self.etcd = etcd_endpoint
 
     def __call__(self, *args: str, stdin: str | bytes | None = None, compare: bool = True) -> CtlResult:
         got = run_etcdctl(self.brain, *args, stdin=stdin)
-        if self.etcd is not None:
-            want = run_etcdctl(self.etcd, *args, stdin=stdin)
-            if compare:
-                assert got.masked() == want.masked(), f"etcdctl {' '.join(args)}: brain differs from etcd"
+        want = run_etcdctl(self.etcd, *args, stdin=stdin)
+        if compare:
+            assert got.masked() == want.masked(), f"etcdctl {' '.join(args)}: brain differs from etcd"
         return got
 
 
 @dataclass
 class Servers:
     brain: object
-    etcd: object | None
+    etcd: object
     shards: int
 
 
 @pytest.fixture(scope="module", params=shard_settings_from_env(), ids=lambda n: f"shards{n}")
 def servers(request):
     require_brain()
+    require_etcd()
     brain = start_brain(shards=request.param)
-    etcd = None
     try:
-        if etcd_available():
-            etcd = start_etcd()
+        etcd = start_etcd()
+    except BaseException:
+        brain.cleanup()
+        raise
+    try:
         yield Servers(brain, etcd, request.param)
     finally:
         brain.cleanup()
-        if etcd is not None:
-            etcd.cleanup()
+        etcd.cleanup()
 
 
 @pytest.fixture(scope="module")
 def ctl(servers):
     require_etcdctl()
-    return Ctl(servers.brain.endpoint, servers.etcd.endpoint if servers.etcd else None)
+    return Ctl(servers.brain.endpoint, servers.etcd.endpoint)

@@ -5,7 +5,6 @@ the Lease RPCs against a real etcd.
 Lease IDs chosen by the server differ between brain and etcd, so etcdctl
 outputs are compared after replacing each server's own lease ID by <ID>, and
 remaining TTLs (whole seconds, truncated) with a tolerance of one second.
-Without etcd the explicit assertions still run against brain alone.
 """
 
 from __future__ import annotations
@@ -19,20 +18,17 @@ import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from tests.integration.conftest import require_etcdctl, run_etcdctl
-from tests.support.servers import etcd_available, kv_stub
+from tests.support.servers import kv_stub
 
-pytestmark = pytest.mark.etcd  # needs etcdctl; etcd itself only for the comparisons
+pytestmark = pytest.mark.etcd
 
 _REMAINING = re.compile(r"remaining\((-?\d+)s\)")
 _JSON_TTL = re.compile(r'"ttl":(-?\d+)')
 
 
 def targets(servers):
-    """(name, endpoint) of brain and, when installed, etcd."""
-    out = [("brain", servers.brain.endpoint)]
-    if servers.etcd is not None:
-        out.append(("etcd", servers.etcd.endpoint))
-    return out
+    """(name, endpoint) of brain and of etcd."""
+    return [("brain", servers.brain.endpoint), ("etcd", servers.etcd.endpoint)]
 
 
 def masked(text: str, lease_hex: str, lease_dec: int | None = None) -> str:
@@ -117,11 +113,10 @@ def test_lease_lifecycle_with_etcdctl(servers):
     assert b[7] == ""
     assert b[8] == (1, "Error: failed to revoke lease (etcdserver: requested lease not found)")
     assert b[9] == (0, "lease <ID> already expired\n")
-    if "etcd" in seen:
-        e = seen["etcd"]
-        # etcd lists attached keys in its map order
-        e[2] = e[2].replace("[lk/b lk/a]", "[lk/a lk/b]")
-        assert b == e
+    e = seen["etcd"]
+    # etcd lists attached keys in its map order
+    e[2] = e[2].replace("[lk/b lk/a]", "[lk/a lk/b]")
+    assert b == e
 
 
 def test_lease_errors_and_minimum_ttl(ctl):
@@ -160,8 +155,7 @@ def test_expiry_deletes_keys_in_one_revision(servers):
         r = run_etcdctl(ep, "lease", "timetolive", lid)
         assert r.out == f"lease {lid} already expired\n"
         revs[name] = doc["header"]["revision"]
-    if "etcd" in revs:
-        assert revs["brain"] == revs["etcd"]
+    assert revs["brain"] == revs["etcd"]
 
 
 # ---------------------------------------------------------------------------
@@ -206,18 +200,27 @@ def test_lease_survives_restart_and_still_expires(brain_factory, how):
 
 
 def test_restart_renews_ttl_like_etcd(brain_factory, etcd_factory):
-    """Both servers give a recovered lease ttl + 1 s (etcd: election timeout)."""
-    if not etcd_available():
-        pytest.skip("etcd not installed")
+    """A recovered lease gets its whole TTL again, counted from the restart
+    (plus 1 s: etcd's election timeout), not what it had left before it.
+
+    The lease ages 3 s first, so a server that kept the old deadline would
+    answer at most ttl - 3; a renewed one answers the whole TTL + 1 less the
+    time since the restart began (truncated to whole seconds)."""
+    ttl, aged = 10, 3.0
     got = {}
     for name, srv in (("brain", brain_factory()), ("etcd", etcd_factory())):
         with srv.stubs() as st:
-            st.lease.LeaseGrant(pb.LeaseGrantRequest(TTL=10, ID=4242))
-        time.sleep(1.2)
+            st.lease.LeaseGrant(pb.LeaseGrantRequest(TTL=ttl, ID=4242))
+        time.sleep(aged)  # the lease ages before the restart
+        t0 = time.monotonic()
         srv.restart()
         with srv.stubs() as st:
-            got[name] = st.lease.LeaseTimeToLive(pb.LeaseTimeToLiveRequest(ID=4242)).TTL
-    assert got["brain"] == 10 and abs(got["brain"] - got["etcd"]) <= 1, got
+            left = st.lease.LeaseTimeToLive(pb.LeaseTimeToLiveRequest(ID=4242)).TTL
+        since = time.monotonic() - t0
+        got[name] = (left, round(since, 2))
+        assert int(ttl + 1 - since) <= left <= ttl + 1, (name, left, since)
+        assert left > ttl - aged, (name, left, since, "the lease was not renewed by the restart")
+    assert abs(got["brain"][0] - got["etcd"][0]) <= 1, got
 
 
 # ---------------------------------------------------------------------------
@@ -292,8 +295,6 @@ def _ttl_close(a, b) -> bool:
 
 
 def test_lease_rpcs_match_etcd(brain_factory, etcd_factory):
-    if not etcd_available():
-        pytest.skip("etcd not installed")
     brain, etcd = brain_factory(), etcd_factory()
     with brain.stubs() as st:
         got = _script(st)
@@ -347,5 +348,4 @@ def test_revoke_and_expiry_emit_delete_events(brain_factory, etcd_factory):
         # expiry: the same
         (DELETE, b"w/e1", 6, 0), (DELETE, b"w/e2", 6, 0),
     ]
-    if etcd_available():
-        assert got == _lease_events(etcd_factory().endpoint)
+    assert got == _lease_events(etcd_factory().endpoint)

@@ -11,15 +11,13 @@ import json
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from brain.etcd_version import ETCD_VERSION
 from tests.integration.conftest import require_etcdctl, run_etcdctl
-from tests.support.servers import REPO_ROOT, BrainServer, etcd_available, free_port, shard_args, shard_boundaries
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, http_get, shard_args, shard_boundaries
 
 pytestmark = [pytest.mark.etcd, pytest.mark.timeout(180)]
 
@@ -156,18 +154,18 @@ def test_nospace_alarm_cycle(brain_factory, etcd_factory):
     assert ok(ep, "alarm", "list") == ""
     assert ok(ep, "put", "tiny", "1") == "OK\n"
 
-    if etcd_available():  # the same cycle's texts from etcd
-        etcd = etcd_factory(extra_args=["--quota-backend-bytes", "120000"])
-        eep = etcd.endpoint
-        _fill_until_nospace(eep)
-        assert _masked(ok(eep, "alarm", "list")) == "memberID:<M> alarm:NOSPACE \n"
-        assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
-        ok(eep, "del", "fill/", "--prefix")
-        ok(eep, "compact", str(revision(eep)), "--physical")
-        ok(eep, "defrag")
-        assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
-        assert _masked(ok(eep, "alarm", "disarm")) == "memberID:<M> alarm:NOSPACE \n"
-        assert ok(eep, "put", "tiny", "1") == "OK\n"
+    # the same cycle's texts from etcd
+    etcd = etcd_factory(extra_args=["--quota-backend-bytes", "120000"])
+    eep = etcd.endpoint
+    _fill_until_nospace(eep)
+    assert _masked(ok(eep, "alarm", "list")) == "memberID:<M> alarm:NOSPACE \n"
+    assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
+    ok(eep, "del", "fill/", "--prefix")
+    ok(eep, "compact", str(revision(eep)), "--physical")
+    ok(eep, "defrag")
+    assert run_etcdctl(eep, "put", "tiny", "1").err == NOSPACE_ERR
+    assert _masked(ok(eep, "alarm", "disarm")) == "memberID:<M> alarm:NOSPACE \n"
+    assert ok(eep, "put", "tiny", "1") == "OK\n"
 
 
 @pytest.mark.parametrize("restore_shards", [None, 1])
@@ -243,21 +241,13 @@ def test_snapshot_restore_refuses_a_damaged_file(tmp_path, brain4):
     assert r.returncode == 1 and "sha256 mismatch" in r.stderr
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def test_metrics_and_health_over_http(brain_factory):
     port = free_port()
     srv = brain_factory(shards=4, extra_args=["--listen-metrics-urls", f"http://127.0.0.1:{port}"])
     for i in range(12):
         ok(srv.endpoint, "put", f"m{i}", "v")
     ok(srv.endpoint, "del", "m0")
-    status, text = _get(f"http://127.0.0.1:{port}/metrics")
+    status, text = http_get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200
     samples = {}
     for fam in text_string_to_metric_families(text):
@@ -272,5 +262,5 @@ def test_metrics_and_health_over_http(brain_factory):
     assert v("etcd_mvcc_db_total_size_in_bytes") > 0
     assert v("etcd_server_is_leader") == 1
     assert v("grpc_server_handled_total", grpc_method="Put", grpc_code="OK") == 12
-    status, body = _get(f"http://127.0.0.1:{port}/health")
+    status, body = http_get(f"http://127.0.0.1:{port}/health")
     assert (status, json.loads(body)) == (200, {"health": "true", "reason": ""})

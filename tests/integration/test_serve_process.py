@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from tests.integration.conftest import require_etcdctl, run_etcdctl
-from tests.support.servers import REPO_ROOT, BrainServer, free_port, require_brain
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, require_brain, require_tool
 
 
 def _env() -> dict:
@@ -202,8 +201,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
+    require_tool("openssl", "openssl")
     d = tmp_path_factory.mktemp("certs")
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
              "-days", "2", "-subj", "/CN=brain-test-ca", cwd=d)

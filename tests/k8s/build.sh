@@ -37,8 +37,31 @@ out="$cache_root/${k8s_version}-kwok-${kwok_version}"
 bin="$out/bin"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
+minor="${k8s_version#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
+major="${k8s_version#v}"; major="${major%%.*}"
+# The same -X flags as Kubernetes' hack/lib/version.sh, so the binaries report
+# the real version (/version, --version, and the apiserver's compatibility
+# version). The module zip carries no git commit, so gitCommit stays empty.
+# BUILD_DATE is filled in at build time (it is left out of the stamp).
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X '$pkg.gitVersion=$k8s_version'"
+    ldflags+=" -X '$pkg.gitMajor=$major'"
+    ldflags+=" -X '$pkg.gitMinor=$minor'"
+    ldflags+=" -X '$pkg.gitCommit='"
+    ldflags+=" -X '$pkg.gitTreeState=clean'"
+    ldflags+=" -X '$pkg.buildDate=BUILD_DATE'"
+done
+ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}'"
+ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.PreRelease=GA'"
+stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+        pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
+
+# What the output depends on (not this script's prose): worktrees sharing
+# BRAIN_K8S_CACHE agree on the stamp unless the build itself differs.
 stamp_of_inputs() {
-    cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1
+    { cat "$here/go.mod" "$here/go.sum"; go version; echo "${binaries[*]} ${stages[*]} $ldflags"; } \
+        | sha256sum | cut -d' ' -f1
 }
 stamp="$(stamp_of_inputs)"
 
@@ -61,31 +84,20 @@ export CGO_ENABLED=0
 export GOFLAGS="-mod=mod -buildvcs=false"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
-minor="${k8s_version#v}"; minor="${minor#*.}"; minor="${minor%%.*}"
-major="${k8s_version#v}"; major="${major%%.*}"
-build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-# The same -X flags as Kubernetes' hack/lib/version.sh, so the binaries report
-# the real version (/version, --version, and the apiserver's compatibility
-# version). The module zip carries no git commit, so gitCommit stays empty.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X '$pkg.gitVersion=$k8s_version'"
-    ldflags+=" -X '$pkg.gitMajor=$major'"
-    ldflags+=" -X '$pkg.gitMinor=$minor'"
-    ldflags+=" -X '$pkg.gitCommit='"
-    ldflags+=" -X '$pkg.gitTreeState=clean'"
-    ldflags+=" -X '$pkg.buildDate=$build_date'"
-done
-ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}'"
-ldflags+=" -X 'sigs.k8s.io/kwok/pkg/consts.PreRelease=GA'"
+ldflags="${ldflags//BUILD_DATE/$(date -u +%Y-%m-%dT%H:%M:%SZ)}"
 
 mkdir -p "$bin"
 rm -f "$out/stamp"
+# Build into a private staging dir and rename each file into place whole:
+# several builds may share the cache at once, and a reader must see either
+# the old binary or the new one, never a partial file.
+stage="$(mktemp -d "$out/stage.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
 echo "build.sh: building $k8s_version / kwok $kwok_version into $bin (go build -p $jobs)" >&2
 start=$(date +%s)
 (
     cd "$here"
-    go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$bin/" \
+    go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$stage/" \
         k8s.io/kubernetes/cmd/kube-apiserver \
         k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler \
@@ -93,7 +105,7 @@ start=$(date +%s)
         sigs.k8s.io/kwok/cmd/kwok
 )
 echo "build.sh: built in $(( $(date +%s) - start )) s" >&2
-"$bin/kube-apiserver" --version >&2
+"$stage/kube-apiserver" --version >&2
 
 # kwok's binary takes its Stage objects from --config; kwokctl normally writes
 # them. Assemble the same default set (node initialize + lease heartbeat, pod
@@ -101,13 +113,16 @@ echo "build.sh: built in $(( $(date +%s) - start )) s" >&2
 kwok_dir="$(cd "$here" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 {
     first=1
-    for f in node/fast/node-initialize.yaml \
-             node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    for f in "${stages[@]}"; do
         [[ $first == 1 ]] || echo "---"
         first=0
         cat "$kwok_dir/kustomize/stage/$f"
     done
-} > "$out/kwok-stages.yaml"
-echo "$stamp" > "$out/stamp"
+} > "$stage/kwok-stages.yaml"
+for b in "${binaries[@]}"; do
+    mv -f "$stage/$b" "$bin/$b"
+done
+mv -f "$stage/kwok-stages.yaml" "$out/kwok-stages.yaml"
+echo "$stamp" > "$stage/stamp"
+mv -f "$stage/stamp" "$out/stamp"
 echo "$bin"

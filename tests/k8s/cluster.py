@@ -1,5 +1,6 @@
-"""Processes of the e2e control plane: brain, kube-apiserver,
-kube-controller-manager, kube-scheduler and kwok, all on loopback.
+"""Processes of the e2e control plane: the storage server (brain, or etcd 3.6
+as the baseline), kube-apiserver, kube-controller-manager, kube-scheduler and
+kwok, all on loopback.
 
 Every process writes its own log file in the run's work directory; ``stop()``
 sends SIGTERM and waits (bounded), then SIGKILL. Readiness waits are bounded
@@ -92,6 +93,15 @@ class Proc:
                 self.popen.wait(10)
         return self.popen.returncode
 
+    def kill9(self) -> int | None:
+        """SIGKILL (no clean shutdown) and reap. Returns the exit status."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+        return self.popen.returncode
+
     def check_alive(self) -> None:
         if not self.alive:
             code = self.popen.returncode if self.popen else None
@@ -99,12 +109,114 @@ class Proc:
 
 
 # ---------------------------------------------------------------------------
-# brain
+# the storage server: brain, or etcd 3.6 as the baseline
 # ---------------------------------------------------------------------------
 
 
+class Storage:
+    """What the run needs of the server behind --etcd-servers: start, stop
+    (SIGTERM), kill -9, and direct gRPC reads (version, key counts, exact
+    snapshots of the keyspace at a revision)."""
+
+    label = "storage"
+    port: int
+    workdir: Path
+    data_dir: Path
+    proc: Proc
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def apiserver_flags(self) -> list[str]:
+        return [f"--etcd-servers={self.url}"]
+
+    def channel(self):
+        import grpc
+
+        return grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[("grpc.max_receive_message_length", 256 << 20)])
+
+    def status(self, timeout: float = 5.0):
+        """Maintenance.Status: returns (version, db_size) or raises grpc.RpcError."""
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        with self.channel() as ch:
+            resp = rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=timeout)
+            return resp.version, resp.dbSize
+
+    def count_prefix(self, prefix: bytes, timeout: float = 30.0) -> tuple[int, int]:
+        """(count, header revision) of keys under ``prefix``: a count_only Range."""
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        with self.channel() as ch:
+            resp = rpc_pb2_grpc.KVStub(ch).Range(
+                rpc_pb2.RangeRequest(key=prefix, range_end=end, count_only=True), timeout=timeout)
+            return resp.count, resp.header.revision
+
+    def snapshot(self, prefix: bytes, revision: int = 0, timeout: float = 60.0) -> tuple[int, dict]:
+        """(revision, {key: (create_revision, mod_revision, version, value)}) of every key under
+        ``prefix`` at ``revision`` (0: now), read in pages of 1,000 at one revision."""
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        out: dict = {}
+        key = prefix
+        with self.channel() as ch:
+            kv = rpc_pb2_grpc.KVStub(ch)
+            while True:
+                resp = kv.Range(rpc_pb2.RangeRequest(key=key, range_end=end, revision=revision, limit=1000),
+                                timeout=timeout)
+                revision = revision or resp.header.revision
+                for item in resp.kvs:
+                    out[item.key] = (item.create_revision, item.mod_revision, item.version, item.value)
+                if not resp.more:
+                    return revision, out
+                key = resp.kvs[-1].key + b"\x00"
+
+    def get(self, key: bytes, timeout: float = 10.0):
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        with self.channel() as ch:
+            resp = rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=key), timeout=timeout)
+            return resp.kvs[0].value if resp.kvs else None
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start and wait until a linearizable read answers."""
+        self.proc.start()
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            self.proc.check_alive()
+            try:
+                self.count_prefix(b"/registry/health", timeout=2.0)
+                return
+            except Exception as e:  # noqa: BLE001 - retried until the deadline
+                last = e
+                time.sleep(0.2)
+        raise StartError(f"{self.label} not serving on {self.url} after {timeout:.0f}s ({last}); log tail:\n"
+                         f"{log_tail(self.proc.log_path)}")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        return self.proc.stop(timeout)
+
+    def kill9(self) -> int | None:
+        return self.proc.kill9()
+
+    def rss_mib(self) -> float | None:
+        if not self.proc.alive:
+            return None
+        try:
+            for line in Path(f"/proc/{self.proc.popen.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
+
 @dataclass
-class Brain:
+class Brain(Storage):
     """brain serving one client URL: tcp (http), tls (https + client certs) or unix."""
 
     workdir: Path
@@ -113,6 +225,7 @@ class Brain:
     extra_args: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
+    label = "brain"
 
     def __post_init__(self):
         self.data_dir = self.workdir / "brain-data"
@@ -145,11 +258,10 @@ class Brain:
                       f"--etcd-keyfile={self.pki.etcd_client.key}"]
         return flags
 
-    # -- direct gRPC access (version check, key counts) --------------------
     def channel(self):
         import grpc
 
-        opts = [("grpc.max_receive_message_length", 64 << 20)]
+        opts = [("grpc.max_receive_message_length", 256 << 20)]
         if self.transport == "tcp":
             return grpc.insecure_channel(f"127.0.0.1:{self.port}", options=opts)
         if self.transport == "unix":
@@ -161,59 +273,28 @@ class Brain:
         )
         return grpc.secure_channel(f"127.0.0.1:{self.port}", creds, options=opts)
 
-    def status(self, timeout: float = 5.0):
-        """Maintenance.Status: returns (version, db_size) or raises grpc.RpcError."""
-        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-        with self.channel() as ch:
-            resp = rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=timeout)
-            return resp.version, resp.dbSize
+@dataclass
+class Etcd(Storage):
+    """etcd 3.6 (benchmarks/build.sh's etcd-3.6), a single member over plain
+    TCP with its defaults: the baseline the same scenario runs on."""
 
-    def count_prefix(self, prefix: bytes, timeout: float = 30.0) -> tuple[int, int]:
-        """(count, header revision) of keys under ``prefix``: a count_only Range."""
-        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    workdir: Path
+    binary: Path
+    port: int = field(default_factory=free_port)
+    peer_port: int = field(default_factory=free_port)
+    label = "etcd-3.6"
+    transport = "tcp"
 
-        end = prefix[:-1] + bytes([prefix[-1] + 1])
-        with self.channel() as ch:
-            resp = rpc_pb2_grpc.KVStub(ch).Range(
-                rpc_pb2.RangeRequest(key=prefix, range_end=end, count_only=True), timeout=timeout)
-            return resp.count, resp.header.revision
-
-    def get(self, key: bytes, timeout: float = 10.0):
-        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-
-        with self.channel() as ch:
-            resp = rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=key), timeout=timeout)
-            return resp.kvs[0].value if resp.kvs else None
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.proc.start()
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            self.proc.check_alive()
-            try:
-                self.count_prefix(b"/registry/health", timeout=2.0)
-                return
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
-                last = e
-                time.sleep(0.2)
-        raise StartError(f"brain not serving on {self.url} after {timeout:.0f}s ({last}); log tail:\n"
-                         f"{log_tail(self.proc.log_path)}")
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        return self.proc.stop(timeout)
-
-    def rss_mib(self) -> float | None:
-        if not self.proc.alive:
-            return None
-        try:
-            for line in Path(f"/proc/{self.proc.popen.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            return None
-        return None
+    def __post_init__(self):
+        self.data_dir = self.workdir / "etcd-data"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        self.proc = Proc("etcd", [
+            str(self.binary), "--name", "e2e", "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"e2e={peer}",
+        ], self.workdir / "etcd.log")
 
 
 # ---------------------------------------------------------------------------
@@ -240,7 +321,7 @@ class ControlPlane:
     bindir: Path
     workdir: Path
     pki: ClusterPKI
-    brain: Brain
+    brain: Storage
     kwok_stages: Path
     event_ttl: str = "1m"
     compaction_interval: str = "30s"
@@ -311,7 +392,16 @@ class ControlPlane:
 
     # -- HTTP to the apiserver ----------------------------------------------
     def http_get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
-        req = urllib.request.Request(self.server + path, headers={"Authorization": f"Bearer {self.admin_token}"})
+        return self._http(urllib.request.Request(self.server + path), timeout)
+
+    def http_post_json(self, path: str, obj: dict, timeout: float = 10.0) -> tuple[int, str]:
+        """POST a JSON object as the admin."""
+        return self._http(urllib.request.Request(self.server + path, data=json.dumps(obj).encode(), method="POST",
+                                                 headers={"Content-Type": "application/json"}), timeout)
+
+    def _http(self, req: urllib.request.Request, timeout: float) -> tuple[int, str]:
+        """(status, body) of a request as the admin; status 0 on a transport error or timeout."""
+        req.add_header("Authorization", f"Bearer {self.admin_token}")
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as r:
                 return r.status, r.read().decode("utf-8", "replace")

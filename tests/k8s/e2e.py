@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on brain, driven with kubectl.
 
-    python -m tests.k8s.e2e                      # full run over TCP, smoke runs over mTLS and unix
-    python -m tests.k8s.e2e --transport tcp --profile full
+    python -m tests.k8s.e2e                      # full run over TCP (+ etcd 3.6 baseline), smoke over mTLS and unix
+    python -m tests.k8s.e2e --transport tcp --profile full --baseline etcd-3.6
     python -m tests.k8s.e2e --transport unix --profile smoke --keep
 
 What one run does (every wait is bounded; see docs/kubernetes.md):
@@ -15,14 +15,23 @@ What one run does (every wait is bounded; see docs/kubernetes.md):
      listed back with --chunk-size paging; a CRD and objects of it (list, get,
      patch, delete); a Deployment that becomes fully Running on the kwok
      nodes; `kubectl get -w` streams that must see the changes;
-  4. restarts brain (SIGTERM, start again on the same data dir) and checks the
-     apiserver recovers, every object is still there at the same
-     resourceVersion, and the watches opened before the restart still deliver;
+  4. restarts brain (SIGTERM, start again on the same data dir), then kills it
+     with kill -9 while ConfigMaps are being created through the apiserver,
+     and after each checks: the keyspace at the revision read just before is
+     identical key for key (value, create/mod revision, version), every key
+     that differs at the head was written after that revision, every object
+     (ConfigMaps, Widgets, the Deployment, pods) is still there at the same
+     resourceVersion, every ConfigMap the apiserver acknowledged (201) during
+     the kill -9 is there, the apiserver recovers, and the watches opened
+     before still deliver;
   5. scales the Deployment down, rolls it, deletes it;
   6. checks event TTL expiry and compaction, /readyz (etcd checks), the
      apiserver log (no etcd errors outside the restart, RequestWatchProgress
      not refused) and its metrics (consistent reads served from the watch
      cache; request latency percentiles against the SIG Scalability SLOs).
+With --baseline etcd-3.6 (the default for the full TCP run) the same
+scenario then runs on etcd 3.6.16 (benchmarks/build.sh's etcd-3.6) in the
+same invocation, and the summary puts its latencies next to brain's.
 Prints a summary and writes summary.json in the work directory. Exit code 0
 when every check passed.
 """
@@ -47,7 +56,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.k8s import promstats  # noqa: E402
-from tests.k8s.cluster import SERVICE_IP, Brain, ControlPlane, StartError  # noqa: E402
+from tests.k8s.cluster import SERVICE_IP, Brain, ControlPlane, Etcd, StartError  # noqa: E402
 from tests.k8s.pki import make_cluster_pki  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -232,9 +241,54 @@ class Watch:
 # ---------------------------------------------------------------------------
 
 
+class ConfigMapWriter:
+    """Creates ConfigMaps one after another through the apiserver (POST) in a
+    thread, remembering every one it acknowledged (201) with its resourceVersion."""
+
+    def __init__(self, run: "Run", namespace: str):
+        self.run = run
+        self.namespace = namespace
+        self.acked: list[tuple[str, str]] = []
+        self.refused = 0
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> "ConfigMapWriter":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        i = 0
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        while not self._stop.is_set():
+            name = f"k-{i:06d}"
+            i += 1
+            code, body = self.run.cp.http_post_json(path, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                           "metadata": {"name": name}, "data": {"i": str(i)}})
+            with self._cond:
+                if code == 201:
+                    self.acked.append((name, json.loads(body)["metadata"]["resourceVersion"]))
+                else:
+                    self.refused += 1
+                self._cond.notify_all()
+            if code != 201:
+                time.sleep(0.1)  # the storage is down: do not spin
+
+    def wait_acked(self, n: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.acked) >= n, timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
 class Run:
-    def __init__(self, args, cache: Path, transport: str, profile: Profile, workdir: Path):
+    def __init__(self, args, cache: Path, transport: str, profile: Profile, workdir: Path,
+                 backend: str = "brain", etcd_binary: Path | None = None):
         self.args = args
+        self.backend = backend
         self.transport = transport
         self.p = profile
         self.workdir = workdir
@@ -244,18 +298,29 @@ class Run:
         self.facts: dict = {"transport": transport, "profile": profile.name}
         self.t0 = time.monotonic()
         self.deadline = self.t0 + args.timeout
-        self.restart_window: tuple[float, float] | None = None  # wall clock
+        self.restart_windows: list[tuple[float, float]] = []  # wall clock
         self.restart_done_wall: float | None = None
+        self.metrics_before_restart = None
         self.cp_started_wall = time.time()
         self.watches: list[Watch] = []
+        self.writers: list[ConfigMapWriter] = []
         self.pki = make_cluster_pki(workdir / "pki", SERVICE_IP)
-        self.brain = Brain(workdir, transport, self.pki)
-        self.cp = ControlPlane(self.bindir, workdir, self.pki, self.brain, cache / "kwok-stages.yaml",
+        if backend == "brain":
+            self.store = Brain(workdir, transport, self.pki)
+        else:
+            assert transport == "tcp" and etcd_binary is not None, "the etcd baseline runs over tcp"
+            self.store = Etcd(workdir, etcd_binary)
+        self.facts["storage"] = self.store.label
+        self.cp = ControlPlane(self.bindir, workdir, self.pki, self.store, cache / "kwok-stages.yaml",
                                event_ttl=args.event_ttl, compaction_interval=args.compaction_interval)
 
     # -- reporting ----------------------------------------------------------
     def log(self, msg: str) -> None:
-        print(f"[{self.transport}/{self.p.name} {time.monotonic() - self.t0:7.1f}s] {msg}", flush=True)
+        print(f"[{self.name} {time.monotonic() - self.t0:7.1f}s] {msg}", flush=True)
+
+    @property
+    def name(self) -> str:
+        return f"{self.transport}/{self.p.name}" + ("" if self.backend == "brain" else f"/{self.backend}")
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append((name, bool(ok), detail))
@@ -278,7 +343,7 @@ class Run:
         end = time.monotonic() + timeout
         last = None
         while True:
-            for p in [self.brain.proc, *self.cp.procs()]:
+            for p in [self.store.proc, *self.cp.procs()]:
                 if p.popen is not None:
                     p.check_alive()
             try:
@@ -357,16 +422,17 @@ class Run:
     # -- the scenario -----------------------------------------------------------
     def bring_up(self) -> None:
         self.log(f"work dir {self.workdir}")
-        self.brain.start()
+        self.store.start()
+        label = self.store.label
         try:
-            version, db = self.brain.status()
-            self.facts["brain_version"] = version
-            self.check("brain Maintenance.Status reports an etcd 3.6.x version",
+            version, db = self.store.status()
+            self.facts["storage_version"] = version
+            self.check(f"{label} Maintenance.Status reports an etcd 3.6.x version",
                        bool(re.fullmatch(r"3\.6\.\d+.*", version)), f"version {version!r}, dbSize {db}")
         except Exception as e:  # noqa: BLE001 - reported
             code = getattr(e, "code", lambda: None)()
-            self.facts["brain_version"] = f"Status failed: {code}"
-            self.check("brain Maintenance.Status reports an etcd 3.6.x version", False,
+            self.facts["storage_version"] = f"Status failed: {code}"
+            self.check(f"{label} Maintenance.Status reports an etcd 3.6.x version", False,
                        f"Status not served ({code}): the apiserver will treat RequestWatchProgress as unsupported")
         self.cp_started_wall = time.time()
         took = self.cp.start(timeout=self.time_left(180))
@@ -444,9 +510,15 @@ class Run:
         self.require(f"--chunk-size={chunk} list counts {n}", r.returncode == 0 and len(names) == n
                      and len(set(names)) == n, f"{len(names)} names in {pages} pages (expected {want_pages})")
         self.check("the list was paged", pages >= want_pages, f"{pages} pages")
-        stored, rev = self.brain.count_prefix(b"/registry/configmaps/e2e-cm/")
-        # +1: kube-controller-manager publishes kube-root-ca.crt in every namespace.
-        self.check("brain holds the ConfigMaps", n <= stored <= n + 1, f"{stored} keys at revision {rev}")
+        prefix = b"/registry/configmaps/e2e-cm/"
+        rev, keys = self.store.snapshot(prefix)
+        stored = {k[len(prefix):].decode() for k in keys}
+        # Exactly the n ConfigMaps, plus kube-root-ca.crt once kube-controller-manager
+        # has published it (it does so in every namespace).
+        want = {f"cm-{i:05d}" for i in range(n)}
+        self.check(f"{self.store.label} holds exactly the ConfigMaps", stored - {"kube-root-ca.crt"} == want,
+                   f"{len(stored)} keys at revision {rev} ({len(want - stored)} missing, "
+                   f"{len(stored - want - {'kube-root-ca.crt'})} unexpected)")
 
     def crd(self) -> None:
         crd = {
@@ -492,7 +564,7 @@ class Run:
         doomed = [f"w-{i:04d}" for i in range(0, n, 5)]
         self.kubectl("delete", "widget", "-n", "e2e-crd", "--wait=false", *doomed, timeout=180)
         left = self.names_rvs("widgets", "-n", "e2e-crd")
-        stored, _ = self.brain.count_prefix(f"/registry/{CRD_GROUP}/widgets/e2e-crd/".encode())
+        stored, _ = self.store.count_prefix(f"/registry/{CRD_GROUP}/widgets/e2e-crd/".encode())
         self.require("Widget deletes", len(left) == n - len(doomed) and stored == len(left),
                      f"{len(left)} listed, {stored} stored")
 
@@ -541,23 +613,52 @@ class Run:
                    f"(SLO p99 <= 5s, 1 s timestamp resolution)")
         self.kubectl("rollout", "status", "deployment/web", "-n", "e2e-apps", "--timeout=120s", timeout=150)
 
-    def restart_brain(self) -> None:
-        before = {
+    def object_lists(self) -> dict[str, dict[str, str]]:
+        return {
             "configmaps": self.names_rvs("configmaps", "-n", "e2e-cm", "-l", "e2e=bulk"),
             "widgets": self.names_rvs("widgets", "-n", "e2e-crd"),
             "deployments": self.names_rvs("deployments", "-n", "e2e-apps"),
         }
+
+    def restart_storage(self, how: str) -> None:
+        """Stop the storage server (SIGTERM, or kill -9 while ConfigMaps are being
+        created through the apiserver), start it on the same data dir, and check
+        nothing was lost or changed.
+
+        Exact: the keyspace at R, the revision read just before the stop, must be
+        identical after the restart (every key with its value, create and mod
+        revision and version).  At the head, keys may legitimately differ only by
+        writes after R (the control plane keeps writing: events, leases, node and
+        pod status, and the ConfigMaps of the kill -9 writer); every key that
+        differs must carry a mod_revision above R."""
+        label = self.store.label
+        before = self.object_lists()
         pod_names = set(self.names_rvs("pods", "-n", "e2e-apps"))
-        stored_before, rev_before = self.brain.count_prefix(b"/registry/")
-        self.metrics_before_restart = self.metrics()
+        if self.metrics_before_restart is None:
+            self.metrics_before_restart = self.metrics()
         cm_mark = len(self.cm_watch.events)
-        self.log(f"restarting brain (SIGTERM) with {stored_before} keys at revision {rev_before}")
+        writer = None
+        if how == "kill9":
+            self.kubectl("create", "namespace", "e2e-kill")
+            writer = ConfigMapWriter(self, "e2e-kill").start()
+            self.writers.append(writer)
+            self.require("ConfigMaps being created before the kill", writer.wait_acked(20, self.time_left(60)),
+                         f"{len(writer.acked)} acknowledged")
+        rev, snap = self.store.snapshot(b"/registry/")
+        self.log(f"{'kill -9 of' if how == 'kill9' else 'restarting'} {label} with {len(snap)} keys at "
+                 f"revision {rev}" + (f", {len(writer.acked)} ConfigMaps acknowledged so far" if writer else ""))
         w0 = time.time()
         t0 = time.monotonic()
-        code = self.brain.stop(30)
-        stopped = time.monotonic() - t0
-        self.facts["brain_stop_s"] = round(stopped, 1)
-        self.check("brain exits cleanly on SIGTERM", code == 0, f"exit code {code} after {stopped:.1f}s")
+        if how == "kill9":
+            code = self.store.kill9()
+            self.check(f"{label} killed with SIGKILL", code == -9, f"exit status {code}")
+        else:
+            code = self.store.stop(30)
+            stopped = time.monotonic() - t0
+            self.facts["storage_stop_s"] = round(stopped, 1)
+            # etcd re-raises SIGTERM after its shutdown handlers, so it ends "killed by SIGTERM".
+            clean = code == 0 or (self.backend != "brain" and code == -15)
+            self.check(f"{label} exits cleanly on SIGTERM", clean, f"exit code {code} after {stopped:.1f}s")
         # The apiserver must notice: its etcd readiness check goes red.
         red = False
         for _ in range(40):
@@ -566,45 +667,72 @@ class Run:
                 red = "[-]etcd" in body
                 break
             time.sleep(0.25)
-        self.check("apiserver /readyz reports etcd down while brain is stopped", red)
+        self.check(f"apiserver /readyz reports etcd down while {label} is down ({how})", red)
         t1 = time.monotonic()
-        self.brain.start(timeout=self.time_left(90))
+        self.store.start(timeout=self.time_left(90))
         serving = time.monotonic() - t1
+        # First, before anything else can compact it: the keyspace at R.
+        try:
+            _, again = self.store.snapshot(b"/registry/", revision=rev)
+            lost = sorted(set(snap) - set(again))
+            extra = sorted(set(again) - set(snap))
+            changed = sorted(k for k in snap if k in again and again[k] != snap[k])
+            detail = (f"{len(again)} keys at revision {rev} (before: {len(snap)}); {len(lost)} lost, "
+                      f"{len(extra)} extra, {len(changed)} changed" + (f": {(lost + extra + changed)[:5]}"
+                                                                     if lost or extra or changed else ""))
+            self.check(f"{how}: the keyspace at revision {rev} is identical after the restart",
+                       not lost and not extra and not changed, detail)
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            self.check(f"{how}: the keyspace at revision {rev} is identical after the restart", False, repr(e))
         waited, body = self.cp.wait_readyz(self.time_left(120))
         recovered = time.monotonic() - t1
         self.restart_done_wall = time.time()
-        self.restart_window = (w0, time.time() + 30)
-        self.facts["brain_start_s"] = round(serving, 1)
-        self.facts["brain_restart_recovery_s"] = round(recovered, 1)
-        self.check("apiserver /readyz green again after brain restart", "[+]etcd ok" in body,
-                   f"brain serving {serving:.1f}s after start, apiserver green {recovered:.1f}s after start "
+        self.restart_windows.append((w0, time.time() + 30))
+        self.facts[f"storage_{how}_start_s"] = round(serving, 1)
+        self.facts[f"storage_{how}_recovery_s"] = round(recovered, 1)
+        self.check(f"apiserver /readyz green again after the {label} restart ({how})", "[+]etcd ok" in body,
+                   f"{label} serving {serving:.1f}s after start, apiserver green {recovered:.1f}s after start "
                    f"(down for {time.monotonic() - t0:.1f}s in all)")
-        stored_after, rev_after = self.brain.count_prefix(b"/registry/")
-        self.check("brain reopened with the same keys", stored_after >= stored_before - 50 and rev_after >= rev_before,
-                   f"{stored_after} keys at revision {rev_after} (before: {stored_before} at {rev_before}; "
-                   "leases/events may come and go)")
-
-        def same():
-            after = {
-                "configmaps": self.names_rvs("configmaps", "-n", "e2e-cm", "-l", "e2e=bulk"),
-                "widgets": self.names_rvs("widgets", "-n", "e2e-crd"),
-                "deployments": self.names_rvs("deployments", "-n", "e2e-apps"),
-            }
-            return after
-        after = self.wait_until("lists after restart", same, 60)
-        for kind in ("configmaps", "widgets"):
+        if writer is not None:
+            n = len(writer.acked)
+            resumed = writer.wait_acked(n + 10, self.time_left(60))
+            writer.stop()
+            acked = dict(writer.acked)
+            there = self.names_rvs("configmaps", "-n", "e2e-kill")
+            missing = [k for k in acked if k not in there]
+            moved = [k for k in acked if k in there and there[k] != acked[k]]
+            self.facts["kill9_configmaps_acknowledged"] = len(acked)
+            self.facts["kill9_configmap_posts_refused"] = writer.refused
+            self.check("every ConfigMap acknowledged across the kill -9 is there at its resourceVersion",
+                       resumed and not missing and not moved,
+                       f"{len(acked)} acknowledged ({n} before the apiserver was green again), {writer.refused} "
+                       f"refused while down, {len(missing)} missing, {len(moved)} with another resourceVersion")
+        head, now = self.store.snapshot(b"/registry/")
+        differ = [k for k in now if now[k] != snap.get(k)]
+        older = [k for k in differ if now[k][1] <= rev]
+        gone = [k for k in snap if k not in now]
+        by_kind: dict[str, int] = {}
+        for k in differ + gone:
+            kind = "/".join(k.decode(errors="replace").split("/")[2:3])
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+        self.check(f"{how}: every key that differs at the head was written after revision {rev}", not older,
+                   f"{len(now)} keys at revision {head}: {len(differ)} new or changed, {len(gone)} deleted since "
+                   f"{rev}, by resource {dict(sorted(by_kind.items()))}" + (f"; older: {older[:5]}" if older else ""))
+        after = self.wait_until("lists after restart", self.object_lists, 60)
+        for kind in ("configmaps", "widgets", "deployments"):
             lost = set(before[kind]) - set(after[kind])
             changed = [k for k in before[kind] if k in after[kind] and after[kind][k] != before[kind][k]]
-            self.check(f"no {kind} lost or changed across the restart", not lost and not changed,
+            self.check(f"{how}: no {kind} lost or changed", not lost and not changed and before[kind],
                        f"{len(after[kind])} present, {len(lost)} lost, {len(changed)} with another resourceVersion")
         pods_after = set(self.names_rvs("pods", "-n", "e2e-apps"))
-        self.check("no pods lost across the restart", pod_names <= pods_after,
+        self.check(f"{how}: no pods lost", pod_names <= pods_after,
                    f"{len(pod_names & pods_after)}/{len(pod_names)} still there")
         # A write after the restart, seen by the watch opened before it.
-        self.kubectl("create", "configmap", "after-restart", "-n", "e2e-watch", "--from-literal=k=v")
-        ok = self.cm_watch.wait_for([("ADDED", "after-restart")], 30, cm_mark)
-        self.check("a kubectl get -w opened before the restart still delivers", ok and self.cm_watch.closes == 0,
-                   f"closed and resumed {self.cm_watch.closes} times")
+        name = f"after-{how}"
+        self.kubectl("create", "configmap", name, "-n", "e2e-watch", "--from-literal=k=v")
+        ok = self.cm_watch.wait_for([("ADDED", name)], 30, cm_mark)
+        self.check(f"{how}: a kubectl get -w opened before the restart still delivers",
+                   ok and self.cm_watch.closes == 0, f"closed and resumed {self.cm_watch.closes} times")
 
     def scale_roll_delete(self) -> None:
         s, r = self.p.scale_to, self.p.replicas
@@ -691,16 +819,17 @@ class Run:
                    f"{slack:.0f}s" + (f": {overdue[:3]}" if overdue else ""))
 
         def compacted():
-            v = self.brain.get(b"compact_rev_key")
+            v = self.store.get(b"compact_rev_key")
             return (v is not None and v.isdigit() and int(v) > 0 and v) or f"compact_rev_key={v!r}"
 
         left = self.cp_started_wall + 2 * interval + slack - time.time()
         value = self.wait_until("the apiserver's compaction", compacted, max(left, 0) + interval + slack)
         self.facts["compact_rev"] = int(value)
-        self.check("the apiserver compacted brain (compact_rev_key)", True, f"compact_rev_key={value.decode()}")
+        self.check(f"the apiserver compacted {self.store.label} (compact_rev_key)", True,
+                   f"compact_rev_key={value.decode()}")
         try:
             from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-            with self.brain.channel() as ch:
+            with self.store.channel() as ch:
                 rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=b"/registry/", revision=1), timeout=10)
             self.check("a read at revision 1 is refused as compacted", False, "it succeeded")
         except Exception as e:  # noqa: BLE001 - the expected error
@@ -765,7 +894,7 @@ class Run:
                 continue
             t = _dt.datetime(year, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
                              int(m.group(6))).timestamp()
-            if self.restart_window and self.restart_window[0] - 1 <= t <= self.restart_window[1]:
+            if any(w0 - 1 <= t <= w1 for w0, w1 in self.restart_windows):
                 during.append(line)
             elif m.group(1) == "W":
                 warnings.append(line)
@@ -790,7 +919,8 @@ class Run:
             self.configmaps()
             self.crd()
             self.deployment()
-            self.restart_brain()
+            self.restart_storage("sigterm")
+            self.restart_storage("kill9")
             self.scale_roll_delete()
             self.events_and_compaction()
             code, body = self.cp.http_get("/readyz?verbose")
@@ -807,12 +937,15 @@ class Run:
                         step()
                 except Exception as e:  # noqa: BLE001 - reported as a failed check
                     self.check(step.__name__, False, repr(e))
-            self.facts["brain_rss_mib"] = self.brain.rss_mib()
+            self.facts["storage_rss_mib"] = self.store.rss_mib()
             for w in self.watches:
                 w.stop()
+            for wr in self.writers:
+                wr.stop()
             self.cp.stop()
-            code = self.brain.stop(30)
-            self.check("brain exits cleanly at the end", code == 0, f"exit code {code}")
+            code = self.store.stop(30)
+            self.check(f"{self.store.label} exits cleanly at the end",
+                       code == 0 or (self.backend != "brain" and code == -15), f"exit code {code}")
             self.facts["elapsed_s"] = round(time.monotonic() - self.t0, 1)
 
     @property
@@ -835,23 +968,26 @@ def print_summary(runs: list[Run]) -> None:
     print("\n======== brain e2e summary ========")
     for r in runs:
         f = r.facts
+        label = r.store.label
         passed = sum(1 for _n, ok, _d in r.checks if ok)
-        print(f"\n[{r.transport}/{r.p.name}] {'OK' if r.ok else 'FAILED'}: {passed}/{len(r.checks)} checks, "
+        print(f"\n[{r.name}] {'OK' if r.ok else 'FAILED'}: {passed}/{len(r.checks)} checks, "
               f"{f.get('elapsed_s')}s, work dir {r.workdir}")
-        print(f"  kubernetes {f.get('kubernetes_version')}, brain reports etcd {f.get('brain_version')}, "
-              f"brain RSS {f.get('brain_rss_mib') and round(f['brain_rss_mib'])} MiB")
+        print(f"  kubernetes {f.get('kubernetes_version')}, {label} reports etcd {f.get('storage_version')}, "
+              f"{label} RSS {f.get('storage_rss_mib') and round(f['storage_rss_mib'])} MiB")
         print(f"  created: {f.get('namespaces', 0)} namespaces, {f.get('configmaps_created', 0)} ConfigMaps "
               f"({f.get('configmaps_per_s')}/s), {f.get('widgets_created', 0)} Widgets (CRD), "
               f"{r.p.nodes} nodes, {f.get('pods_created', 0)} pods")
         print(f"  all {r.p.replicas} pods Running after {f.get('pods_running_s')}s; pod startup p50 "
               f"{f.get('pod_startup_p50_s')}s p99 {f.get('pod_startup_p99_s')}s (SLO p99 <= 5s)")
-        print(f"  brain restart: SIGTERM to exit {f.get('brain_stop_s')}s, start to serving {f.get('brain_start_s')}s, "
-              f"start to apiserver /readyz green {f.get('brain_restart_recovery_s')}s; "
-              f"consistent reads from cache {f.get('consistent_reads_from_cache')}, "
+        print(f"  {label} restart: SIGTERM to exit {f.get('storage_stop_s')}s, start to serving "
+              f"{f.get('storage_sigterm_start_s')}s, to apiserver /readyz green {f.get('storage_sigterm_recovery_s')}s; "
+              f"kill -9: start to serving {f.get('storage_kill9_start_s')}s, to /readyz green "
+              f"{f.get('storage_kill9_recovery_s')}s, {f.get('kill9_configmaps_acknowledged')} ConfigMaps "
+              f"acknowledged across it; consistent reads from cache {f.get('consistent_reads_from_cache')}, "
               f"fallbacks {f.get('consistent_reads_fallback')}")
         lat = f.get("apiserver_request_latency") or {}
-        for label, row in lat.items():
-            print(f"  apiserver {label:8s} n={row['count']:6d}  p50 {_fmt(row['p50']):>7s}  p90 {_fmt(row['p90']):>7s}"
+        for group, row in lat.items():
+            print(f"  apiserver {group:8s} n={row['count']:6d}  p50 {_fmt(row['p50']):>7s}  p90 {_fmt(row['p90']):>7s}"
                   f"  p99 {_fmt(row['p99']):>7s}  (before restart {_fmt(row.get('p99_before_restart'))}) "
                   f"SLO p99 <= {row['slo_p99']:g}s")
         for op, row in (f.get("apiserver_etcd_request_latency") or {}).items():
@@ -859,16 +995,50 @@ def print_summary(runs: list[Run]) -> None:
         failed = [(n, d) for n, ok, d in r.checks if not ok]
         for n, d in failed:
             print(f"  FAILED {n}: {d[:600]}")
+    for r in runs:
+        base = next((b for b in runs if b is not r and b.backend != "brain" and b.transport == r.transport
+                     and b.p.name == r.p.name), None)
+        if r.backend == "brain" and base is not None:
+            print(baseline_table(r, base))
     total = sum(len(r.checks) for r in runs)
     failed = sum(1 for r in runs for _n, ok, _d in r.checks if not ok)
     print(f"\ne2e: {total - failed} passed, {failed} failed")
 
 
+def baseline_table(brain: Run, base: Run) -> str:
+    """brain's latencies next to the baseline's, same scenario, same invocation."""
+    a, b = brain.facts, base.facts
+    lines = [f"\n[{brain.name}] next to [{base.name}] (same scenario, same machine, one after the other):",
+             f"  {'':36s} {'brain':>9s} {base.store.label:>9s}"]
+
+    def row(name, x, y, fmt=_fmt):
+        lines.append(f"  {name:36s} {fmt(x):>9s} {fmt(y):>9s}")
+
+    for group in ("mutating", "get", "list"):
+        ra = (a.get("apiserver_request_latency") or {}).get(group) or {}
+        rb = (b.get("apiserver_request_latency") or {}).get(group) or {}
+        for q in ("p50", "p99"):
+            row(f"apiserver {group} {q}", ra.get(q), rb.get(q))
+        row(f"apiserver {group} p99 pre-restart", ra.get("p99_before_restart"), rb.get("p99_before_restart"))
+    secs = lambda v: "n/a" if v is None else f"{v:.1f}s"  # noqa: E731
+    row("pod startup p99", a.get("pod_startup_p99_s"), b.get("pod_startup_p99_s"), secs)
+    row("200 pods Running", a.get("pods_running_s"), b.get("pods_running_s"), secs)
+    row("ConfigMaps created /s", a.get("configmaps_per_s"), b.get("configmaps_per_s"),
+        lambda v: "n/a" if v is None else f"{v:.0f}")
+    row("SIGTERM: start to /readyz", a.get("storage_sigterm_recovery_s"), b.get("storage_sigterm_recovery_s"), secs)
+    row("kill -9: start to /readyz", a.get("storage_kill9_recovery_s"), b.get("storage_kill9_recovery_s"), secs)
+    row("RSS MiB", a.get("storage_rss_mib"), b.get("storage_rss_mib"), lambda v: "n/a" if v is None else f"{v:.0f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--transport", default="all", choices=["all", "tcp", "tls", "unix"],
-                    help="all = full profile over tcp, then smoke over tls and unix")
+                    help="all = full profile over tcp (+ the baseline), then smoke over tls and unix")
     ap.add_argument("--profile", choices=sorted(PROFILES), help="default: full for tcp, smoke otherwise")
+    ap.add_argument("--baseline", choices=["etcd-3.6", "none"],
+                    help="after a tcp run, the same scenario on this server (default: etcd-3.6 for the full tcp "
+                         "profile, none otherwise)")
     ap.add_argument("--configmaps", type=int, help="override the profile's ConfigMap count")
     ap.add_argument("--replicas", type=int, help="override the profile's Deployment size")
     ap.add_argument("--nodes", type=int, help="override the profile's kwok node count")
@@ -886,6 +1056,14 @@ def main(argv: list[str] | None = None) -> int:
     args.k8s_version = cache.name.split("-kwok-")[0]
     plan = [("tcp", "full"), ("tls", "smoke"), ("unix", "smoke")] if args.transport == "all" \
         else [(args.transport, args.profile or ("full" if args.transport == "tcp" else "smoke"))]
+    etcd_binary = None
+    if any(_baseline(args, t, p) for t, p in plan):
+        from tests.support.servers import etcd_binary as find_etcd
+
+        found = find_etcd("3.6")
+        if found is None:
+            raise SystemExit("etcd 3.6 for the baseline run is unavailable (benchmarks/build.sh etcd-3.6 failed)")
+        etcd_binary = Path(found)
     parent = Path(tempfile.mkdtemp(prefix="brain-e2e-", dir=args.workdir))
     runs = []
     for transport, pname in plan:
@@ -895,21 +1073,33 @@ def main(argv: list[str] | None = None) -> int:
             from dataclasses import replace
             prof = replace(prof, **overrides)
             prof = replace(prof, scale_to=max(1, min(prof.scale_to, prof.replicas // 2)))
-        wd = parent / f"{transport}-{pname}"
-        wd.mkdir()
-        run = Run(args, cache, transport, prof, wd)
-        runs.append(run)
-        run.run()
-        (wd / "summary.json").write_text(json.dumps({"checks": run.checks, "facts": run.facts}, indent=1, default=str))
+        backends = ["brain"] + ([_baseline(args, transport, pname)] if _baseline(args, transport, pname) else [])
+        for backend in backends:
+            wd = parent / (f"{transport}-{pname}" + ("" if backend == "brain" else f"-{backend}"))
+            wd.mkdir()
+            run = Run(args, cache, transport, prof, wd, backend=backend, etcd_binary=etcd_binary)
+            runs.append(run)
+            run.run()
+            (wd / "summary.json").write_text(json.dumps({"checks": run.checks, "facts": run.facts}, indent=1,
+                                                        default=str))
     print_summary(runs)
     ok = all(r.ok for r in runs)
     if ok and not args.keep:
         for r in runs:
-            shutil.rmtree(r.workdir / "brain-data", ignore_errors=True)
-        print(f"logs kept in {parent} (brain data removed)")
+            shutil.rmtree(r.store.data_dir, ignore_errors=True)
+        print(f"logs kept in {parent} (storage data removed)")
     else:
         print(f"work directories kept in {parent}")
     return 0 if ok else 1
+
+
+def _baseline(args, transport: str, profile: str) -> str | None:
+    """The server the same scenario runs on after brain's (or None)."""
+    if args.baseline == "none" or transport != "tcp":
+        return None
+    if args.baseline:
+        return args.baseline
+    return "etcd-3.6" if profile == "full" else None
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Skipped unless BRAIN_E2E=1 (``make e2e`` sets it): the first run builds the
 Kubernetes control plane from the Go module proxy (see build.sh), and a full
-run takes minutes. One test per transport: the full profile over TCP, the
+run takes minutes. One test per transport: the full profile over TCP (then,
+in the same invocation, the same scenario on etcd 3.6 as the baseline), the
 smoke profile over mutual TLS and over a unix socket; then Kubernetes' storage
 conformance suite (tests/k8s/conformance, go test). Extra driver flags can be
 passed in BRAIN_E2E_ARGS (e.g. "--keep --configmaps 1000").

@@ -6,10 +6,19 @@ client endpoint succeeds (up to ``ready_timeout`` seconds) and raises
 ``ServerStartError`` carrying the tail of the server's log when it does not.
 ``stop()`` sends SIGTERM, waits, then SIGKILLs.
 
+etcd comes in two versions: 3.4 is Debian's etcd-server (``/usr/bin/etcd``),
+3.6 is the etcd 3.6.16 that benchmarks/build.sh builds into its cache (built
+on first use, then found in the cache in under a second).
+
 Environment knobs:
-  ETCD_BIN          path of the etcd binary (default /usr/bin/etcd)
+  ETCD_BIN          path of the etcd 3.4 binary (default /usr/bin/etcd)
+  ETCD36_BIN        path of an etcd 3.6 binary (default: benchmarks/build.sh's
+                    etcd-3.6, under $BRAIN_BENCH_CACHE or <repo>/.cache/bench)
   TEST_TMPDIR       parent directory for server temp dirs (default: /dev/shm
                     when it exists, else the system temp dir)
+  TEST_DISK_TMPDIR  parent directory for servers that must keep their data on a
+                    real disk (``on_disk=True``: crash and fdatasync tests);
+                    default: the system temp dir, refused if it is a tmpfs
   KEEP_TEST_DIRS    when set, temp dirs are left behind for inspection
 """
 
@@ -31,6 +40,7 @@ import grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ETCD_BIN = os.environ.get("ETCD_BIN", "/usr/bin/etcd")
+ETCD_VERSIONS = ("3.4", "3.6")
 
 DEFAULT_READY_TIMEOUT = 20.0
 _LOG_TAIL_BYTES = 20000
@@ -40,8 +50,46 @@ class ServerStartError(RuntimeError):
     """A server did not become ready; the message includes its log tail."""
 
 
+def _executable(path: str | os.PathLike) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def etcd_available() -> bool:
-    return os.path.isfile(ETCD_BIN) and os.access(ETCD_BIN, os.X_OK)
+    return _executable(ETCD_BIN)
+
+
+_built: dict[str, str] = {}  # version -> binary, or "" after a failed build (reason in _build_errors)
+_build_errors: dict[str, str] = {}
+
+
+def etcd_binary(version: str = "3.4") -> str | None:
+    """The etcd binary of ``version`` ("3.4" or "3.6"), or None.
+
+    3.6 is built by benchmarks/build.sh on first use (once per session; Go's
+    module and build caches make later builds a cache hit)."""
+    if version == "3.4":
+        return ETCD_BIN if etcd_available() else None
+    if version != "3.6":
+        raise ValueError(f"unknown etcd version {version!r}; known: {ETCD_VERSIONS}")
+    explicit = os.environ.get("ETCD36_BIN")
+    if explicit:
+        return explicit if _executable(explicit) else None
+    if "3.6" not in _built:
+        from benchmarks.servers import bin_dir
+
+        build = REPO_ROOT / "benchmarks" / "build.sh"
+        if shutil.which("go") is None:
+            cached = bin_dir() / "etcd-3.6"
+            _built["3.6"] = str(cached) if _executable(cached) else ""
+            _build_errors["3.6"] = "go is not on PATH and etcd-3.6 is not built"
+        else:
+            r = subprocess.run(["bash", str(build), "etcd-3.6"], cwd=REPO_ROOT, capture_output=True, text=True,
+                               timeout=1800)
+            lines = r.stdout.strip().splitlines()
+            path = Path(lines[-1]) / "etcd-3.6" if r.returncode == 0 and lines else None
+            _built["3.6"] = str(path) if path is not None and _executable(path) else ""
+            _build_errors["3.6"] = f"benchmarks/build.sh etcd-3.6 failed (exit {r.returncode}): {r.stderr[-1500:]}"
+    return _built["3.6"] or None
 
 
 def brain_available() -> bool:
@@ -53,28 +101,38 @@ def in_ci() -> bool:
     return bool(os.environ.get("CI"))
 
 
-def require_etcd() -> None:
-    """Skip the calling test when etcd is missing (fail instead under CI)."""
-    if etcd_available():
-        return
+def unavailable(msg: str, *, module: bool = False) -> None:
+    """A tool, package or service the calling test needs is missing: fail
+    under CI ($CI set), skip elsewhere (`make test` lists skips at the end).
+    ``module``: called while a test module is imported."""
     import pytest
 
-    msg = f"etcd binary not found at {ETCD_BIN} (apt-get install etcd-server etcd-client)"
     if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg, allow_module_level=module)
+
+
+def require_tool(name: str, package: str) -> str:
+    """The path of command ``name`` (from Debian package ``package``)."""
+    path = shutil.which(name)
+    if path is None:
+        unavailable(f"{name} not found (Debian package {package}; `make deps-system` installs it)")
+    return path
+
+
+def require_etcd(version: str = "3.4") -> None:
+    """Skip the calling test when etcd ``version`` is missing (fail instead under CI)."""
+    if etcd_binary(version):
+        return
+    if version == "3.4":
+        unavailable(f"etcd binary not found at {ETCD_BIN} (apt-get install etcd-server etcd-client)")
+    unavailable(f"etcd {version} unavailable: {_build_errors.get(version, 'ETCD36_BIN is not executable')}")
 
 
 def require_brain() -> None:
     """Skip the calling test when ``brain/__main__.py`` does not exist yet (fail under CI)."""
-    if brain_available():
-        return
-    import pytest
-
-    msg = "brain server entry point (brain/__main__.py) does not exist yet"
-    if in_ci():
-        pytest.fail(msg)
-    pytest.skip(msg)
+    if not brain_available():
+        unavailable("brain server entry point (brain/__main__.py) does not exist yet")
 
 
 def free_port() -> int:
@@ -90,6 +148,37 @@ def _tmp_parent() -> str | None:
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         return "/dev/shm"
     return None
+
+
+MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
+
+
+def filesystem_type(path: str) -> str:
+    """The type of the filesystem holding ``path`` (as `stat -f -c %T` names it)."""
+    return subprocess.run(["stat", "-f", "-c", "%T", path], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def disk_tmp_parent() -> str:
+    """A parent directory on a real disk: page cache, writeback and fdatasync
+    cost what they cost in production (on tmpfs fdatasync does nothing)."""
+    parent = os.environ.get("TEST_DISK_TMPDIR") or tempfile.gettempdir()
+    fs = filesystem_type(parent)
+    if fs in MEMORY_FILESYSTEMS:
+        raise ServerStartError(f"{parent} is on {fs}, not a disk: set TEST_DISK_TMPDIR to a disk directory")
+    return parent
+
+
+def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
+    """(status, body) of a GET, error statuses included (/health answers 503 with a body)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def grpc_target(endpoint: str) -> str:
@@ -153,10 +242,13 @@ class _Server:
 
     kind = "server"
 
-    def __init__(self, *, ready_timeout: float = DEFAULT_READY_TIMEOUT, env: dict | None = None):
+    def __init__(self, *, ready_timeout: float = DEFAULT_READY_TIMEOUT, env: dict | None = None,
+                 on_disk: bool = False, wrapper: Sequence[str] = ()):
         self.ready_timeout = ready_timeout
         self.extra_env = dict(env or {})
-        self.root = Path(tempfile.mkdtemp(prefix=f"{self.kind}-test-", dir=_tmp_parent()))
+        self.wrapper = list(wrapper)  # runs the server, e.g. fiu-run -x ... (exec's it: same pid)
+        parent = disk_tmp_parent() if on_disk else _tmp_parent()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{self.kind}-test-", dir=parent))
         self.data_dir = self.root / "data"
         self.log_path = self.root / "server.log"
         self.port = free_port()
@@ -221,7 +313,7 @@ class _Server:
     def _spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)
-        cmd = self._command()
+        cmd = self.wrapper + self._command()
         self._log_file.write(("\n=== start: " + " ".join(cmd) + "\n").encode())
         self.proc = subprocess.Popen(
             cmd,
@@ -340,11 +432,15 @@ class _Server:
 
 
 class EtcdServer(_Server):
-    """A single-member etcd on loopback."""
+    """A single-member etcd (3.4 or 3.6) on loopback."""
 
     kind = "etcd"
 
-    def __init__(self, *, extra_args: Sequence[str] = (), **kw):
+    def __init__(self, *, version: str = "3.4", extra_args: Sequence[str] = (), **kw):
+        self.version = version
+        self.binary = etcd_binary(version)
+        if self.binary is None:
+            raise ServerStartError(f"etcd {version} is not available")
         self.extra_args = list(extra_args)
         super().__init__(**kw)
         self.peer_port = free_port()
@@ -356,7 +452,7 @@ class EtcdServer(_Server):
     def _command(self) -> list[str]:
         peer = f"http://127.0.0.1:{self.peer_port}"
         return [
-            ETCD_BIN,
+            self.binary,
             "--name", "t",
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.client_url,
