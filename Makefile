@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: serve test deps deps-python deps-system deps-etcd36 proto proto-check test-full e2e clean distclean
+.PHONY: serve test deps deps-python deps-system deps-etcd36 proto proto-check test-full e2e clean distclean native
 
 serve: deps-python            ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain)
 	$(PYTHON) -m brain serve
@@ -45,11 +45,20 @@ deps: deps-system deps-python
 deps-etcd36:                  ## etcd 3.6.16, the second differential oracle (benchmarks/build.sh; cold ~4 min, cached < 1 s)
 	bash benchmarks/build.sh etcd-3.6 >/dev/null
 
+# pip builds brain._transport (native/, Rust) with maturin as part of the
+# editable install: cargo fetches crates, builds into .cache/cargo-target
+# (CARGO_TARGET_DIR overrides: several checkouts can share one cache) and the
+# module lands in brain/.  Cold: a few minutes on 2 cores; then seconds.
 deps-python:
 	@# The distribution was called brain before it became brain-etcd: drop such an install of ours
 	@# (never the unrelated package of that name) so that one distribution provides the package.
 	@if $(PIP) show brain 2>/dev/null | grep -q 'etcd v3 API'; then $(PIP) uninstall -y -q brain; fi
 	$(PIP) install -q --disable-pip-version-check -e '.[test]'
+
+native:                       ## rebuild only brain._transport in place (after editing native/), without pip
+	cargo build --release --manifest-path native/Cargo.toml
+	cp "$${CARGO_TARGET_DIR:-.cache/cargo-target}/release/lib_transport.so" brain/_transport.abi3.so.new
+	mv -f brain/_transport.abi3.so.new brain/_transport.abi3.so  # a new file: running servers keep theirs
 
 # etcd and etcdctl: the differential oracle and the CLI client. fiu-utils and strace: fdatasync
 # failure injection (tests/crash). openssl, python3-venv, python3-yaml, systemd-container
@@ -70,9 +79,14 @@ proto:                        ## regenerate brain/api/pb from proto/
 proto-check:
 	$(PYTHON) -m brain.api.genproto --check
 
+<<<<<<< HEAD
 clean:                        ## what serve, builds and tests leave in the tree (seconds to remake)
 	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp
 	find . -name __pycache__ -type d -not -path './.cache/*' -prune -exec rm -rf {} +
 
 distclean: clean              ## also .cache: the Kubernetes and benchmark Go builds (~1.7 GB; ~8 min to rebuild)
 	rm -rf .cache
+=======
+clean:
+	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis brain/_transport*.so
+>>>>>>> transport

@@ -115,9 +115,34 @@ def memory_kb(pgid: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """Mutual TLS for a server and the tools pointed at it: the server's
+    certificate and key, the CA both sides trust, a client certificate."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    def server_flags(self) -> list[str]:
+        return ["--cert-file", str(self.server_cert), "--key-file", str(self.server_key),
+                "--trusted-ca-file", str(self.ca), "--client-cert-auth"]
+
+    def tool_flags(self) -> list[str]:
+        """For etcd's benchmark, etcdctl and brainload alike."""
+        return ["--cacert", str(self.ca), "--cert", str(self.client_cert), "--key", str(self.client_key)]
+
+
 @dataclass
 class StartOptions:
     big_quota: bool = False  # the 1M-key restart run: 8 GiB backend quota
+    tls: TLSFiles | None = None  # https:// with client-cert auth instead of http://
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
 
 QUOTA_8G = 8 * 1024 ** 3
@@ -193,7 +218,7 @@ class Etcd(Flavor):
         return _first_line([self.binary(), "--version"])
 
     def command(self, data_dir, port, peer_port, opts):
-        client = f"http://127.0.0.1:{port}"
+        client = f"{opts.scheme}://127.0.0.1:{port}"
         peer = f"http://127.0.0.1:{peer_port}"
         cmd = [
             self.binary(),
@@ -207,6 +232,8 @@ class Etcd(Flavor):
         ]
         if opts.big_quota:
             cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        if opts.tls:
+            cmd += opts.tls.server_flags()
         return cmd
 
     def flags_note(self) -> str:
@@ -280,10 +307,12 @@ class Brain(Flavor):
         # and checkpoint gauges for the restart run).
         cmd = [sys.executable, "-m", "brain", "serve",
                "--data-dir", str(data_dir),
-               "--listen-client-urls", f"http://127.0.0.1:{port}",
+               "--listen-client-urls", f"{opts.scheme}://127.0.0.1:{port}",
                "--listen-metrics-urls", f"http://127.0.0.1:{peer_port}"]
         if opts.big_quota:
             cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        if opts.tls:
+            cmd += opts.tls.server_flags()
         return cmd
 
     def env(self):
@@ -310,14 +339,19 @@ def all_flavors() -> list[Flavor]:
 
 
 def _range_once(endpoint: str, timeout: float, serializable: bool = False,
-                count_prefix: bytes | None = None) -> int | None:
+                count_prefix: bytes | None = None, tls: TLSFiles | None = None) -> int | None:
     """A linearizable Range (unless ``serializable``): of one key, or with
     ``count_prefix`` a count_only Range over that prefix, whose count it returns."""
     import grpc
 
     from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-    channel = grpc.insecure_channel(endpoint)
+    if tls is None:
+        channel = grpc.insecure_channel(endpoint)
+    else:
+        creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.client_key.read_bytes(),
+                                             tls.client_cert.read_bytes())
+        channel = grpc.secure_channel(endpoint, creds)
     try:
         kv = rpc_pb2_grpc.KVStub(channel)
         if count_prefix is None:
@@ -360,6 +394,11 @@ class Server:
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The endpoint with its scheme, for tools that tell TLS by it."""
+        return f"{self.opts.scheme}://{self.endpoint}"
 
     @property
     def metrics_url(self) -> str | None:
@@ -453,7 +492,8 @@ class Server:
                 continue
             try:
                 limit = min(2.0, max(0.2, deadline - now)) if self.count_prefix is None else max(1.0, deadline - now)
-                self.ready_count = _range_once(self.endpoint, timeout=limit, count_prefix=self.count_prefix)
+                self.ready_count = _range_once(self.endpoint, timeout=limit, count_prefix=self.count_prefix,
+                                               tls=self.opts.tls)
                 return time.monotonic() - self.started_at
             except Exception as e:  # grpc.RpcError and friends
                 details = e.details() if hasattr(e, "details") else str(e)

@@ -108,13 +108,25 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--key-file", "key_file", str, "client server TLS key file"),
     ("--trusted-ca-file", "trusted_ca_file", str, "client server TLS trusted CA certificate file"),
     ("--client-cert-auth", "client_cert_auth", _bool, "require client certificates signed by the trusted CA"),
+    ("--cipher-suites", "cipher_suites", C.split_urls,
+     "comma-separated TLS 1.2 cipher suites, Go's names (default: rustls' AEAD ECDHE suites)"),
+    ("--tls-min-version", "tls_min_version", str, "minimum TLS version: TLS1.2 or TLS1.3 (default TLS1.2)"),
+    ("--tls-max-version", "tls_max_version", str, "maximum TLS version: TLS1.2 or TLS1.3 (default: the highest)"),
+    ("--grpc-keepalive-min-time", "grpc_keepalive_min_time", _seconds,
+     "minimum interval a client should wait before pinging the server (default 5s)"),
+    ("--grpc-keepalive-interval", "grpc_keepalive_interval", _seconds,
+     "how often the server pings an idle connection (default 2h)"),
+    ("--grpc-keepalive-timeout", "grpc_keepalive_timeout", _seconds,
+     "how long the server waits for a ping's answer before closing the connection (default 20s)"),
     ("--log-level", "log_level", str, "debug, info, warn or error (default %(default)s)"),
     ("--log-format", "log_format", str, "text or json (default %(default)s)"),
     ("--grpc-workers", "grpc_workers", _int,
-     "gRPC handler threads; every open Watch or LeaseKeepAlive stream holds one (default %(default)s)"),
+     "grpcio front: handler threads, one per open Watch or LeaseKeepAlive stream; native front: at most 16 "
+     "serve the rare calls, Snapshot and HTTP requests (default %(default)s)"),
     ("--grpc-front", "grpc_front", str,
-     "native: serve unary calls on http/unix listeners through the batching front (pygrpc-native); "
-     "grpcio: grpcio for everything (default %(default)s)"),
+     "native: serve every listener (http, https, unix, unixs: gRPC and etcd's HTTP endpoints) with "
+     "brain's own transport; grpcio: grpcio for gRPC, no HTTP endpoints on the client port "
+     "(default %(default)s)"),
     ("--shutdown-grace", "shutdown_grace", _float,
      "seconds to let running calls finish on SIGTERM/SIGINT (default %(default)s)"),
     ("--checkpoint-interval", "checkpoint_interval", _seconds,

@@ -27,6 +27,36 @@ DEFAULT_SHUTDOWN_GRACE = 5.0
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("text", "json")
 GRPC_FRONTS = ("native", "grpcio")
+TLS_VERSIONS = ("", "TLS1.2", "TLS1.3")
+DEFAULT_GRPC_KEEPALIVE_MIN_TIME = 5.0  # etcd --grpc-keepalive-min-time
+DEFAULT_GRPC_KEEPALIVE_INTERVAL = 7200.0  # etcd --grpc-keepalive-interval (2h)
+DEFAULT_GRPC_KEEPALIVE_TIMEOUT = 20.0  # etcd --grpc-keepalive-timeout
+
+# etcd's --cipher-suites take Go's names.  The native transport (rustls)
+# implements the AEAD ECDHE suites of TLS 1.2; TLS 1.3 suites are always on
+# and not configurable (as in Go, which ignores them in this list).  Go
+# names it knows but does not implement (CBC, RC4, 3DES, RSA key exchange)
+# are refused with a clear message.
+_TLS12_SUITES = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+}
+_TLS13_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+_GO_UNSUPPORTED_SUITES = (
+    "TLS_RSA_WITH_RC4_128_SHA", "TLS_RSA_WITH_3DES_EDE_CBC_SHA", "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA", "TLS_RSA_WITH_AES_128_CBC_SHA256", "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA", "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA", "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+)
 COMPACTION_MODES = ("periodic", "revision")
 
 
@@ -75,11 +105,17 @@ class ServerConfig:
     key_file: str = ""
     trusted_ca_file: str = ""
     client_cert_auth: bool = False
+    cipher_suites: list[str] = field(default_factory=list)  # Go names, as etcd's --cipher-suites
+    tls_min_version: str = ""  # "", TLS1.2 or TLS1.3 (etcd's --tls-min-version; "" = TLS1.2)
+    tls_max_version: str = ""  # "" = the highest
+    grpc_keepalive_min_time: float = DEFAULT_GRPC_KEEPALIVE_MIN_TIME  # seconds
+    grpc_keepalive_interval: float = DEFAULT_GRPC_KEEPALIVE_INTERVAL
+    grpc_keepalive_timeout: float = DEFAULT_GRPC_KEEPALIVE_TIMEOUT
     log_level: str = "info"
     log_format: str = "text"
     grpc_workers: int = DEFAULT_GRPC_WORKERS
-    # "native": plain-TCP and unix listeners use the batching front
-    # (brain.api.front) when pygrpc-native is installed; "grpcio": grpcio only.
+    # "native": every listener is served by brain's own transport
+    # (brain._transport through brain.api.front); "grpcio": grpcio only.
     grpc_front: str = "native"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     # engine tuning (brain-only flags); None leaves the engine's default
@@ -100,6 +136,11 @@ class ServerConfig:
     def grpc_max_recv_bytes(self) -> int:
         return self.max_request_bytes + GRPC_RECV_OVERHEAD
 
+    def rustls_cipher_suites(self) -> list[str]:
+        """--cipher-suites as the native transport names them (TLS 1.2
+        suites only; TLS 1.3 names are accepted and change nothing)."""
+        return [_TLS12_SUITES[n] for n in self.cipher_suites if n in _TLS12_SUITES]
+
     def listeners(self) -> list[ListenURL]:
         return [parse_listen_url(u) for u in self.listen_client_urls]
 
@@ -117,6 +158,24 @@ class ServerConfig:
             )
         if bool(self.cert_file) != bool(self.key_file):
             raise ConfigError("--cert-file and --key-file must be given together")
+        for name in self.cipher_suites:
+            if name in _GO_UNSUPPORTED_SUITES:
+                raise ConfigError(f"--cipher-suites: {name} is not supported by brain's TLS "
+                                  "(use ECDHE suites with AES-GCM or ChaCha20-Poly1305)")
+            if name not in _TLS12_SUITES and name not in _TLS13_SUITES:
+                raise ConfigError(f'unexpected TLS cipher suite "{name}"')
+        for flag, v in (("--tls-min-version", self.tls_min_version), ("--tls-max-version", self.tls_max_version)):
+            if v not in TLS_VERSIONS:
+                raise ConfigError(f'{flag}: unknown TLS version "{v}" (use TLS1.2 or TLS1.3)')
+        if self.tls_min_version == "TLS1.3" and self.tls_max_version == "TLS1.2":
+            raise ConfigError("--tls-min-version is greater than --tls-max-version")
+        if self.cipher_suites and self.tls_min_version == "TLS1.3":
+            raise ConfigError("cipher suites cannot be configured when only TLS1.3 is enabled")
+        for flag, v in (("--grpc-keepalive-min-time", self.grpc_keepalive_min_time),
+                        ("--grpc-keepalive-interval", self.grpc_keepalive_interval),
+                        ("--grpc-keepalive-timeout", self.grpc_keepalive_timeout)):
+            if v <= 0:
+                raise ConfigError(f"{flag} must be positive, got {v}")
         if self.client_cert_auth and not self.trusted_ca_file:
             raise ConfigError("--client-cert-auth requires --trusted-ca-file")
         if self.max_request_bytes <= 0:

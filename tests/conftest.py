@@ -7,7 +7,10 @@ Fixtures
                   fresh etcd; version "3.6" is etcd 3.6.16 (built on first use).
   brain_server    function scope: a fresh ``python -m brain serve``,
                   parametrized over shard settings from $BRAIN_TEST_SHARDS
-                  (default "1,4"; 4 shards use --shard-boundaries b,k,t).
+                  (default "1,4"; 4 shards use --shard-boundaries b,k,t) on
+                  plaintext TCP, and the first shard setting over mutual TLS
+                  and a unix socket ($BRAIN_TEST_TRANSPORTS, default
+                  "http,mtls,unix"; see tests.support.servers).
   brain_factory   function scope: ``brain_factory(shards=1, extra_args=())``.
   kv_stub         ``kv_stub(endpoint)`` -> Stubs(kv, watch, lease, maintenance),
                   channels closed at teardown.
@@ -27,7 +30,7 @@ import pytest  # noqa: E402
 
 from tests.support import servers as _servers  # noqa: E402
 
-_SHARD_SETTINGS = _servers.shard_settings_from_env()
+_SERVER_SETTINGS = _servers.server_settings_from_env()
 
 
 def pytest_runtest_setup(item):
@@ -73,10 +76,11 @@ def brain_factory():
         srv.cleanup()
 
 
-@pytest.fixture(params=_SHARD_SETTINGS, ids=[f"shards{n}" for n in _SHARD_SETTINGS])
+@pytest.fixture(params=_SERVER_SETTINGS, ids=[_servers.setting_id(p) for p in _SERVER_SETTINGS])
 def brain_server(request):
     _servers.require_brain()
-    srv = _servers.start_brain(request.param)
+    shards, transport = request.param
+    srv = _servers.start_brain(shards, transport=transport)
     yield srv
     srv.cleanup()
 

@@ -40,7 +40,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):
 
     def _header(self, h) -> None:
         # etcd's Cluster responses carry no revision
-        Header(self.engine.cluster_id, self.engine.member_id, self.engine.raft_term).fill(h, 0)
+        Header.of(self.engine).fill(h, 0)
 
     def _me(self, m) -> None:
         m.ID = self.engine.member_id

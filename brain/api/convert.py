@@ -41,6 +41,7 @@ __all__ = [
     "txn_response",
     "compaction_response",
     "txn_is_readonly",
+    "txn_reads_serializable",
 ]
 
 _RangeRequest = core.RangeRequest
@@ -60,21 +61,33 @@ class Header:
     """The identity stamped on every top-level response.
 
     ``fill(msg_header, revision)`` writes the four fields in place; that is
-    cheaper than building a ResponseHeader and copying it in.
+    cheaper than building a ResponseHeader and copying it in.  A header made
+    with ``Header.of(engine)`` reads ``engine.raft_term`` at every fill: in a
+    cluster the term changes at runtime (a new leader), and a response must
+    carry the term it was answered in.
     """
 
-    __slots__ = ("cluster_id", "member_id", "raft_term")
+    __slots__ = ("cluster_id", "member_id", "_raft_term", "_engine")
 
-    def __init__(self, cluster_id: int, member_id: int, raft_term: int) -> None:
+    def __init__(self, cluster_id: int, member_id: int, raft_term: int, engine=None) -> None:
         self.cluster_id = cluster_id
         self.member_id = member_id
-        self.raft_term = raft_term
+        self._raft_term = raft_term
+        self._engine = engine
+
+    @classmethod
+    def of(cls, engine) -> "Header":
+        return cls(engine.cluster_id, engine.member_id, engine.raft_term, engine)
+
+    @property
+    def raft_term(self) -> int:
+        return self._engine.raft_term if self._engine is not None else self._raft_term
 
     def fill(self, h: rpc_pb2.ResponseHeader, revision: int) -> None:
         h.cluster_id = self.cluster_id
         h.member_id = self.member_id
         h.revision = revision
-        h.raft_term = self.raft_term
+        h.raft_term = self._engine.raft_term if self._engine is not None else self._raft_term
 
     def __repr__(self) -> str:
         return f"Header(cluster_id={self.cluster_id:x}, member_id={self.member_id:x}, raft_term={self.raft_term})"
@@ -142,6 +155,17 @@ _REQUEST_OP = {
 
 def compaction_request(m: rpc_pb2.CompactionRequest) -> core.CompactRequest:
     return core.CompactRequest(m.revision, m.physical)
+
+
+def txn_reads_serializable(m: rpc_pb2.TxnRequest) -> bool:
+    """A read-only Txn whose every Range is serializable: it may be answered
+    from local state without a read barrier (any other read-only Txn is a
+    linearizable read)."""
+    for ops in (m.success, m.failure):
+        for op in ops:
+            if op.WhichOneof("request") != "request_range" or not op.request_range.serializable:
+                return False
+    return True
 
 
 def txn_is_readonly(m: rpc_pb2.TxnRequest) -> bool:

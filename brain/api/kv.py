@@ -47,7 +47,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
 
     def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header.of(engine)
         self.max_request_bytes = max_request_bytes
         # A request whose serialized size is at most this fits in the limit
         # whatever its envelope (varint length included); only larger ones
@@ -107,7 +107,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
     # -- the grpcio servicer -----------------------------------------------
 
     def Range(self, request, context):
-        return run_step(self.engine, self.range, request, context, "Range")
+        return run_step(self.engine, self.range, request, context, "Range", linearizable=not request.serializable)
 
     def Put(self, request, context):
         return run_step(self.engine, self.put, request, context, "Put")
@@ -116,7 +116,8 @@ class KVService(rpc_pb2_grpc.KVServicer):
         return run_step(self.engine, self.delete_range, request, context, "DeleteRange")
 
     def Txn(self, request, context):
-        return run_step(self.engine, self.txn, request, context, "Txn")
+        linearizable = convert.txn_is_readonly(request) and not convert.txn_reads_serializable(request)
+        return run_step(self.engine, self.txn, request, context, "Txn", linearizable=linearizable)
 
     def Compact(self, request, context):
         return run_step(self.engine, self.compact, request, context, "Compact")

@@ -39,7 +39,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header.of(engine)
 
     # -- steps (brain.api.unary) ----------------------------------------
 
@@ -61,10 +61,57 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
         self.header.fill(resp.header, res.revision)
         return resp
 
+    def lease_time_to_live(self, m):
+        resp = rpc_pb2.LeaseTimeToLiveResponse()
+        try:
+            res = self.engine.lease_time_to_live(m.ID, m.keys)
+        except errors.EtcdError as e:
+            if e != errors.ErrLeaseNotFound:
+                raise
+            self.header.fill(resp.header, self.engine.committed_rev)
+            resp.ID = m.ID
+            resp.TTL = -1
+            return resp
+        self.header.fill(resp.header, res.revision)
+        resp.ID = res.id
+        resp.TTL = res.ttl
+        resp.grantedTTL = res.granted_ttl
+        if res.keys:
+            resp.keys.extend(res.keys)
+        return resp
+
+    def lease_leases(self, m):
+        res = self.engine.lease_leases()
+        resp = rpc_pb2.LeaseLeasesResponse()
+        self.header.fill(resp.header, res.revision)
+        add = resp.leases.add
+        for lease_id in res.ids:
+            add().ID = lease_id
+        return resp
+
+    @staticmethod
+    def parse_keepalive(payload: bytes) -> int:
+        """The lease ID of an encoded LeaseKeepAliveRequest."""
+        return rpc_pb2.LeaseKeepAliveRequest.FromString(payload).ID
+
+    def keepalive_responses(self, revision: int, outcomes) -> list[bytes]:
+        """Encoded LeaseKeepAliveResponses for renewed leases [(id, ttl)];
+        ``revision`` was read before the renewals (etcd's order)."""
+        out = []
+        for lease_id, ttl in outcomes:
+            resp = rpc_pb2.LeaseKeepAliveResponse()
+            self.header.fill(resp.header, revision)
+            resp.ID = lease_id
+            resp.TTL = ttl
+            out.append(resp.SerializeToString())
+        return out
+
     def steps(self) -> dict:
         """Method name -> (request class, step), for the batching front."""
         return {"LeaseGrant": (rpc_pb2.LeaseGrantRequest, self.lease_grant),
-                "LeaseRevoke": (rpc_pb2.LeaseRevokeRequest, self.lease_revoke)}
+                "LeaseRevoke": (rpc_pb2.LeaseRevokeRequest, self.lease_revoke),
+                "LeaseTimeToLive": (rpc_pb2.LeaseTimeToLiveRequest, self.lease_time_to_live),
+                "LeaseLeases": (rpc_pb2.LeaseLeasesRequest, self.lease_leases)}
 
     # -- the grpcio servicer -----------------------------------------------
 
@@ -90,37 +137,11 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
             yield resp
 
     def LeaseTimeToLive(self, request, context):
-        resp = rpc_pb2.LeaseTimeToLiveResponse()
-        try:
-            res = self.engine.lease_time_to_live(request.ID, request.keys)
-        except errors.EtcdError as e:
-            if e != errors.ErrLeaseNotFound:
-                abort_with(context, e, "LeaseTimeToLive")
-            self.header.fill(resp.header, self.engine.committed_rev)
-            resp.ID = request.ID
-            resp.TTL = -1
-            return resp
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "LeaseTimeToLive")
-        self.header.fill(resp.header, res.revision)
-        resp.ID = res.id
-        resp.TTL = res.ttl
-        resp.grantedTTL = res.granted_ttl
-        if res.keys:
-            resp.keys.extend(res.keys)
-        return resp
+        return run_step(self.engine, self.lease_time_to_live, request, context, "LeaseTimeToLive",
+                        linearizable=True)
 
     def LeaseLeases(self, request, context):
-        try:
-            res = self.engine.lease_leases()
-            resp = rpc_pb2.LeaseLeasesResponse()
-            self.header.fill(resp.header, res.revision)
-            add = resp.leases.add
-            for lease_id in res.ids:
-                add().ID = lease_id
-            return resp
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "LeaseLeases")
+        return run_step(self.engine, self.lease_leases, request, context, "LeaseLeases", linearizable=True)
 
 
 def lease_handlers(svc: LeaseService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:

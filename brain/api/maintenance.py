@@ -73,7 +73,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.header = convert.Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = convert.Header.of(engine)
 
     # -- status and hashes -------------------------------------------------
 

@@ -24,11 +24,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import shutil
 import socket
 import stat
 import sys
-import tempfile
 import threading
 from concurrent import futures
 
@@ -49,9 +47,6 @@ from brain.config import ConfigError, ListenURL, ServerConfig, format_key
 log = logging.getLogger("brain.api.server")
 
 MAX_SEND_BYTES = 2**31 - 1  # etcd: math.MaxInt32
-KEEPALIVE_TIME_MS = 2 * 60 * 60 * 1000  # etcd --grpc-keepalive-interval 2h
-KEEPALIVE_TIMEOUT_MS = 20 * 1000  # etcd --grpc-keepalive-timeout 20s
-KEEPALIVE_MIN_TIME_MS = 5 * 1000  # etcd --grpc-keepalive-min-time 5s
 RECV_HARD_CAP_FACTOR = 4  # grpc-core refuses (with its own text) beyond 4x the limit
 
 
@@ -63,9 +58,9 @@ def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", RECV_HARD_CAP_FACTOR * config.grpc_max_recv_bytes),
         ("grpc.max_send_message_length", MAX_SEND_BYTES),
-        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MIN_TIME_MS),
+        ("grpc.keepalive_time_ms", int(config.grpc_keepalive_interval * 1000)),
+        ("grpc.keepalive_timeout_ms", int(config.grpc_keepalive_timeout * 1000)),
+        ("grpc.http2.min_ping_interval_without_data_ms", int(config.grpc_keepalive_min_time * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),
@@ -94,6 +89,14 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     )
 
 
+def tls_files(config: ServerConfig) -> native_front.TlsFiles:
+    """The native transport's TLS settings from etcd's flags."""
+    return native_front.TlsFiles(
+        config.cert_file, config.key_file, config.trusted_ca_file or None, config.client_cert_auth,
+        cipher_suites=config.rustls_cipher_suites(), min_tls13=config.tls_min_version == "TLS1.3",
+        max_tls12=config.tls_max_version == "TLS1.2")
+
+
 def _remove_stale_socket(path: str) -> None:
     """etcd removes a leftover socket file before listening; so do we (only
     sockets: a regular file at that path is left for the bind to fail on)."""
@@ -103,6 +106,11 @@ def _remove_stale_socket(path: str) -> None:
         return
     if stat.S_ISSOCK(st.st_mode):
         os.unlink(path)
+
+
+def _os_reason(e: OSError) -> str:
+    """An OSError as Go prints it: "address already in use"."""
+    return (os.strerror(e.errno) if e.errno else str(e)).lower()
 
 
 def _bind_failure_reason(lu: ListenURL) -> str:
@@ -171,113 +179,160 @@ class ApiServer:
         self.endpoints: list[str] = []  # resolved URLs, after start()
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
-        self._fronts: list[native_front.NativeFront] = []
-        self._fallback_dir: str | None = None
+        self._front: native_front.NativeFront | None = None
         self._handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
         self._steps: dict[str, dict] = {}
+        self._services: dict = {}
         self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
+        self._http = None
+        self._http_lock = threading.Lock()
 
     def client_urls(self) -> list[str]:
         """What MemberList advertises: --advertise-client-urls, else the
         URLs actually listened on."""
         return list(self.config.advertise_client_urls) or list(self.endpoints)
 
-    def _add_services(self, server: grpc.Server) -> None:
+    def _make_services(self) -> None:
         recv_limit = self.config.grpc_max_recv_bytes
         kv = KVService(self.engine, max_request_bytes=self.config.max_request_bytes)
         lease = LeaseService(self.engine)
         watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
+        maintenance = MaintenanceService(self.engine)
+        self._services = {"kv": kv, "lease": lease, "watch": watch, "maintenance": maintenance}
         self._handlers = {
             "etcdserverpb.KV": kv_handlers(kv, recv_limit),
-            "etcdserverpb.Maintenance": maintenance_handlers(MaintenanceService(self.engine), recv_limit),
+            "etcdserverpb.Maintenance": maintenance_handlers(maintenance, recv_limit),
             "etcdserverpb.Cluster": cluster_handlers(
                 ClusterService(self.engine, self.config.name, self.client_urls), recv_limit),
             "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
             "etcdserverpb.Watch": watch_handlers(watch),
         }
         self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps()}
+
+    def _add_services(self, server: grpc.Server) -> None:
+        self._make_services()
         for service, handlers in self._handlers.items():
             add_service(server, service, handlers)
 
     def _front_methods(self) -> list[native_front.Method]:
-        """Every unary method: the hot ones as steps, the rest as pooled
-        grpcio handlers.  Streaming methods are left to the fallback."""
+        """Every method: the hot unary ones as steps (reads classified for
+        the read barrier), Watch and LeaseKeepAlive as event-driven
+        sessions, Snapshot and the rare unary calls in the pool."""
+        reads = {"Range": native_front.read_kind_range, "Txn": native_front.read_kind_txn,
+                 "LeaseTimeToLive": native_front.read_kind_always, "LeaseLeases": native_front.read_kind_always}
+        streams = {"Watch": "watch", "LeaseKeepAlive": "keepalive"}
         methods = []
         for service, handlers in self._handlers.items():
             steps = self._steps.get(service, {})
             for name, handler in handlers.items():
                 if name in steps:
                     request_cls, step = steps[name]
-                    methods.append(native_front.Method(service, name, request_cls=request_cls, step=step))
+                    methods.append(native_front.Method(service, name, request_cls=request_cls, step=step,
+                                                       read=reads.get(name)))
+                elif name in streams:
+                    methods.append(native_front.Method(service, name, stream=streams[name]))
+                elif handler.unary_stream is not None:
+                    m = self._services["maintenance"]
+                    methods.append(native_front.Method(service, name, request_cls=rpc_pb2.SnapshotRequest,
+                                                       call=getattr(m, name), server_stream=True))
                 elif handler.unary_unary is not None:
                     methods.append(native_front.Method(service, name, call=handler.unary_unary))
         return methods
 
+    def http_endpoints(self):
+        """etcd's HTTP endpoints for the client port (made on first use:
+        the metrics registry hooks into the engine)."""
+        with self._http_lock:
+            if self._http is None:
+                from brain.metrics import build_registry
+                from brain.metrics.http import HttpEndpoints
+
+                self._http = HttpEndpoints(self.engine, build_registry(self.engine, self.grpc_stats,
+                                                                       self.transport_stats))
+            return self._http
+
+    def transport_stats(self) -> dict | None:
+        """The native transport's counters (connections, TLS handshake
+        failures by reason), or None on grpcio."""
+        f = self._front
+        return f.transport_stats() if f is not None else None
+
     def start(self) -> None:
         config = self.config
         listeners = config.listeners()
-        creds = server_credentials(config) if any(lu.secure for lu in listeners) else None
-        if creds is None and (config.cert_file or config.key_file):
+        if not any(lu.secure for lu in listeners) and (config.cert_file or config.key_file):
             log.warning("scheme is http/unix while key and cert files are present; ignoring key and cert files")
-        use_front = config.grpc_front == "native" and native_front.available()
-        if config.grpc_front == "native" and not native_front.available():
-            log.warning("pygrpc-native is not installed; serving every listener with grpcio")
+        if config.grpc_front == "native" and native_front.available():
+            self._start_native(listeners)
+            return
+        if config.grpc_front == "native":
+            log.warning("brain._transport is not built; serving every listener with grpcio")
+        self._start_grpcio(listeners)
+
+    def _start_native(self, listeners: list[ListenURL]) -> None:
+        config = self.config
+        self._make_services()
+        self._executor = futures.ThreadPoolExecutor(max_workers=min(config.grpc_workers, 16),
+                                                    thread_name_prefix="brain-pool")
+        front = native_front.NativeFront(
+            self.engine, self._front_methods(), recv_limit=config.grpc_max_recv_bytes, stats=self.grpc_stats,
+            pool=self._executor, http=_LazyHttp(self), watch_service=self._services["watch"],
+            lease_service=self._services["lease"],
+            keepalive_time_ms=int(config.grpc_keepalive_interval * 1000),
+            keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
+            keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000))
+        endpoints = []
+        try:
+            tls = None
+            if any(lu.secure for lu in listeners):
+                try:
+                    tls = tls_files(config)
+                    native_front.check_tls(tls)  # load the files once: errors surface here
+                except ValueError as e:
+                    raise ConfigError(f"TLS: {e}") from None
+            for lu in listeners:
+                endpoints.append(self._bind_native(front, lu, tls if lu.secure else None))
+            front.start()
+        except BaseException:
+            front.stop(None)
+            self._executor.shutdown(wait=False)
+            raise
+        self._front = front
+        self.endpoints = endpoints
+
+    def _bind_native(self, front: native_front.NativeFront, lu: ListenURL, tls) -> str:
+        if lu.is_unix:
+            _remove_stale_socket(lu.path)
+            try:
+                front.listen_unix(lu.path, tls)
+            except OSError as e:
+                raise ListenError(f"listen unix {lu.path}: bind: {_os_reason(e)}") from None
+            return lu.url
+        host, _, port = lu.address.rpartition(":")
+        try:
+            bound = front.listen_tcp(host.strip("[]"), int(port), tls)
+        except OSError as e:
+            raise ListenError(f"listen tcp {lu.address}: bind: {_os_reason(e)}") from None
+        return f"{lu.scheme}://{host}:{bound}"
+
+    def _start_grpcio(self, listeners: list[ListenURL]) -> None:
+        config = self.config
+        creds = server_credentials(config) if any(lu.secure for lu in listeners) else None
         self._executor = futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc")
         server = grpc.server(self._executor, options=grpc_options(config),
                              interceptors=[StatsInterceptor(self.grpc_stats)])
         self._add_services(server)
         endpoints = []
         try:
-            # unix:// stays on grpcio too: grpc-go clients send the socket
-            # path as :authority, which the front's HTTP/2 layer refuses.
-            native = [lu for lu in listeners if use_front and lu.scheme == "http"]
-            fallback = None
-            if native:
-                # The fronts forward streaming calls here: a socket only this
-                # process can reach.
-                self._fallback_dir = tempfile.mkdtemp(prefix="brain-grpc-")
-                fallback = os.path.join(self._fallback_dir, "streams.sock")
-                if server.add_insecure_port(f"unix:{fallback}") == 0:
-                    raise ListenError(f"listen unix {fallback}: bind failed")
             for lu in listeners:
-                if lu in native:
-                    endpoints.append(self._bind_front(lu, fallback))
-                else:
-                    endpoints.append(self._bind(server, lu, creds))
+                endpoints.append(self._bind(server, lu, creds))
             server.start()
-            for f in self._fronts:
-                f.start()
         except BaseException:
             server.stop(None)
-            for f in self._fronts:
-                f.stop(None)
-            self._fronts = []
             self._executor.shutdown(wait=False)
-            self._remove_fallback_dir()
             raise
         self._server = server
         self.endpoints = endpoints
-
-    def _bind_front(self, lu: ListenURL, fallback_socket: str) -> str:
-        """A batching front for ``lu``; its socket is bound here (start()
-        only begins accepting), so a taken port fails before serving."""
-        f = native_front.NativeFront(
-            self.engine, lu.address, self._front_methods(), fallback_socket=fallback_socket,
-            recv_limit=self.config.grpc_max_recv_bytes, stats=self.grpc_stats, pool=self._executor,
-            keepalive_time_ms=KEEPALIVE_TIME_MS, keepalive_timeout_ms=KEEPALIVE_TIMEOUT_MS)
-        try:
-            port = f.bind()
-        except (OSError, RuntimeError, ValueError) as e:
-            log.debug("front bind %s: %s", lu.address, e)
-            raise ListenError(f"listen tcp {lu.address}: bind: {_bind_failure_reason(lu)}") from None
-        self._fronts.append(f)
-        host = lu.address.rpartition(":")[0]
-        return f"{lu.scheme}://{host}:{port}"
-
-    def _remove_fallback_dir(self) -> None:
-        if self._fallback_dir is not None:
-            shutil.rmtree(self._fallback_dir, ignore_errors=True)
-            self._fallback_dir = None
 
     def _bind(self, server: grpc.Server, lu: ListenURL, creds) -> str:
         if lu.is_unix:
@@ -302,11 +357,10 @@ class ApiServer:
         """Refuse new calls at once, let running ones finish for up to
         ``grace`` seconds (None: cancel them now), then release threads."""
         server, self._server = self._server, None
-        fronts, self._fronts = self._fronts, []
+        front, self._front = self._front, None
+        if front is not None:
+            front.stop(grace)
         if server is not None:
-            stopping = [threading.Thread(target=f.stop, args=(grace,), daemon=True) for f in fronts]
-            for t in stopping:
-                t.start()
             stopped = server.stop(grace)
             # Watch streams never finish on their own: end them now so the
             # grace period only waits for unary calls in flight.
@@ -314,9 +368,9 @@ class ApiServer:
             if watches is not None:
                 watches.close_streams()
             stopped.wait()
-            for t in stopping:
-                t.join()
-        self._remove_fallback_dir()
+        if self._http is not None:
+            self._http.registry.detach()
+            self._http = None
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -326,6 +380,16 @@ class ApiServer:
                     _remove_stale_socket(lu.path)
                 except OSError:
                     pass
+
+
+class _LazyHttp:
+    """The client port's HTTP endpoints, built on the first request."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+
+    def answer(self, method: str, target: str):
+        return self.api.http_endpoints().answer(method, target)
 
 
 def _engine_config(config: ServerConfig):
@@ -444,6 +508,7 @@ def run(config: ServerConfig) -> int:
             from brain.metrics import MetricsServer
 
             metrics = MetricsServer(engine, config.listen_metrics_urls, grpc_stats=api.grpc_stats,
+                                    transport_stats=api.transport_stats,
                                     cert_file=config.cert_file, key_file=config.key_file)
             try:
                 metrics.start()

@@ -20,6 +20,7 @@ UNKNOWN, and the server goes on serving.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, NamedTuple, NoReturn
 
 import grpc
@@ -57,9 +58,30 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException, method: str) -
     context.abort(*status_of(exc, method))
 
 
-def run_step(engine, step, request, context, method: str):
-    """Run ``step`` to completion on the calling thread (the grpcio way)."""
+def wait_read_barrier(engine) -> None:
+    """Block until linearizable reads may be answered (engine.read_barrier),
+    raising the EtcdError it fails with.  The grpcio servicers' way; the
+    native front asks once per batch instead."""
+    done = threading.Event()
+    outcome: list = []
+
+    def passed(exc) -> None:
+        outcome.append(exc)
+        done.set()
+
+    if engine.read_barrier(passed):
+        return
+    done.wait()
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def run_step(engine, step, request, context, method: str, linearizable: bool = False):
+    """Run ``step`` to completion on the calling thread (the grpcio way);
+    a linearizable read first waits for the engine's read barrier."""
     try:
+        if linearizable:
+            wait_read_barrier(engine)
         out = step(request)
         if type(out) is Deferred:
             out = out.finish(engine.submit(out.request).result())

@@ -60,7 +60,7 @@ def event_bytes(ev, with_prev: bool) -> bytes:
 class WatchService:
     def __init__(self, engine, *, max_request_bytes: int = 1572864) -> None:
         self.engine = engine
-        self.header = Header(engine.cluster_id, engine.member_id, engine.raft_term)
+        self.header = Header.of(engine)
         self.fragment_limit = max_request_bytes + GRPC_OVERHEAD_BYTES
 
     # -- encoding -------------------------------------------------------
@@ -108,7 +108,31 @@ class WatchService:
         out.append(head + b"".join(cur))
         return out
 
-    # -- the RPC ----------------------------------------------------------
+    def open_stream(self, wakeup) -> "WatchStream":
+        """A Watch RPC served event-driven (the native front)."""
+        return WatchStream(self, wakeup)
+
+    # -- requests ---------------------------------------------------------
+
+    @staticmethod
+    def apply(handle, req) -> None:
+        """One WatchRequest on the engine's stream handle."""
+        which = req.WhichOneof("request_union")
+        if which == "create_request":
+            c = req.create_request
+            handle.create(
+                c.key, c.range_end, c.start_revision, c.watch_id, c.prev_kv,
+                no_put=_NOPUT in c.filters, no_delete=_NODELETE in c.filters,
+                progress_notify=c.progress_notify, fragment=c.fragment)
+        elif which == "cancel_request":
+            handle.cancel(req.cancel_request.watch_id)
+        elif which == "progress_request":
+            handle.request_progress()
+
+    def encode_all(self, items) -> list[bytes]:
+        return [data for resp in items for data in self.encode(resp, resp.prev_kv)]
+
+    # -- the RPC on grpcio (a thread per stream) ----------------------------
 
     def Watch(self, request_iterator, context):
         handle = self.engine.watch_stream()
@@ -116,17 +140,7 @@ class WatchService:
         def read() -> None:
             try:
                 for req in request_iterator:
-                    which = req.WhichOneof("request_union")
-                    if which == "create_request":
-                        c = req.create_request
-                        handle.create(
-                            c.key, c.range_end, c.start_revision, c.watch_id, c.prev_kv,
-                            no_put=_NOPUT in c.filters, no_delete=_NODELETE in c.filters,
-                            progress_notify=c.progress_notify, fragment=c.fragment)
-                    elif which == "cancel_request":
-                        handle.cancel(req.cancel_request.watch_id)
-                    elif which == "progress_request":
-                        handle.request_progress()
+                    self.apply(handle, req)
             except grpc.RpcError:
                 handle.close()
             except Exception:  # noqa: BLE001
@@ -142,11 +156,42 @@ class WatchService:
                 items = handle.get(timeout=1.0)
                 if items is None:
                     return
-                for resp in items:
-                    for data in self.encode(resp, resp.prev_kv):
-                        yield data
+                yield from self.encode_all(items)
         finally:
             handle.close()
+
+
+class WatchStream:
+    """One Watch RPC on the native transport: event-driven, no thread.
+
+    The transport hands in request messages (``on_message``); the hub calls
+    ``wakeup`` when responses are ready, and the front then calls ``poll``
+    on its dispatch thread, which takes the outbox without waiting and
+    returns the encoded responses.  While the transport's send queue for
+    the stream is full the front stops polling: the outbox grows until the
+    hub's slow-consumer limit (--watch-queue-events) moves the stream's
+    watchers to catch-up reads, so memory stays bounded.
+    """
+
+    __slots__ = ("service", "handle")
+
+    def __init__(self, service: WatchService, wakeup) -> None:
+        self.service = service
+        self.handle = service.engine.watch_stream(wakeup)
+
+    def on_message(self, payload: bytes) -> None:
+        self.service.apply(self.handle, rpc_pb2.WatchRequest.FromString(payload))
+
+    def poll(self) -> list[bytes] | None:
+        """Encoded responses ready now ([] if none); None once the stream
+        was closed by the server (shutdown)."""
+        items = self.handle.get(0)
+        if items is None:
+            return None
+        return self.service.encode_all(items) if items else []
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 def watch_handlers(svc: WatchService) -> dict[str, grpc.RpcMethodHandler]:

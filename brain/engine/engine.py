@@ -302,9 +302,11 @@ class Engine:
     # ------------------------------------------------------------------
     # writes
 
-    def watch_stream(self) -> WatchStreamHandle:
-        """A new watch stream (one per client Watch RPC)."""
-        return self.watches.open_stream()
+    def watch_stream(self, wakeup=None) -> WatchStreamHandle:
+        """A new watch stream (one per client Watch RPC); ``wakeup`` (see
+        WatchStreamHandle) lets an event-driven server poll it instead of
+        blocking a thread in ``get``."""
+        return self.watches.open_stream(wakeup)
 
     def submit(self, request) -> Future:
         """Queue a write request; the future completes with its result or

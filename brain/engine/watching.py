@@ -18,11 +18,20 @@ DEFAULT_PROGRESS_INTERVAL = 600.0  # etcd's --watch-progress-notify-interval
 class WatchStreamHandle:
     """One client stream, as the api layer sees it."""
 
-    def __init__(self, manager: "WatchManager") -> None:
+    def __init__(self, manager: "WatchManager", wakeup=None) -> None:
         self._m = manager
         self._cond = threading.Condition(manager.lock)
+        notify = self._cond.notify_all
+        if wakeup is not None:
+            # An event-driven reader (no thread blocked in get): ``wakeup()``
+            # is called with the hub lock held, possibly on the committer
+            # thread, whenever responses are ready; it must only schedule
+            # a non-blocking ``get(0)``, never take the hub lock itself.
+            def notify() -> None:
+                self._cond.notify_all()
+                wakeup()
         with manager.lock:
-            self._stream = manager.hub.open_stream(self._cond.notify_all)
+            self._stream = manager.hub.open_stream(notify)
 
     def create(self, key: bytes, range_end: bytes = b"", start_revision: int = 0, watch_id: int = 0,
                prev_kv: bool = False, no_put: bool = False, no_delete: bool = False,
@@ -75,8 +84,8 @@ class WatchManager:
         self._thread = threading.Thread(target=self._loop, name="brain-watch-sync", daemon=True)
         self._thread.start()
 
-    def open_stream(self) -> WatchStreamHandle:
-        return WatchStreamHandle(self)
+    def open_stream(self, wakeup=None) -> WatchStreamHandle:
+        return WatchStreamHandle(self, wakeup)
 
     def notify(self, events, new_rev: int) -> None:
         with self.lock:

@@ -171,14 +171,61 @@ class BrainCollector:
         yield fam
 
 
+class TransportCollector:
+    """The native transport's counters, read at scrape time from
+    ``stats()`` (a dict, or None when grpcio serves):
+
+      brain_transport_connections_accepted_total, brain_transport_connections_open,
+      brain_transport_http_requests_total, brain_transport_bad_requests_total
+          (malformed HTTP/1.1 or garbage on the client port),
+      brain_transport_keepalive_timeouts_total (connections closed for an
+          unanswered keepalive ping),
+      brain_transport_too_many_pings_total (clients pinging more often than
+          --grpc-keepalive-min-time, sent away),
+      brain_tls_handshake_failures_total{reason} (no_client_certificate,
+          bad_certificate: e.g. signed by another CA, not_tls: plaintext on
+          a TLS port, incompatible, alert_received, closed, timeout, other).
+    """
+
+    def __init__(self, stats) -> None:
+        self.stats = stats
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        st = self.stats()
+        if not st:
+            return
+        yield _counter("brain_transport_connections_accepted_total", "Client connections accepted.",
+                       st["connections_accepted"])
+        yield _gauge("brain_transport_connections_open", "Client connections open.", st["connections_open"])
+        yield _counter("brain_transport_http_requests_total", "Plain HTTP requests on the client port.",
+                       st["http_requests"])
+        yield _counter("brain_transport_bad_requests_total", "Malformed HTTP requests (or garbage) on the "
+                       "client port, answered with an HTTP error and closed.", st["bad_requests"])
+        yield _counter("brain_transport_keepalive_timeouts_total", "Connections closed because a keepalive "
+                       "ping went unanswered.", st["keepalive_timeouts"])
+        yield _counter("brain_transport_too_many_pings_total", "Connections sent away (GOAWAY "
+                       "ENHANCE_YOUR_CALM) for pinging more often than --grpc-keepalive-min-time.",
+                       st["too_many_pings"])
+        fam = CounterMetricFamily("brain_tls_handshake_failures_total", "TLS handshakes refused or failed, "
+                                  "by reason.", labels=["reason"])
+        for reason, n in sorted(st["tls_handshake_failures"].items()):
+            fam.add_metric([reason], n)
+        yield fam
+
+
 class Registry:
     """A registry of one engine's metrics, with its duration histograms
     attached to the engine's hooks until detach()."""
 
-    def __init__(self, engine, grpc_stats=None) -> None:
+    def __init__(self, engine, grpc_stats=None, transport_stats=None) -> None:
         self.engine = engine
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrainCollector(engine, grpc_stats))
+        if transport_stats is not None:
+            self.registry.register(TransportCollector(transport_stats))
         self.wal_fsync = Histogram("etcd_disk_wal_fsync_duration_seconds",
                                    "The latency distributions of fsync called by WAL.",
                                    buckets=DISK_BUCKETS, registry=self.registry)
@@ -190,17 +237,17 @@ class Registry:
                 c(registry=self.registry)
             except Exception:  # noqa: BLE001 - e.g. no /proc: skip those metrics
                 log.debug("%s unavailable", c.__name__, exc_info=True)
-        engine.journal_sync_hooks.append(self.wal_fsync.observe)
-        engine.checkpoint_hooks.append(self.backend_commit.observe)
+        getattr(engine, "journal_sync_hooks", []).append(self.wal_fsync.observe)
+        getattr(engine, "checkpoint_hooks", []).append(self.backend_commit.observe)
 
     def detach(self) -> None:
-        for hooks, fn in ((self.engine.journal_sync_hooks, self.wal_fsync.observe),
-                          (self.engine.checkpoint_hooks, self.backend_commit.observe)):
+        for hooks, fn in ((getattr(self.engine, "journal_sync_hooks", []), self.wal_fsync.observe),
+                          (getattr(self.engine, "checkpoint_hooks", []), self.backend_commit.observe)):
             try:
                 hooks.remove(fn)
             except ValueError:
                 pass
 
 
-def build_registry(engine, grpc_stats=None) -> Registry:
-    return Registry(engine, grpc_stats)
+def build_registry(engine, grpc_stats=None, transport_stats=None) -> Registry:
+    return Registry(engine, grpc_stats, transport_stats)

@@ -1,28 +1,22 @@
-"""HTTP listeners for --listen-metrics-urls: /metrics, /health, /livez, /readyz.
+"""HTTP listeners for --listen-metrics-urls: /metrics, /health, /livez, /readyz, /version.
 
 Each URL (http://host:port or https://host:port; https uses --cert-file and
 --key-file, like etcd's client TLS) gets a small threaded HTTP/1.1 server.
-Answers follow etcd's: /metrics is the Prometheus text format; /health is
-JSON with 200 or 503; /livez and /readyz are text (see health.py).  Only GET
-is allowed, as in etcd (405 with an Allow header otherwise).
+The answers are brain.metrics.http's, the same as on the client port.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
-
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from brain.config import ConfigError, parse_listen_url
 
 from .collector import build_registry
-from .health import LIVEZ_CHECKS, READYZ_CHECKS, check_health, run_checks
+from .http import HttpEndpoints
 
 log = logging.getLogger("brain.metrics")
 
@@ -45,57 +39,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _not_allowed(self) -> None:
-        self._send(405, b"Method Not Allowed\n", "text/plain; charset=utf-8", {"Allow": "GET"})
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
-
     def do_GET(self) -> None:
-        parts = urlsplit(self.path)
-        query = parse_qs(parts.query, keep_blank_values=True)
-        path = parts.path.rstrip("/") or "/"
-        owner = self.owner
+        a = self.owner.endpoints_http.answer(self.command, self.path)
         try:
-            if path == "/metrics":
-                self._send(200, generate_latest(owner.registry.registry), CONTENT_TYPE_LATEST)
-            elif path == "/health":
-                exclude = {v for v in query.get("exclude", []) if v}
-                h = check_health(owner.engine, exclude)
-                body = json.dumps({"health": "true" if h.health else "false", "reason": h.reason},
-                                  separators=(",", ":")).encode()
-                if h.health:
-                    self._send(200, body, "text/plain; charset=utf-8")
-                else:
-                    log.warning("/health error: %s", h.reason)
-                    self._send(503, body + b"\n", "text/plain; charset=utf-8",
-                               {"X-Content-Type-Options": "nosniff"})
-            elif path in ("/livez", "/readyz") or path.startswith(("/livez/", "/readyz/")):
-                self._checks(path, query)
-            else:
-                self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
+            self._send(a.status, a.body, a.content_type, dict(a.headers))
         except BrokenPipeError:
             pass
 
-    def _checks(self, path: str, query: dict) -> None:
-        root, _, name = path.lstrip("/").partition("/")
-        checks = LIVEZ_CHECKS if root == "livez" else READYZ_CHECKS
-        if name:
-            if name not in checks:
-                self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
-                return
-            names = [name]
-        else:
-            excluded = {v for v in query.get("exclude", []) if v}
-            names = [n for n in checks if n not in excluded]
-        ok, detail = run_checks(self.owner.engine, checks, names)
-        if not ok:
-            self._send(503, (detail + f"{root} check failed\n").encode(), "text/plain; charset=utf-8",
-                       {"X-Content-Type-Options": "nosniff"})
-            return
-        body = (detail if "verbose" in query else "") + "ok\n"
-        self._send(200, body.encode(), "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
-
-    do_HEAD = do_GET
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -110,12 +61,14 @@ class _HTTPServer6(_HTTPServer):
 class MetricsServer:
     """Serves one engine's metrics and health on every given URL."""
 
-    def __init__(self, engine, urls, *, grpc_stats=None, cert_file: str = "", key_file: str = "") -> None:
+    def __init__(self, engine, urls, *, grpc_stats=None, transport_stats=None, cert_file: str = "",
+                 key_file: str = "") -> None:
         self.engine = engine
         self.urls = list(urls)
         self.cert_file = cert_file
         self.key_file = key_file
-        self.registry = build_registry(engine, grpc_stats)
+        self.registry = build_registry(engine, grpc_stats, transport_stats)
+        self.endpoints_http = HttpEndpoints(engine, self.registry)
         self.endpoints: list[str] = []
         self._servers: list[tuple[_HTTPServer, threading.Thread]] = []
 

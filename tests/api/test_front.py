@@ -1,11 +1,17 @@
-"""The batching front (brain.api.front) over a real engine: writes that
-arrive together commit together, streams reach grpcio through the fallback,
-rare unary calls run in the pool, and bad input gets grpc-go's texts."""
+"""The native front (brain.api.front) over a real engine, on every listener
+kind: writes that arrive together commit together, Watch, LeaseKeepAlive
+and Snapshot streams are served without a thread each, rare unary calls run
+in the pool, etcd's HTTP endpoints answer on the client port, and bad input
+gets grpc-go's texts."""
 
 from __future__ import annotations
 
-import os
+import http.client
+import json
+import socket
+import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 
 import grpc
@@ -18,41 +24,61 @@ from brain.api.server import ApiServer
 from brain.config import ServerConfig
 from brain.engine import Engine, EngineConfig
 from tests.support.servers import unavailable
-
+from tests.support.tls import channel, make_test_pki, transports_from_env
 
 
 @pytest.fixture(autouse=True)
 def _native_front():
-    if not native_front.available():  # a dependency of brain: only a broken install lacks it
-        unavailable("pygrpc-native is not installed (pip install -e '.[test]')")
+    if not native_front.available():  # built by pip install -e .: only a broken install lacks it
+        unavailable("brain._transport is not built (pip install -e '.[test]' builds it with cargo)")
 
 
-@pytest.fixture
-def api(tmp_path):
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_test_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(params=transports_from_env())
+def api(request, tmp_path, pki):
     eng = Engine.open(EngineConfig(str(tmp_path / "data"), shards=1, shard_boundaries=[]))
-    srv = ApiServer(eng, ServerConfig(data_dir=str(tmp_path / "data"), listen_client_urls=["http://127.0.0.1:0"],
-                                      grpc_workers=8, max_request_bytes=4096))
+    kw = {}
+    if request.param == "mtls":
+        urls = ["https://127.0.0.1:0"]
+        kw = dict(cert_file=str(pki.server.cert), key_file=str(pki.server.key), trusted_ca_file=str(pki.ca.cert),
+                  client_cert_auth=True)
+    elif request.param == "unix":
+        urls = [f"unix://{tmp_path}/brain.sock"]
+    else:
+        urls = ["http://127.0.0.1:0"]
+    srv = ApiServer(eng, ServerConfig(data_dir=str(tmp_path / "data"), listen_client_urls=urls, grpc_workers=8,
+                                      max_request_bytes=4096, **kw))
     srv.start()
-    assert srv._fronts, "the http listener should be served by the front"
+    assert srv._front is not None, "every listener kind is served by the native front"
     yield srv
     srv.stop(1.0)
     eng.close()
 
 
 @pytest.fixture
-def channel(api):
-    ch = grpc.insecure_channel(api.endpoints[0].removeprefix("http://"))
+def channel_(api, pki):
+    ep = api.endpoints[0]
+    if ep.startswith("unix://"):
+        ch = channel("unix:" + ep.removeprefix("unix://"))
+    elif ep.startswith("https://"):
+        ch = channel(ep.removeprefix("https://"), pki)
+    else:
+        ch = channel(ep.removeprefix("http://"))
     yield ch
     ch.close()
 
 
-def test_concurrent_writes_share_batches(api, channel):
+def test_concurrent_writes_share_batches(api, channel_):
     """Writes that queue while the committer is busy commit as one batch.
 
     The committer is held (a control function blocks on it) while 300 Puts
     arrive, so the count does not depend on how fast this machine is: every
     Put the front handed over while it was held goes into the next batch."""
-    kv = rpc_pb2_grpc.KVStub(channel)
+    kv = rpc_pb2_grpc.KVStub(channel_)
     holding, release = threading.Event(), threading.Event()
 
     def hold():
@@ -84,68 +110,121 @@ def test_concurrent_writes_share_batches(api, channel):
     assert r.count == 300
 
 
-def test_streams_go_through_the_fallback(api, channel):
-    kv = rpc_pb2_grpc.KVStub(channel)
-    watch = rpc_pb2_grpc.WatchStub(channel)
-    lease = rpc_pb2_grpc.LeaseStub(channel)
-    requests = iter([pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"w"))])
-    stream = watch.Watch(requests, timeout=10)
+def test_watch_stream(api, channel_):
+    kv = rpc_pb2_grpc.KVStub(channel_)
+    watch = rpc_pb2_grpc.WatchStub(channel_)
+    reqs = [pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"w", prev_kv=True))]
+    stream = watch.Watch(iter(reqs), timeout=10)
     created = next(stream)
-    assert created.created
+    assert created.created and created.header.member_id == api.engine.member_id
     kv.Put(pb.PutRequest(key=b"w", value=b"1"), timeout=10)
-    ev = next(stream)
-    assert [e.kv.value for e in ev.events] == [b"1"]
+    kv.Put(pb.PutRequest(key=b"w", value=b"2"), timeout=10)
+    got = []
+    while len(got) < 2:
+        got += [(e.kv.value, e.prev_kv.value) for e in next(stream).events]
+    assert got == [(b"1", b""), (b"2", b"1")]
     stream.cancel()
+    _, handled, _, _ = _wait_handled(api, ("bidi_stream", "etcdserverpb.Watch", "Watch", "Canceled"))
+    assert handled == 1
 
+
+def _wait_handled(api, key, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        started, handled, received, sent = api.grpc_stats.snapshot()
+        if handled.get(key) or time.monotonic() > deadline:
+            return started, handled.get(key, 0), received, sent
+        time.sleep(0.02)
+
+
+def test_many_watch_streams_share_one_dispatch_thread(api, channel_):
+    kv = rpc_pb2_grpc.KVStub(channel_)
+    watch = rpc_pb2_grpc.WatchStub(channel_)
+    threads_before = threading.active_count()
+    streams = []
+    for i in range(50):
+        s = watch.Watch(iter([pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"fan"))]), timeout=20)
+        assert next(s).created
+        streams.append(s)
+    # no server thread per stream (the client's own threads are few)
+    assert threading.active_count() - threads_before < 25
+    kv.Put(pb.PutRequest(key=b"fan", value=b"x"), timeout=10)
+    for s in streams:
+        assert [e.kv.value for e in next(s).events] == [b"x"]
+        s.cancel()
+
+
+def test_lease_keepalive_stream(api, channel_):
+    lease = rpc_pb2_grpc.LeaseStub(channel_)
     granted = lease.LeaseGrant(pb.LeaseGrantRequest(TTL=60), timeout=10)
-    ka = lease.LeaseKeepAlive(iter([pb.LeaseKeepAliveRequest(ID=granted.ID)]), timeout=10)
-    assert next(ka).TTL == 60
-    ka.cancel()
+    ids = [granted.ID, granted.ID, 424242]
+    answers = list(lease.LeaseKeepAlive(iter([pb.LeaseKeepAliveRequest(ID=i) for i in ids]), timeout=10))
+    # every request answered in order; an unknown lease gets TTL 0; the
+    # stream ends (OK) once the client is done sending
+    assert [(a.ID, a.TTL) for a in answers] == [(granted.ID, 60), (granted.ID, 60), (424242, 0)]
+    assert answers[0].header.cluster_id == api.engine.cluster_id
 
 
-def test_rare_unary_calls_run_in_the_pool(api, channel):
-    status = rpc_pb2_grpc.MaintenanceStub(channel).Status(pb.StatusRequest(), timeout=10)
+def test_snapshot_stream(api, channel_):
+    kv = rpc_pb2_grpc.KVStub(channel_)
+    for i in range(20):
+        kv.Put(pb.PutRequest(key=b"s%d" % i, value=b"x" * 1000), timeout=10)
+    chunks = list(rpc_pb2_grpc.MaintenanceStub(channel_).Snapshot(pb.SnapshotRequest(), timeout=30))
+    assert len(chunks) >= 2 and chunks[-1].remaining_bytes == 0
+    assert sum(len(c.blob) for c in chunks[:-1]) > 20_000
+
+
+def test_rare_unary_calls_run_in_the_pool(api, channel_):
+    status = rpc_pb2_grpc.MaintenanceStub(channel_).Status(pb.StatusRequest(), timeout=10)
     assert status.header.member_id == api.engine.member_id
-    members = rpc_pb2_grpc.ClusterStub(channel).MemberList(pb.MemberListRequest(), timeout=10)
-    assert len(members.members) == 1
-    # an etcd error raised inside a pooled call keeps its code and text
+    members = rpc_pb2_grpc.ClusterStub(channel_).MemberList(pb.MemberListRequest(), timeout=10)
+    assert members.members[0].clientURLs == api.endpoints
     with pytest.raises(grpc.RpcError) as ei:
-        rpc_pb2_grpc.ClusterStub(channel).MemberAdd(pb.MemberAddRequest(), timeout=10)
+        rpc_pb2_grpc.ClusterStub(channel_).MemberAdd(pb.MemberAddRequest(), timeout=10)
     assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_lease_ttl_of_unknown_lease(api, channel):
-    r = rpc_pb2_grpc.LeaseStub(channel).LeaseTimeToLive(pb.LeaseTimeToLiveRequest(ID=12345), timeout=10)
-    assert r.TTL == -1
+def test_lease_reads(api, channel_):
+    lease = rpc_pb2_grpc.LeaseStub(channel_)
+    assert lease.LeaseTimeToLive(pb.LeaseTimeToLiveRequest(ID=12345), timeout=10).TTL == -1
+    g = lease.LeaseGrant(pb.LeaseGrantRequest(TTL=30), timeout=10)
+    assert [x.ID for x in lease.LeaseLeases(pb.LeaseLeasesRequest(), timeout=10).leases] == [g.ID]
 
 
-def test_unknown_method_is_unimplemented(channel):
-    call = channel.unary_unary("/etcdserverpb.Auth/AuthStatus")
+def test_unknown_method_is_unimplemented_with_grpc_go_text(channel_):
     with pytest.raises(grpc.RpcError) as ei:
-        call(b"", timeout=10)
-    assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
-
-
-def test_malformed_request_is_internal_with_grpc_go_text(channel):
-    call = channel.unary_unary("/etcdserverpb.KV/Put")
+        channel_.unary_unary("/etcdserverpb.Auth/AuthStatus")(b"", timeout=10)
+    assert (ei.value.code(), ei.value.details()) == (grpc.StatusCode.UNIMPLEMENTED,
+                                                    "unknown service etcdserverpb.Auth")
     with pytest.raises(grpc.RpcError) as ei:
-        call(b"\x0a\xff", timeout=10)  # key field with a truncated length
+        channel_.unary_unary("/etcdserverpb.KV/Nope")(b"", timeout=10)
+    assert ei.value.details() == "unknown method Nope for service etcdserverpb.KV"
+
+
+def test_malformed_request_is_internal_with_grpc_go_text(channel_):
+    with pytest.raises(grpc.RpcError) as ei:
+        channel_.unary_unary("/etcdserverpb.KV/Put")(b"\x0a\xff", timeout=10)
     assert ei.value.code() == grpc.StatusCode.INTERNAL
     assert ei.value.details().startswith("grpc: error unmarshalling request")
 
 
-def test_oversized_request_gets_grpc_go_text(api, channel):
+def test_oversized_request_gets_grpc_go_text(api, channel_):
     limit = api.config.grpc_max_recv_bytes
-    call = channel.unary_unary("/etcdserverpb.KV/Put")
     big = pb.PutRequest(key=b"k", value=b"x" * (limit + 10)).SerializeToString()
     with pytest.raises(grpc.RpcError) as ei:
-        call(big, timeout=10)
+        channel_.unary_unary("/etcdserverpb.KV/Put")(big, timeout=10)
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert ei.value.details() == f"grpc: received message larger than max ({len(big)} vs. {limit})"
+    # and on a stream: the stream ends with the same status
+    watch = rpc_pb2_grpc.WatchStub(channel_)
+    big_watch = pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"k" * (limit + 10)))
+    with pytest.raises(grpc.RpcError) as ei:
+        list(watch.Watch(iter([big_watch]), timeout=10))
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_calls_are_counted_for_metrics(api, channel):
-    kv = rpc_pb2_grpc.KVStub(channel)
+def test_calls_are_counted_for_metrics(api, channel_):
+    kv = rpc_pb2_grpc.KVStub(channel_)
     kv.Put(pb.PutRequest(key=b"a", value=b"1"), timeout=10)
     kv.Range(pb.RangeRequest(key=b"a"), timeout=10)
     with pytest.raises(grpc.RpcError):
@@ -158,24 +237,102 @@ def test_calls_are_counted_for_metrics(api, channel):
     assert sent[("unary", "etcdserverpb.KV", "Range")] == 1
 
 
-def test_stop_removes_the_fallback_socket(tmp_path):
-    eng = Engine.open(EngineConfig(str(tmp_path / "data"), shards=1, shard_boundaries=[]))
-    srv = ApiServer(eng, ServerConfig(data_dir=str(tmp_path / "data"), listen_client_urls=["http://127.0.0.1:0"]))
-    srv.start()
-    fallback_dir = srv._fallback_dir
-    assert fallback_dir and os.path.isdir(fallback_dir)
-    srv.stop(0)
-    eng.close()
-    assert not os.path.exists(fallback_dir)
+# -- etcd's HTTP endpoints on the client port ------------------------------------
 
 
-def test_grpcio_front_has_no_fallback(tmp_path):
-    eng = Engine.open(EngineConfig(str(tmp_path / "data"), shards=1, shard_boundaries=[]))
-    srv = ApiServer(eng, ServerConfig(data_dir=str(tmp_path / "data"), listen_client_urls=["http://127.0.0.1:0"],
-                                      grpc_front="grpcio"))
-    srv.start()
-    try:
-        assert not srv._fronts and srv._fallback_dir is None
-    finally:
-        srv.stop(0)
-        eng.close()
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=10)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(10)
+        self.sock.connect(self.unix_path)
+
+
+def _http(api, pki, path: str, method: str = "GET"):
+    ep = api.endpoints[0]
+    if ep.startswith("unix://"):
+        conn = _UnixHTTPConnection(ep.removeprefix("unix://"))
+    else:
+        host, port = ep.split("://")[1].rsplit(":", 1)
+        if ep.startswith("https://"):
+            ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+            ctx.load_cert_chain(str(pki.client.cert), str(pki.client.key))
+            conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+        else:
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request(method, path)
+    r = conn.getresponse()
+    out = (r.status, r.getheader("Content-Type"), r.read())
+    conn.close()
+    return out
+
+
+def test_http_endpoints_answer_like_etcd(api, pki):
+    status, ctype, body = _http(api, pki, "/health")
+    assert (status, json.loads(body)) == (200, {"health": "true", "reason": ""})
+    status, ctype, body = _http(api, pki, "/version")
+    assert status == 200 and ctype == "application/json"
+    assert set(json.loads(body)) == {"etcdserver", "etcdcluster", "storage"}
+    status, _, body = _http(api, pki, "/readyz?verbose")
+    assert status == 200 and body.endswith(b"ok\n") and b"[+]linearizable_read ok" in body
+    status, _, body = _http(api, pki, "/livez")
+    assert (status, body) == (200, b"ok\n")
+    status, ctype, body = _http(api, pki, "/metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    assert b"etcd_debugging_mvcc_current_revision" in body and b"brain_transport_connections_open" in body
+    assert _http(api, pki, "/nope")[0] == 404
+    status, _, body = _http(api, pki, "/health", method="POST")
+    assert (status, body) == (405, b"Method Not Allowed\n")
+    # gRPC still works on the same port after HTTP/1.1 connections
+    assert api.engine.statistics().committed_revision >= 1
+
+
+def test_fan_out_under_concurrent_writes_loses_nothing(api, channel_):
+    """Streams scheduled again while the front polls them must be polled
+    again (a lost wake-up dropped events here once)."""
+    kv = rpc_pb2_grpc.KVStub(channel_)
+    watch = rpc_pb2_grpc.WatchStub(channel_)
+    streams = []
+    for _ in range(20):
+        reqs = [pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"f/", range_end=b"f0", watch_id=w))
+                for w in range(1, 6)]
+        s = watch.Watch(iter(reqs), timeout=60)
+        for _ in range(5):
+            assert next(s).created
+        streams.append(s)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: kv.Put(pb.PutRequest(key=b"f/%03d" % i, value=b"v"), timeout=30), range(100)))
+    for s in streams:
+        got: dict = {}
+        while sum(len(v) for v in got.values()) < 500:
+            r = next(s)
+            got.setdefault(r.watch_id, []).extend(e.kv.key for e in r.events)
+        assert {w: len(set(keys)) for w, keys in got.items()} == {w: 100 for w in range(1, 6)}
+        s.cancel()
+
+
+def test_a_stream_scheduled_while_it_is_polled_is_polled_again():
+    from brain.api.grpc_stats import GrpcStats
+
+    front = native_front.NativeFront(None, [], recv_limit=1, stats=GrpcStats(), pool=None,
+                                     keepalive_time_ms=60_000, keepalive_timeout_ms=20_000)
+    polls = []
+
+    class RoutedDuringPoll:
+        def poll(self):
+            polls.append(1)
+            if len(polls) == 1:
+                front._schedule(7)  # the hub routes more events while the front polls
+            return []
+
+    s = native_front._WatchSession(7, native_front.Method("s", "Watch", stream="watch"))
+    s.watch = RoutedDuringPoll()
+    front._sessions[7] = s
+    front._schedule(7)
+    front._pump()
+    front._pump()
+    front.transport.close()
+    assert len(polls) == 2

@@ -20,6 +20,7 @@ from brain.api.server import ApiServer, ListenError
 from brain.config import ServerConfig
 from brain.mvcc import errors
 from brain.mvcc import requests as core
+from tests.support.tls import channel, make_test_pki, transports_from_env
 
 CLUSTER_ID = 0xABCDEF0123456789
 MEMBER_ID = 0xFEDCBA9876543210
@@ -123,6 +124,22 @@ class FakeEngine:
 
         threading.Thread(target=deliver, daemon=True).start()
 
+    # Linearizable reads wait for this barrier; ``barrier_async`` makes it
+    # answer later on another thread, as a clustered replica does.
+    barrier_async = False
+    barrier_error: BaseException | None = None
+    barriers = 0
+
+    def read_barrier(self, callback) -> bool:
+        self.barriers += 1
+        if not self.barrier_async:
+            return True
+        threading.Timer(0.05, callback, args=(self.barrier_error,)).start()
+        return False
+
+    def lease_keepalive_many(self, ids, callback) -> None:
+        callback([(i, 0) for i in ids])
+
     def close(self) -> None:
         self.closed = True
 
@@ -131,20 +148,53 @@ def _tcp_config(**kw) -> ServerConfig:
     return ServerConfig(data_dir="unused", listen_client_urls=["http://127.0.0.1:0"], grpc_workers=8, **kw)
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_test_pki(tmp_path_factory.mktemp("pki"))
+
+
 @pytest.fixture
 def engine():
     return FakeEngine()
 
 
-@pytest.fixture(params=["native", "grpcio"])
+# Every server test runs on the native transport over each listener kind
+# (BRAIN_TEST_TRANSPORTS) and on grpcio alone.
+FRONTS = [f"native-{t}" for t in transports_from_env()] + ["grpcio"]
+
+
+@pytest.fixture(params=FRONTS)
 def front(request):
-    """Every server test runs on the batching front and on grpcio alone."""
     return request.param
 
 
+def _config(front: str, pki, sock_dir: str, **kw) -> ServerConfig:
+    kind = "http" if front == "grpcio" else front.removeprefix("native-")
+    kw.setdefault("grpc_front", "grpcio" if front == "grpcio" else "native")
+    if kind == "mtls":
+        kw.update(listen_client_urls=["https://127.0.0.1:0"], cert_file=str(pki.server.cert),
+                  key_file=str(pki.server.key), trusted_ca_file=str(pki.ca.cert), client_cert_auth=True)
+    elif kind == "unix":
+        kw.update(listen_client_urls=[f"unix://{sock_dir}/brain.sock"])
+    else:
+        kw.update(listen_client_urls=["http://127.0.0.1:0"])
+    return ServerConfig(data_dir="unused", grpc_workers=8, **kw)
+
+
+def _channel(api: ApiServer, pki, **kw) -> grpc.Channel:
+    """A channel to the server's first listener, whatever its kind."""
+    ep = api.endpoints[0]
+    opts = [("grpc.max_send_message_length", 64 << 20)]
+    if ep.startswith("unix://"):
+        return channel("unix:" + ep.removeprefix("unix://"), options=opts)
+    if ep.startswith("https://"):
+        return channel(ep.removeprefix("https://"), pki, options=opts)
+    return channel(ep.removeprefix("http://"), options=opts)
+
+
 @pytest.fixture
-def server(engine, front):
-    api = ApiServer(engine, _tcp_config(max_request_bytes=4096, grpc_front=front))
+def server(engine, front, pki, tmp_path):
+    api = ApiServer(engine, _config(front, pki, str(tmp_path), max_request_bytes=4096))
     api.start()
     yield api
     api.stop(0)
@@ -156,10 +206,9 @@ def _kv(target: str) -> tuple[grpc.Channel, rpc_pb2_grpc.KVStub]:
 
 
 @pytest.fixture
-def kv(server):
-    target = server.endpoints[0].removeprefix("http://")
-    ch, stub = _kv(target)
-    yield stub
+def kv(server, pki):
+    ch = _channel(server, pki)
+    yield rpc_pb2_grpc.KVStub(ch)
     ch.close()
 
 
@@ -171,7 +220,8 @@ def _err(fn, *a) -> grpc.RpcError:
 
 def test_endpoint_reports_the_bound_port(server):
     (ep,) = server.endpoints
-    assert ep.startswith("http://127.0.0.1:") and not ep.endswith(":0")
+    if not ep.startswith("unix://"):
+        assert ep.startswith(("http://127.0.0.1:", "https://127.0.0.1:")) and not ep.endswith(":0")
 
 
 def test_put_range_headers_carry_engine_identity(kv):
@@ -282,8 +332,8 @@ def test_grpc_receive_limit_is_max_request_bytes_plus_512k(kv):
     assert kv.Range(pb.RangeRequest(key=key), timeout=10).count == 0
 
 
-def test_undecodable_request_is_internal(server):
-    ch = grpc.insecure_channel(server.endpoints[0].removeprefix("http://"))
+def test_undecodable_request_is_internal(server, pki):
+    ch = _channel(server, pki)
     with ch:
         raw = ch.unary_unary("/etcdserverpb.KV/Put")
         with pytest.raises(grpc.RpcError) as ei:
@@ -346,17 +396,24 @@ def test_port_in_use_fails_like_etcd(engine):
         assert str(ei.value) == f"listen tcp 127.0.0.1:{port}: bind: address already in use"
 
 
-def test_second_server_on_same_port_is_refused(server, engine):
-    port = int(server.endpoints[0].rsplit(":", 1)[1])
-    other = ApiServer(engine, ServerConfig(data_dir="unused", listen_client_urls=[f"http://127.0.0.1:{port}"]))
-    with pytest.raises(ListenError, match="address already in use"):
-        other.start()
+def test_second_server_on_same_port_is_refused(engine, front, pki, tmp_path):
+    # a TCP port question: the unix listener kind is checked on http
+    first = ApiServer(engine, _config("native-http" if front == "native-unix" else front, pki, str(tmp_path)))
+    first.start()
+    try:
+        port = int(first.endpoints[0].rsplit(":", 1)[1])
+        other = ApiServer(engine, ServerConfig(data_dir="unused", listen_client_urls=[f"http://127.0.0.1:{port}"]))
+        with pytest.raises(ListenError, match="address already in use"):
+            other.start()
+    finally:
+        first.stop(0)
 
 
-def test_stop_drains_in_flight_calls_and_refuses_new_ones(engine, front):
-    api = ApiServer(engine, _tcp_config(grpc_front=front))
+def test_stop_drains_in_flight_calls_and_refuses_new_ones(engine, front, pki, tmp_path):
+    api = ApiServer(engine, _config(front, pki, str(tmp_path)))
     api.start()
-    ch, stub = _kv(api.endpoints[0].removeprefix("http://"))
+    ch = _channel(api, pki)
+    stub = rpc_pb2_grpc.KVStub(ch)
     engine.gate = threading.Event()
     result: dict = {}
 
@@ -399,3 +456,21 @@ def test_kv_service_can_be_used_without_a_server(engine):
     with pytest.raises(RuntimeError) as ei:
         svc.Put(pb.PutRequest(key=b"k", value=b"v" * 200), Ctx())
     assert ei.value.args[0] == (grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: request is too large")
+
+
+def test_linearizable_reads_wait_for_the_read_barrier(kv, engine):
+    kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
+    engine.barrier_async = True  # a replica: the barrier passes after a round trip
+    before = engine.barriers
+    r = kv.Range(pb.RangeRequest(key=b"k"), timeout=10)
+    assert r.kvs[0].value == b"v"
+    txn = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=b"k"))])
+    assert kv.Txn(txn, timeout=10).responses[0].response_range.kvs[0].value == b"v"
+    # serializable reads never wait
+    kv.Range(pb.RangeRequest(key=b"k", serializable=True), timeout=10)
+    ser = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=b"k", serializable=True))])
+    kv.Txn(ser, timeout=10)
+    assert engine.barriers - before == 2
+    engine.barrier_error = errors.ErrTimeout
+    e = _err(kv.Range, pb.RangeRequest(key=b"k"))
+    assert (e.code().name, e.details()) == (errors.ErrTimeout.code, errors.ErrTimeout.message)

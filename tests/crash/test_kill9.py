@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2
-from tests.support.servers import require_brain, start_brain
+from tests.support.servers import grpc_channel, require_brain, server_settings_from_env, setting_id, start_brain
 
 CYCLES = int(os.environ.get("BRAIN_CRASH_CYCLES", "6"))
 WRITERS = 6
@@ -54,7 +54,7 @@ class Writers:
     def _run(self, wid: int) -> None:
         from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 
-        channel = grpc.insecure_channel(self.endpoint)
+        channel = grpc_channel(self.endpoint)
         kv = rpc_pb2_grpc.KVStub(channel)
         seq = 0
         try:
@@ -112,7 +112,7 @@ def verify_history(endpoint: str, acked: list[tuple[bytes, bytes, int]]) -> None
 
     want = {rev: (key, value) for key, value, rev in acked}
     top = max(want)
-    channel = grpc.insecure_channel(endpoint)
+    channel = grpc_channel(endpoint)
     reqs: queue.Queue = queue.Queue()
     reqs.put(rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
         key=b"\x00", range_end=b"\x00", start_revision=1)))
@@ -131,15 +131,20 @@ def verify_history(endpoint: str, acked: list[tuple[bytes, bytes, int]]) -> None
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("shards", [1, 4])
-def test_kill9_loses_no_acknowledged_write(shards):
+@pytest.mark.parametrize("setting", server_settings_from_env(), ids=setting_id)
+def test_kill9_loses_no_acknowledged_write(setting):
+    """Every setting on plaintext gets the full cycle count; mutual TLS and
+    unix sockets, whose durability path is the same, a third of it (what
+    they add is the clients reconnecting through TLS and the socket file)."""
     require_brain()
+    shards, transport = setting
+    cycles = CYCLES if transport == "http" else max(2, CYCLES // 3)
     rng = random.Random(1234 + shards)
-    srv = start_brain(shards=shards, extra_args=["--checkpoint-interval", "0.7s"], on_disk=True)
+    srv = start_brain(shards=shards, extra_args=["--checkpoint-interval", "0.7s"], on_disk=True, transport=transport)
     all_acked: list[tuple[bytes, bytes, int]] = []
     last_rev = 0
     try:
-        for cycle in range(CYCLES):
+        for cycle in range(cycles):
             with Writers(srv.endpoint, cycle, rng.random()) as w:
                 time.sleep(rng.uniform(0.3, 1.5))
                 srv.kill9()
@@ -150,6 +155,6 @@ def test_kill9_loses_no_acknowledged_write(shards):
             # earlier cycle's writes again at the end, in one history read.
             last_rev = verify(srv.endpoint, w.acked, max(last_rev, max(r for _, _, r in all_acked)))
         verify_history(srv.endpoint, all_acked)
-        print(f"crash cycles: {CYCLES}, acknowledged writes checked: {len(all_acked)}")
+        print(f"crash cycles: {cycles}, acknowledged writes checked: {len(all_acked)}")
     finally:
         srv.cleanup()

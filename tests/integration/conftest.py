@@ -1,8 +1,10 @@
 """Servers and an etcdctl runner for the integration tests.
 
-Each module gets one `python -m brain serve` per shard setting
-(BRAIN_TEST_SHARDS, default "1,4") and one etcd beside it (without an etcd
-binary the module fails under CI and is skipped, and listed, elsewhere).  Tests send the same commands to both in the same order,
+Each module gets one `python -m brain serve` per server setting (every
+BRAIN_TEST_SHARDS setting on plaintext TCP, the first one over mutual TLS
+and a unix socket: tests.support.servers.server_settings_from_env) and one
+etcd beside it (without an etcd binary the module fails under CI and is
+skipped, and listed, elsewhere).  Tests send the same commands to both in the same order,
 so the two stores stay in lockstep (same revisions) and outputs can be
 compared byte for byte after masking the cluster/member ids and raft term.
 """
@@ -18,9 +20,11 @@ from dataclasses import dataclass
 import pytest
 
 from tests.support.servers import (
+    etcdctl_flags,
     require_brain,
     require_etcd,
-    shard_settings_from_env,
+    server_settings_from_env,
+    setting_id,
     start_brain,
     start_etcd,
     unavailable,
@@ -63,7 +67,8 @@ def run_etcdctl(endpoint: str, *args: str, stdin: str | bytes | None = None, tim
     env = dict(os.environ, ETCDCTL_API="3")
     data = stdin.encode() if isinstance(stdin, str) else stdin
     p = subprocess.run(
-        [ETCDCTL, f"--endpoints={endpoint}", "--command-timeout=15s", "--dial-timeout=5s", *args],
+        [ETCDCTL, f"--endpoints={endpoint}", *etcdctl_flags(endpoint), "--command-timeout=15s", "--dial-timeout=5s",
+         *args],
         input=data if data is not None else b"",
         capture_output=True,
         env=env,
@@ -95,18 +100,19 @@ class Servers:
     shards: int
 
 
-@pytest.fixture(scope="module", params=shard_settings_from_env(), ids=lambda n: f"shards{n}")
+@pytest.fixture(scope="module", params=server_settings_from_env(), ids=setting_id)
 def servers(request):
     require_brain()
     require_etcd()
-    brain = start_brain(shards=request.param)
+    shards, transport = request.param
+    brain = start_brain(shards=shards, transport=transport)
     try:
         etcd = start_etcd()
     except BaseException:
         brain.cleanup()
         raise
     try:
-        yield Servers(brain, etcd, request.param)
+        yield Servers(brain, etcd, shards)
     finally:
         brain.cleanup()
         etcd.cleanup()

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from tests.integration.conftest import require_etcdctl
+from tests.support.servers import etcdctl_flags
 
 pytestmark = pytest.mark.etcd
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.etcd
 def watch_output(endpoint: str, *args: str, seconds: float = 2.0) -> str:
     env = dict(os.environ, ETCDCTL_API="3")
     try:
-        subprocess.run(["etcdctl", "--endpoints", endpoint, "watch", *args], env=env,
+        subprocess.run(["etcdctl", "--endpoints", endpoint, *etcdctl_flags(endpoint), "watch", *args], env=env,
                        capture_output=True, text=True, timeout=seconds)
     except subprocess.TimeoutExpired as e:
         out = e.stdout or b""

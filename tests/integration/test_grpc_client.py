@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass
 
 import grpc
+
+from tests.support.servers import grpc_channel
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
@@ -39,8 +41,7 @@ def _masked(resp) -> bytes:
 class Client:
     def __init__(self, brain_endpoint: str, etcd_endpoint: str) -> None:
         opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
-        self._channels = [grpc.insecure_channel(brain_endpoint, options=opts),
-                          grpc.insecure_channel(etcd_endpoint, options=opts)]
+        self._channels = [grpc_channel(brain_endpoint, options=opts), grpc_channel(etcd_endpoint, options=opts)]
         self._stubs = [rpc_pb2_grpc.KVStub(ch) for ch in self._channels]
         self.brain = self._stubs[0]
 

@@ -16,7 +16,7 @@ import pytest
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from tests.integration.conftest import require_etcdctl, run_etcdctl
-from tests.support.servers import REPO_ROOT, BrainServer, free_port, require_brain, require_tool
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, grpc_channel, require_brain, require_tool
 
 
 def _env() -> dict:
@@ -60,7 +60,7 @@ def test_sigterm_with_open_watch_does_not_wait_out_the_grace(brain):
 
     brain.extra_args = ["--shutdown-grace", "20"]
     brain.start()
-    ch = grpc.insecure_channel(brain.endpoint)
+    ch = grpc_channel(brain.endpoint)
     reqs: queue.Queue = queue.Queue()
     call = rpc_pb2_grpc.WatchStub(ch).Watch(iter(reqs.get, None))
     reqs.put(pb.WatchRequest(create_request=pb.WatchCreateRequest(key=b"w")))

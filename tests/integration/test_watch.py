@@ -9,6 +9,8 @@ import threading
 import time
 
 import grpc
+
+from tests.support.servers import grpc_channel
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
@@ -20,7 +22,7 @@ class WatchClient:
     """One Watch stream fed from a queue; responses collected by a thread."""
 
     def __init__(self, endpoint: str) -> None:
-        self.channel = grpc.insecure_channel(endpoint)
+        self.channel = grpc_channel(endpoint)
         self.stub = rpc_pb2_grpc.WatchStub(self.channel)
         self.requests: queue.Queue = queue.Queue()
         self.responses: queue.Queue = queue.Queue()
@@ -68,7 +70,7 @@ class WatchClient:
 
 @pytest.fixture
 def kv(brain_server):
-    ch = grpc.insecure_channel(brain_server.endpoint)
+    ch = grpc_channel(brain_server.endpoint)
     yield rpc_pb2_grpc.KVStub(ch)
     ch.close()
 
@@ -177,7 +179,7 @@ def test_progress_notify_interval(brain_factory):
 
 def test_slow_consumer_does_not_block_writes_and_catches_up(brain_factory):
     srv = brain_factory(extra_args=["--watch-queue-events", "100"])
-    ch = grpc.insecure_channel(srv.endpoint)
+    ch = grpc_channel(srv.endpoint)
     kv = rpc_pb2_grpc.KVStub(ch)
     # A raw stream whose responses nobody reads for a while.
     reqs: queue.Queue = queue.Queue()
@@ -214,7 +216,7 @@ def test_slow_consumer_does_not_block_writes_and_catches_up(brain_factory):
 @pytest.mark.parametrize("how", ["sigterm", "kill9"])
 def test_watch_history_survives_restart(brain_factory, how):
     srv = brain_factory(shards=4, extra_args=["--checkpoint-interval", "300ms"])
-    ch = grpc.insecure_channel(srv.endpoint)
+    ch = grpc_channel(srv.endpoint)
     kv = rpc_pb2_grpc.KVStub(ch)
     expected = []
     for i in range(300):
@@ -246,7 +248,7 @@ def test_fragmented_watch_response(brain_factory):
     """etcd's fragment option: a response larger than --max-request-bytes +
     512 KiB is split, fragment=true on all but the last part."""
     srv = brain_factory(extra_args=["--max-request-bytes", "65536"])
-    ch = grpc.insecure_channel(srv.endpoint)
+    ch = grpc_channel(srv.endpoint)
     kv = rpc_pb2_grpc.KVStub(ch)
     for i in range(24):
         put(kv, b"f/%02d" % i, bytes([65 + i]) * 60000)

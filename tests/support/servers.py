@@ -182,11 +182,60 @@ def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
 
 
 def grpc_target(endpoint: str) -> str:
-    """Turn ``http://host:port`` (or ``host:port``) into a gRPC target."""
-    for prefix in ("http://", "https://", "unix://"):
+    """Turn ``http://host:port`` (or ``host:port``) into a gRPC target;
+    ``unix:///path`` stays as it is (grpc and etcdctl both take it)."""
+    if endpoint.startswith("unix://"):
+        return endpoint
+    for prefix in ("http://", "https://"):
         if endpoint.startswith(prefix):
             return endpoint[len(prefix):].rstrip("/")
     return endpoint
+
+
+class Endpoint(str):
+    """A server's client endpoint as tests pass it around (a plain string:
+    ``127.0.0.1:PORT`` or ``unix:///path``), carrying the test PKI when the
+    server wants mutual TLS, so every client made from it (``grpc_channel``,
+    etcdctl through ``etcdctl_flags``) presents the test client certificate."""
+
+    tls = None  # tests.support.tls.TestPKI | None
+
+    def __new__(cls, value: str, tls=None) -> "Endpoint":
+        e = super().__new__(cls, value)
+        e.tls = tls
+        return e
+
+
+def grpc_channel(endpoint: str, options=()) -> grpc.Channel:
+    """A channel to ``endpoint``: TLS with the test client certificate when
+    it is an mTLS Endpoint, else plaintext (TCP or unix)."""
+    tls = getattr(endpoint, "tls", None)
+    target = grpc_target(endpoint)
+    opts = list(options)
+    if tls is None:
+        return grpc.insecure_channel(target, options=opts)
+    if target.startswith("unix:"):
+        opts.append(("grpc.ssl_target_name_override", "localhost"))
+    return grpc.secure_channel(target, tls.channel_credentials(), options=opts)
+
+
+def etcdctl_flags(endpoint: str) -> list[str]:
+    """etcdctl's TLS flags for ``endpoint`` ([] for plaintext)."""
+    tls = getattr(endpoint, "tls", None)
+    return tls.etcdctl_flags() if tls is not None else []
+
+
+_PKI = None
+
+
+def shared_pki():
+    """One test PKI per test process (made on first use)."""
+    global _PKI
+    if _PKI is None:
+        from tests.support.tls import make_test_pki
+
+        _PKI = make_test_pki(Path(tempfile.mkdtemp(prefix="brain-test-pki-", dir=_tmp_parent())))
+    return _PKI
 
 
 # ---------------------------------------------------------------------------
@@ -216,8 +265,8 @@ def kv_stub(endpoint: str) -> Stubs:
     """KV / Watch / Lease / Maintenance stubs over one insecure channel."""
     from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 
-    channel = grpc.insecure_channel(
-        grpc_target(endpoint),
+    channel = grpc_channel(
+        endpoint,
         options=[
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -340,7 +389,7 @@ class _Server:
 
         deadline = time.monotonic() + self.ready_timeout
         last_error = "not attempted"
-        channel = grpc.insecure_channel(self.endpoint)
+        channel = grpc_channel(self.endpoint)
         try:
             stub = rpc_pb2_grpc.KVStub(channel)
             while True:
@@ -465,21 +514,41 @@ class EtcdServer(_Server):
 
 
 class BrainServer(_Server):
-    """``python -m brain serve`` with etcd-style flags."""
+    """``python -m brain serve`` with etcd-style flags, on one listener
+    kind (``transport``: http, mtls or unix; see tests.support.tls)."""
 
     kind = "brain"
 
-    def __init__(self, *, shards: int = 1, extra_args: Sequence[str] = (), **kw):
+    def __init__(self, *, shards: int = 1, extra_args: Sequence[str] = (), transport: str = "http", **kw):
         self.shards = shards
         self.extra_args = list(extra_args)
+        self.transport = transport
         super().__init__(**kw)
 
+    @property
+    def client_url(self) -> str:
+        if self.transport == "mtls":
+            return f"https://127.0.0.1:{self.port}"
+        if self.transport == "unix":
+            return f"unix://{self.root}/brain.sock"
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        if self.transport == "mtls":
+            return Endpoint(f"127.0.0.1:{self.port}", shared_pki())
+        if self.transport == "unix":
+            return Endpoint(self.client_url)
+        return f"127.0.0.1:{self.port}"
+
     def _command(self) -> list[str]:
+        tls = shared_pki().server_flags() if self.transport == "mtls" else []
         return [
             sys.executable, "-m", "brain", "serve",
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.client_url,
             "--shards", str(self.shards),
+            *tls,
             *self.extra_args,
         ]
 
@@ -529,6 +598,25 @@ def shard_args(n: int) -> list[str]:
 def shard_settings_from_env() -> list[int]:
     raw = os.environ.get("BRAIN_TEST_SHARDS", "1,4")
     return [int(x) for x in raw.replace(" ", "").split(",") if x]
+
+
+def server_settings_from_env() -> list[tuple[int, str]]:
+    """(shards, transport) pairs the server suites run on: every shard
+    setting over plaintext TCP, and the first one over each other listener
+    kind of BRAIN_TEST_TRANSPORTS (mutual TLS, unix socket), so a suite
+    runs on every transport without multiplying every shard setting."""
+    from tests.support.tls import transports_from_env
+
+    shards = shard_settings_from_env()
+    transports = transports_from_env()
+    pairs = [(n, "http") for n in shards] if "http" in transports else []
+    pairs += [(shards[0], t) for t in transports if t != "http"]
+    return pairs
+
+
+def setting_id(setting: tuple[int, str]) -> str:
+    shards, transport = setting
+    return f"shards{shards}" + ("" if transport == "http" else f"-{transport}")
 
 
 def start_brain(shards: int = 1, extra_args: Sequence[str] = (), **kw) -> BrainServer:

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -109,6 +111,10 @@ type common struct {
 	valSize   int
 	opTimeout time.Duration
 	verbose   bool
+	caFile    string
+	certFile  string
+	keyFile   string
+	tls       *tls.Config
 
 	fs *flag.FlagSet
 }
@@ -123,6 +129,9 @@ func newFlags(name string, defClients int, defDuration time.Duration) *common {
 	c.fs.IntVar(&c.valSize, "val-size", 256, "value size in bytes")
 	c.fs.DurationVar(&c.opTimeout, "op-timeout", 30*time.Second, "timeout of one request")
 	c.fs.BoolVar(&c.verbose, "verbose", false, "log the etcd client's warnings to stderr")
+	c.fs.StringVar(&c.caFile, "cacert", "", "TLS: verify the server with this CA bundle (https:// endpoints)")
+	c.fs.StringVar(&c.certFile, "cert", "", "TLS: client certificate (mutual TLS)")
+	c.fs.StringVar(&c.keyFile, "key", "", "TLS: client key (mutual TLS)")
 	return c
 }
 
@@ -141,6 +150,14 @@ func (c *common) parse(args []string) error {
 	}
 	if c.valSize < 0 {
 		return fmt.Errorf("--val-size must be >= 0")
+	}
+	if c.caFile != "" || c.certFile != "" || c.keyFile != "" {
+		info := transport.TLSInfo{CertFile: c.certFile, KeyFile: c.keyFile, TrustedCAFile: c.caFile}
+		cfg, err := info.ClientConfig()
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		c.tls = cfg
 	}
 	return nil
 }
@@ -174,6 +191,7 @@ func (c *common) config() clientv3.Config {
 		MaxCallSendMsgSize: 64 << 20,
 		MaxCallRecvMsgSize: 64 << 20,
 		Logger:             c.logger(),
+		TLS:                c.tls,
 	}
 }
 

@@ -1,0 +1,437 @@
+//! gRPC over HTTP/2: message framing, statuses, and the per-call tasks.
+//!
+//! A unary (or server-streaming) call's task reads its one request message,
+//! files the call's `SendResponse` in the registry and hands the call to
+//! Python; Python's answer is written straight from the thread that gives
+//! it (h2's send side is thread-safe), so a unary call costs one short task
+//! and no channel.  A streaming call keeps a task for its life: it reads
+//! messages (only while its send queue is under the limit, so a client that
+//! never reads cannot make the server buffer its requests either) and
+//! writes what Python queued, as the peer's flow-control window allows.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::RecvStream;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use tokio::sync::mpsc;
+
+use crate::events::{Event, Peer};
+use crate::server::{Pending, Shared};
+
+pub const KIND_UNARY: u8 = 0;
+pub const KIND_SERVER_STREAM: u8 = 1;
+pub const KIND_BIDI: u8 = 2;
+
+pub const UNIMPLEMENTED: u32 = 12;
+pub const INTERNAL: u32 = 13;
+
+/// `[flag][u32 length][message]`, the gRPC length-prefixed message.
+pub fn frame(msg: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(5 + msg.len());
+    b.put_u8(0);
+    b.put_u32(msg.len() as u32);
+    b.put_slice(msg);
+    b.freeze()
+}
+
+/// grpc-message is percent-encoded: bytes outside printable ASCII and '%'.
+pub fn percent_encode(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for &b in msg.as_bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub fn response_headers() -> Response<()> {
+    let mut r = Response::new(());
+    r.headers_mut().insert("content-type", HeaderValue::from_static("application/grpc"));
+    r
+}
+
+pub fn status_trailers(code: u32, message: &str) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(2);
+    h.insert("grpc-status", HeaderValue::from(code));
+    if !message.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&percent_encode(message)) {
+            h.insert("grpc-message", v);
+        }
+    }
+    h
+}
+
+/// A status without a response message: one HEADERS frame ending the stream
+/// ("trailers-only"), as grpc-go answers failed unary calls.
+pub fn fail_response(mut respond: SendResponse<Bytes>, code: u32, message: &str) {
+    let mut r = response_headers();
+    r.headers_mut().extend(status_trailers(code, message));
+    let _ = respond.send_response(r, true);
+}
+
+pub fn respond_ok(mut respond: SendResponse<Bytes>, msg: &[u8]) {
+    if let Ok(mut send) = respond.send_response(response_headers(), false) {
+        let _ = send.send_data(frame(msg), false);
+        let _ = send.send_trailers(status_trailers(0, ""));
+    }
+}
+
+// -- reading messages ----------------------------------------------------
+
+pub enum Decoded {
+    Msg(Bytes),
+    Oversized(usize),
+    Compressed,
+}
+
+/// Splits DATA chunks into messages; whole messages inside one chunk are
+/// sliced out of it without a copy.
+pub struct Decoder {
+    head: Bytes,
+    tail: BytesMut,
+    max: usize,
+}
+
+impl Decoder {
+    pub fn new(max: usize) -> Self {
+        Decoder { head: Bytes::new(), tail: BytesMut::new(), max }
+    }
+
+    pub fn push(&mut self, chunk: Bytes) {
+        if self.head.is_empty() && self.tail.is_empty() {
+            self.head = chunk;
+        } else {
+            if !self.head.is_empty() {
+                self.tail.extend_from_slice(&self.head);
+                self.head = Bytes::new();
+            }
+            self.tail.extend_from_slice(&chunk);
+        }
+    }
+
+    pub fn next(&mut self) -> Option<Decoded> {
+        if !self.head.is_empty() {
+            if self.head.len() >= 5 {
+                let flag = self.head[0];
+                let len = u32::from_be_bytes([self.head[1], self.head[2], self.head[3], self.head[4]]) as usize;
+                if len > self.max {
+                    return Some(Decoded::Oversized(len));
+                }
+                if self.head.len() >= 5 + len {
+                    let m = self.head.slice(5..5 + len);
+                    self.head.advance(5 + len);
+                    return Some(if flag & 1 != 0 { Decoded::Compressed } else { Decoded::Msg(m) });
+                }
+            }
+            self.tail.extend_from_slice(&self.head);
+            self.head = Bytes::new();
+        }
+        if self.tail.len() < 5 {
+            return None;
+        }
+        let flag = self.tail[0];
+        let len = u32::from_be_bytes([self.tail[1], self.tail[2], self.tail[3], self.tail[4]]) as usize;
+        if len > self.max {
+            return Some(Decoded::Oversized(len));
+        }
+        if self.tail.len() < 5 + len {
+            self.tail.reserve(5 + len - self.tail.len());
+            return None;
+        }
+        self.tail.advance(5);
+        let m = self.tail.split_to(len).freeze();
+        Some(if flag & 1 != 0 { Decoded::Compressed } else { Decoded::Msg(m) })
+    }
+}
+
+fn compressed_text(req_encoding: &str) -> String {
+    format!("grpc: Decompressor is not installed for grpc-encoding \"{req_encoding}\"")
+}
+
+// -- streams: what Python's send() and finish() hand to a stream's task ------
+
+pub enum Cmd {
+    Data(Vec<Bytes>),
+    Finish(u32, String),
+}
+
+#[derive(Default)]
+pub struct StreamState {
+    /// Bytes handed over by Python and not yet given to h2 with window.
+    pub queued: AtomicUsize,
+    /// Python was told the queue is full: tell it when it drains.
+    pub want_writable: AtomicBool,
+}
+
+pub struct StreamHandle {
+    pub tx: mpsc::UnboundedSender<Cmd>,
+    pub state: Arc<StreamState>,
+}
+
+// -- the call tasks ----------------------------------------------------------
+
+pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+    let path = req.uri().path();
+    let Some(&(method, kind)) = shared.methods.get(path) else {
+        let (service, name) = path.trim_start_matches('/').rsplit_once('/').unwrap_or((path, ""));
+        let text = if shared.services.contains(service) {
+            format!("unknown method {name} for service {service}")
+        } else {
+            format!("unknown service {service}")
+        };
+        fail_response(respond, UNIMPLEMENTED, &text);
+        return;
+    };
+    let encoding = req
+        .headers()
+        .get("grpc-encoding")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity")
+        .to_string();
+    let id = shared.next_id();
+    if kind == KIND_BIDI {
+        serve_stream(shared, id, method, kind, peer, req.into_body(), respond, encoding).await;
+        return;
+    }
+    let mut body = req.into_body();
+    let mut dec = Decoder::new(shared.max_recv);
+    loop {
+        if let Some(d) = dec.next() {
+            match d {
+                Decoded::Msg(payload) => {
+                    if kind == KIND_SERVER_STREAM {
+                        serve_server_stream(shared, id, method, peer, body, respond, payload).await;
+                        return;
+                    }
+                    shared.calls.insert(id, Pending::Unary(respond));
+                    shared.queue.push(Event::Call { id, method, payload, peer });
+                }
+                Decoded::Oversized(len) => {
+                    shared.calls.insert(id, Pending::Unary(respond));
+                    shared.queue.push(Event::Oversized { id, method, len, peer });
+                }
+                Decoded::Compressed => fail_response(respond, UNIMPLEMENTED, &compressed_text(&encoding)),
+            }
+            return;
+        }
+        match body.data().await {
+            Some(Ok(chunk)) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                dec.push(chunk);
+            }
+            Some(Err(_)) => return,
+            None => {
+                fail_response(respond, INTERNAL, "grpc: the client sent no request message");
+                return;
+            }
+        }
+    }
+}
+
+async fn serve_server_stream(
+    shared: Arc<Shared>,
+    id: u64,
+    method: u32,
+    peer: Arc<Peer>,
+    body: RecvStream,
+    respond: SendResponse<Bytes>,
+    payload: Bytes,
+) {
+    // The request is in: deliver it as a call, then behave as a stream
+    // whose receive side is over.
+    drop(body);
+    let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
+    shared.queue.push(Event::Call { id, method, payload, peer });
+    pump(shared, id, method, None, send, rx, state, String::new()).await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_stream(
+    shared: Arc<Shared>,
+    id: u64,
+    method: u32,
+    _kind: u8,
+    peer: Arc<Peer>,
+    body: RecvStream,
+    respond: SendResponse<Bytes>,
+    encoding: String,
+) {
+    let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
+    shared.queue.push(Event::Open { id, method, peer });
+    pump(shared, id, method, Some(body), send, rx, state, encoding).await;
+}
+
+type Opened = (h2::SendStream<Bytes>, mpsc::UnboundedReceiver<Cmd>, Arc<StreamState>);
+
+fn open_stream(shared: &Arc<Shared>, id: u64, mut respond: SendResponse<Bytes>) -> Option<Opened> {
+    let send = respond.send_response(response_headers(), false).ok()?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = Arc::new(StreamState::default());
+    shared.calls.insert(id, Pending::Stream(StreamHandle { tx, state: state.clone() }));
+    Some((send, rx, state))
+}
+
+enum SendEvent {
+    Reset,
+    Capacity(Option<Result<usize, h2::Error>>),
+}
+
+/// Hand h2 as much of `pending` as the stream's window allows now, then ask
+/// for capacity for the rest.  False when the stream is gone.
+fn flush(
+    shared: &Shared,
+    id: u64,
+    method: u32,
+    send: &mut h2::SendStream<Bytes>,
+    pending: &mut VecDeque<Bytes>,
+    pending_bytes: &mut usize,
+    state: &StreamState,
+) -> bool {
+    let mut cap = send.capacity();
+    let mut sent = 0usize;
+    while cap > 0 {
+        let Some(mut front) = pending.pop_front() else { break };
+        let chunk = if front.len() <= cap {
+            front
+        } else {
+            let c = front.split_to(cap);
+            pending.push_front(front);
+            c
+        };
+        cap -= chunk.len();
+        sent += chunk.len();
+        if send.send_data(chunk, false).is_err() {
+            return false;
+        }
+    }
+    if sent > 0 {
+        *pending_bytes -= sent;
+        let limit = shared.send_queue_bytes;
+        // SeqCst: pairs with send() in lib.rs (store want_writable, then load
+        // queued); with weaker orders both sides could miss each other.
+        let left = state.queued.fetch_sub(sent, Ordering::SeqCst) - sent;
+        if left <= limit / 2 && state.want_writable.swap(false, Ordering::SeqCst) {
+            shared.queue.push(Event::Writable { id, method });
+        }
+    }
+    send.reserve_capacity(*pending_bytes);
+    true
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn pump(
+    shared: Arc<Shared>,
+    id: u64,
+    method: u32,
+    mut body: Option<RecvStream>,
+    mut send: h2::SendStream<Bytes>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    state: Arc<StreamState>,
+    encoding: String,
+) {
+    let limit = shared.send_queue_bytes;
+    let mut dec = Decoder::new(shared.max_recv);
+    let mut pending: VecDeque<Bytes> = VecDeque::new();
+    let mut pending_bytes = 0usize;
+    let mut finishing: Option<(u32, String)> = None;
+    let mut cancelled = false;
+    loop {
+        if pending.is_empty() {
+            if let Some((code, msg)) = finishing.take() {
+                let _ = send.send_trailers(status_trailers(code, &msg));
+                break;
+            }
+        }
+        let has_pending = !pending.is_empty();
+        let reading = body.is_some() && state.queued.load(Ordering::Relaxed) <= limit;
+        tokio::select! {
+            biased;
+            ev = poll_fn(|cx| {
+                if let Poll::Ready(_) = send.poll_reset(cx) {
+                    return Poll::Ready(SendEvent::Reset);
+                }
+                if has_pending {
+                    if let Poll::Ready(c) = send.poll_capacity(cx) {
+                        return Poll::Ready(SendEvent::Capacity(c));
+                    }
+                }
+                Poll::Pending
+            }) => match ev {
+                SendEvent::Reset | SendEvent::Capacity(None) | SendEvent::Capacity(Some(Err(_))) => {
+                    cancelled = true;
+                    break;
+                }
+                SendEvent::Capacity(Some(Ok(_))) => {
+                    if !flush(&shared, id, method, &mut send, &mut pending, &mut pending_bytes, &state) {
+                        cancelled = true;
+                        break;
+                    }
+                }
+            },
+            cmd = rx.recv() => match cmd {
+                Some(Cmd::Data(frames)) => {
+                    for f in frames {
+                        pending_bytes += f.len();
+                        pending.push_back(f);
+                    }
+                    // capacity may be assigned already (no increase to wait for)
+                    if !flush(&shared, id, method, &mut send, &mut pending, &mut pending_bytes, &state) {
+                        cancelled = true;
+                        break;
+                    }
+                }
+                Some(Cmd::Finish(code, msg)) => {
+                    finishing = Some((code, msg));
+                    body = None;
+                }
+                None => break,
+            },
+            data = async { body.as_mut().unwrap().data().await }, if reading => match data {
+                Some(Ok(chunk)) => {
+                    if let Some(b) = body.as_mut() {
+                        let _ = b.flow_control().release_capacity(chunk.len());
+                    }
+                    dec.push(chunk);
+                    let mut evs = Vec::new();
+                    while let Some(d) = dec.next() {
+                        match d {
+                            Decoded::Msg(payload) => evs.push(Event::Message { id, method, payload }),
+                            Decoded::Oversized(len) => {
+                                evs.push(Event::Oversized { id, method, len, peer: Arc::new(Peer { common_name: None }) });
+                                body = None;
+                                break;
+                            }
+                            Decoded::Compressed => {
+                                finishing = Some((UNIMPLEMENTED, compressed_text(&encoding)));
+                                body = None;
+                                break;
+                            }
+                        }
+                    }
+                    shared.queue.push_many(evs);
+                }
+                Some(Err(_)) => {
+                    cancelled = true;
+                    break;
+                }
+                None => {
+                    body = None;
+                    shared.queue.push(Event::HalfClosed { id, method });
+                }
+            },
+        }
+    }
+    shared.calls.remove(id);
+    if cancelled {
+        shared.queue.push(Event::Cancelled { id, method });
+    }
+}

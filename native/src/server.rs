@@ -1,0 +1,554 @@
+//! Listeners and connections: TCP or unix sockets, optionally TLS, then
+//! HTTP/2 (gRPC, and plain HTTP requests over h2) or HTTP/1.1 on the same
+//! port, told apart by the first bytes (or ALPN), as etcd's cmux does.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::RecvStream;
+use http::{Request, Response, StatusCode};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{oneshot, watch};
+use tokio_rustls::TlsAcceptor;
+
+use crate::authority::AuthorityFix;
+use crate::pings::{PingGuard, PingPolicy};
+use crate::events::{Event, EventQueue, Peer};
+use crate::grpc::{self, StreamHandle};
+use crate::tls::{self, TlsState};
+
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+pub enum Pending {
+    Unary(SendResponse<Bytes>),
+    Stream(StreamHandle),
+    Http(oneshot::Sender<HttpReply>),
+}
+
+/// Calls waiting for Python, by id; sharded so I/O threads and Python
+/// rarely meet on one lock.
+pub struct Calls {
+    shards: Vec<Mutex<HashMap<u64, Pending>>>,
+}
+
+const SHARDS: usize = 16;
+
+impl Calls {
+    fn new() -> Self {
+        Calls { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+    pub fn insert(&self, id: u64, p: Pending) {
+        self.shards[id as usize % SHARDS].lock().insert(id, p);
+    }
+    pub fn remove(&self, id: u64) -> Option<Pending> {
+        self.shards[id as usize % SHARDS].lock().remove(&id)
+    }
+    /// The stream's command channel and state (streams stay registered
+    /// until their task ends).
+    pub fn stream(&self, id: u64) -> Option<(tokio::sync::mpsc::UnboundedSender<grpc::Cmd>, Arc<grpc::StreamState>)> {
+        match self.shards[id as usize % SHARDS].lock().get(&id) {
+            Some(Pending::Stream(h)) => Some((h.tx.clone(), h.state.clone())),
+            _ => None,
+        }
+    }
+    pub fn is_stream(&self, id: u64) -> bool {
+        matches!(self.shards[id as usize % SHARDS].lock().get(&id), Some(Pending::Stream(_)))
+    }
+    pub fn clear(&self) {
+        for s in &self.shards {
+            s.lock().clear();
+        }
+    }
+}
+
+pub const HANDSHAKE_REASONS: [&str; 8] =
+    ["no_client_certificate", "bad_certificate", "not_tls", "incompatible", "alert_received", "closed", "timeout", "other"];
+
+#[derive(Default)]
+pub struct Stats {
+    pub connections_accepted: AtomicU64,
+    pub connections_open: AtomicU64,
+    pub http_requests: AtomicU64,
+    pub bad_requests: AtomicU64,
+    pub keepalive_timeouts: AtomicU64,
+    pub too_many_pings: AtomicU64,
+    pub handshake_failures: [AtomicU64; 8],
+}
+
+pub struct Config {
+    pub keepalive_min_time: Duration,
+    pub max_recv: usize,
+    pub send_queue_bytes: usize,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub max_concurrent_streams: u32,
+}
+
+pub struct Shared {
+    pub methods: HashMap<String, (u32, u8)>,
+    pub services: HashSet<String>,
+    pub queue: EventQueue,
+    pub calls: Calls,
+    pub next: AtomicU64,
+    pub max_recv: usize,
+    pub send_queue_bytes: usize,
+    pub cfg: Config,
+    pub stats: Stats,
+    pub shutdown: watch::Sender<bool>,
+    /// BRAIN_TRANSPORT_DEBUG set: failures are also printed to stderr.
+    pub debug: bool,
+}
+
+impl Shared {
+    pub fn new(methods: Vec<(String, u8)>, cfg: Config) -> Self {
+        let services = methods
+            .iter()
+            .filter_map(|(p, _)| p.trim_start_matches('/').rsplit_once('/').map(|(s, _)| s.to_string()))
+            .collect();
+        let methods = methods.into_iter().enumerate().map(|(i, (p, k))| (p, (i as u32, k))).collect();
+        Shared {
+            methods,
+            services,
+            queue: EventQueue::new(),
+            calls: Calls::new(),
+            next: AtomicU64::new(1),
+            max_recv: cfg.max_recv,
+            send_queue_bytes: cfg.send_queue_bytes,
+            cfg,
+            stats: Stats::default(),
+            shutdown: watch::channel(false).0,
+            debug: std::env::var_os("BRAIN_TRANSPORT_DEBUG").is_some(),
+        }
+    }
+    pub fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// Accept connections until the transport closes.  Call inside the runtime.
+pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<TlsState>>) -> io::Result<()> {
+    let mut stop = shared.shutdown.subscribe();
+    match listener {
+        Listener::Tcp(l) => {
+            l.set_nonblocking(true)?;
+            let l = TcpListener::from_std(l)?;
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        r = l.accept() => match r {
+                            Ok((sock, _)) => {
+                                let _ = sock.set_nodelay(true);
+                                tokio::spawn(connection(shared.clone(), sock, tls.clone(), false));
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        },
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
+        }
+        Listener::Unix(l) => {
+            l.set_nonblocking(true)?;
+            let l = UnixListener::from_std(l)?;
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        r = l.accept() => match r {
+                            Ok((sock, _)) => { tokio::spawn(connection(shared.clone(), sock, tls.clone(), true)); }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        },
+                        _ = stop.changed() => return,
+                    }
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+struct OpenGuard(Arc<Shared>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn connection<S>(shared: Arc<Shared>, sock: S, tls: Option<Arc<TlsState>>, unix: bool)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+    shared.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    let _guard = OpenGuard(shared.clone());
+    let Some(tls) = tls else {
+        serve(shared, sock, Arc::new(Peer { common_name: None }), None, unix).await;
+        return;
+    };
+    let acceptor = TlsAcceptor::from(tls.config());
+    let stream = match tokio::time::timeout(shared.cfg.handshake_timeout, acceptor.accept(sock)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let reason = tls::failure_reason(&e);
+            count_handshake_failure(&shared, reason);
+            if shared.debug {
+                eprintln!("brain transport: TLS handshake failed ({reason}): {e}");
+            }
+            return;
+        }
+        Err(_) => {
+            count_handshake_failure(&shared, "timeout");
+            return;
+        }
+    };
+    let (_, conn) = stream.get_ref();
+    let common_name = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| tls::subject_common_name(c.as_ref()));
+    let alpn = conn.alpn_protocol().map(|p| p.to_vec());
+    serve(shared, stream, Arc::new(Peer { common_name }), alpn, unix).await;
+}
+
+fn count_handshake_failure(shared: &Shared, reason: &str) {
+    let i = HANDSHAKE_REASONS.iter().position(|r| *r == reason).unwrap_or(HANDSHAKE_REASONS.len() - 1);
+    shared.stats.handshake_failures[i].fetch_add(1, Ordering::Relaxed);
+}
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+async fn serve<S>(shared: Arc<Shared>, mut io: S, peer: Arc<Peer>, alpn: Option<Vec<u8>>, unix: bool)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let h2 = match alpn.as_deref() {
+        Some(b"h2") => Some(Bytes::new()),
+        Some(b"http/1.1") => None,
+        _ => {
+            // Sniff: HTTP/2's preface, or else HTTP/1.x (or garbage).
+            let mut buf = BytesMut::with_capacity(4096);
+            loop {
+                let n = match tokio::time::timeout(shared.cfg.handshake_timeout, io.read_buf(&mut buf)).await {
+                    Ok(Ok(n)) => n,
+                    _ => return,
+                };
+                if n == 0 {
+                    return;
+                }
+                let k = buf.len().min(PREFACE.len());
+                if buf[..k] != PREFACE[..k] {
+                    http1(shared, io, peer, buf).await;
+                    return;
+                }
+                if buf.len() >= PREFACE.len() {
+                    break;
+                }
+            }
+            Some(buf.freeze())
+        }
+    };
+    match h2 {
+        // unix sockets: clients send the path as :authority (see authority.rs)
+        Some(prefix) if unix => http2(shared, AuthorityFix::new(Rewind { prefix, inner: io }), peer).await,
+        Some(prefix) => http2(shared, Rewind { prefix, inner: io }, peer).await,
+        None => http1(shared, io, peer, BytesMut::new()).await,
+    }
+}
+
+async fn http2<S>(shared: Arc<Shared>, io: S, peer: Arc<Peer>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let policy = Arc::new(PingPolicy::default());
+    let io = PingGuard::new(io, policy.clone(), shared.cfg.keepalive_min_time);
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(shared.cfg.max_concurrent_streams)
+        .initial_window_size(1 << 20)
+        .initial_connection_window_size(8 << 20)
+        .max_frame_size(1 << 20)
+        .max_header_list_size(16 << 20)
+        .max_send_buffer_size(1 << 20);
+    let mut conn = match tokio::time::timeout(shared.cfg.handshake_timeout, builder.handshake::<_, Bytes>(io)).await {
+        Ok(Ok(c)) => c,
+        _ => return,
+    };
+    let dead = Arc::new(tokio::sync::Notify::new());
+    let keepalive = conn.ping_pong().map(|mut pp| {
+        let interval = shared.cfg.keepalive_interval;
+        let timeout = shared.cfg.keepalive_timeout;
+        let dead = dead.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                match tokio::time::timeout(timeout, pp.ping(h2::Ping::opaque())).await {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        shared.stats.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
+                        dead.notify_one();
+                        return;
+                    }
+                }
+            }
+        })
+    });
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            r = conn.accept() => match r {
+                Some(Ok((req, respond))) => {
+                    let shared = shared.clone();
+                    let peer = peer.clone();
+                    let active = ActiveCall::new(policy.clone());
+                    tokio::spawn(async move {
+                        request(shared, peer, req, respond).await;
+                        drop(active);
+                    });
+                }
+                _ => break,
+            },
+            _ = policy.notify.notified() => {
+                // grpc-go's answer to a client pinging too often
+                shared.stats.too_many_pings.fetch_add(1, Ordering::Relaxed);
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while let Some(Ok(_)) = conn.accept().await {}
+                }).await;
+                break;
+            }
+            _ = dead.notified() => break,
+            _ = stop.changed() => break,
+        }
+    }
+    if let Some(k) = keepalive {
+        k.abort();
+    }
+}
+
+/// A call in flight, for the ping policy (held by the call's task).
+struct ActiveCall(Arc<PingPolicy>);
+
+impl ActiveCall {
+    fn new(p: Arc<PingPolicy>) -> Self {
+        p.active.fetch_add(1, Ordering::Relaxed);
+        ActiveCall(p)
+    }
+}
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn request(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+    let is_grpc = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.starts_with("application/grpc"))
+        .unwrap_or(false);
+    if is_grpc {
+        grpc::serve_call(shared, peer, req, respond).await;
+        return;
+    }
+    // Plain HTTP over HTTP/2 (e.g. Go's http client on https: GET /version).
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let reply = ask_python(&shared, method, path, peer).await;
+    let mut respond = respond;
+    let mut r = Response::new(());
+    *r.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (k, v) in &reply.headers {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
+            r.headers_mut().append(k, v);
+        }
+    }
+    if let Ok(mut send) = respond.send_response(r, reply.body.is_empty()) {
+        if !reply.body.is_empty() {
+            let _ = send.send_data(reply.body, true);
+        }
+    }
+}
+
+async fn ask_python(shared: &Arc<Shared>, method: String, path: String, peer: Arc<Peer>) -> HttpReply {
+    shared.stats.http_requests.fetch_add(1, Ordering::Relaxed);
+    let id = shared.next_id();
+    let (tx, rx) = oneshot::channel();
+    shared.calls.insert(id, Pending::Http(tx));
+    shared.queue.push(Event::Http { id, method, path, peer });
+    match rx.await {
+        Ok(r) => r,
+        Err(_) => HttpReply {
+            status: 503,
+            headers: vec![("Content-Type".into(), "text/plain; charset=utf-8".into())],
+            body: Bytes::from_static(b"server is shutting down\n"),
+        },
+    }
+}
+
+// -- HTTP/1.1 ------------------------------------------------------------------
+
+const MAX_HEAD: usize = 1 << 20; // Go's http.DefaultMaxHeaderBytes
+const MAX_BODY: usize = 1 << 20;
+const IDLE: Duration = Duration::from_secs(120);
+
+fn reason(status: u16) -> &'static str {
+    StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("")
+}
+
+async fn http1<S>(shared: Arc<Shared>, mut io: S, peer: Arc<Peer>, mut buf: BytesMut)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    loop {
+        // read one request head
+        let (method, path, head_len, body_len, close) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let mut body_len = 0usize;
+                    let mut close = req.version == Some(0);
+                    let mut chunked = false;
+                    for h in req.headers.iter() {
+                        if h.name.eq_ignore_ascii_case("content-length") {
+                            body_len = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(usize::MAX);
+                        } else if h.name.eq_ignore_ascii_case("connection") {
+                            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
+                            if v.contains("close") {
+                                close = true;
+                            } else if v.contains("keep-alive") {
+                                close = false;
+                            }
+                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                            chunked = true;
+                        }
+                    }
+                    if chunked || body_len > MAX_BODY {
+                        // only small, length-delimited bodies are read (etcd's endpoints take none)
+                        shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+                        let _ = io
+                            .write_all(b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n413 Request Entity Too Large")
+                            .await;
+                        return;
+                    }
+                    let method = req.method.unwrap_or("GET").to_string();
+                    let path = req.path.unwrap_or("/").to_string();
+                    break (method, path, n, body_len, close);
+                }
+                Ok(httparse::Status::Partial) => {
+                    if buf.len() > MAX_HEAD {
+                        shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+                        let _ = io
+                            .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large")
+                            .await;
+                        return;
+                    }
+                    match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
+                        Ok(Ok(n)) if n > 0 => continue,
+                        _ => return,
+                    }
+                }
+                Err(_) => {
+                    // Go's net/http answer to a malformed request
+                    shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+                    let _ = io
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request")
+                        .await;
+                    return;
+                }
+            }
+        };
+        // skip the body
+        while buf.len() < head_len + body_len {
+            match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+        }
+        buf.advance(head_len + body_len);
+        let head_only = method == "HEAD";
+        let reply = ask_python(&shared, method, path, peer.clone()).await;
+        let mut out = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
+        for (k, v) in &reply.headers {
+            if !k.eq_ignore_ascii_case("content-length") {
+                out.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        out.push_str(&format!("Content-Length: {}\r\n", reply.body.len()));
+        if close {
+            out.push_str("Connection: close\r\n");
+        }
+        out.push_str("\r\n");
+        let mut bytes = out.into_bytes();
+        if !head_only {
+            bytes.extend_from_slice(&reply.body);
+        }
+        if io.write_all(&bytes).await.is_err() || io.flush().await.is_err() {
+            return;
+        }
+        if close {
+            let _ = io.shutdown().await;
+            return;
+        }
+    }
+}
+
+// -- replaying sniffed bytes ---------------------------------------------------
+
+struct Rewind<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            let chunk = self.prefix.split_to(n);
+            buf.put_slice(&chunk);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,224 @@
+//! TLS for https:// and unixs:// listeners: rustls with the ring provider.
+//!
+//! * Certificates are re-read when their files change (etcd reads them on
+//!   every handshake): each accepted connection stats the three files, and
+//!   a changed mtime or size builds a new config (a broken new file is
+//!   logged and the previous config kept).
+//! * `--client-cert-auth` requires a client certificate chaining to the
+//!   trusted CA; without it no certificate is asked for (as Go's
+//!   tls.NoClientCert, etcd's setting then).
+//! * Cipher suites restrict TLS 1.2 only; TLS 1.3 suites are not
+//!   configurable, as in Go.  Names arrive here already checked and mapped
+//!   by Python (brain.config), as rustls' names.
+
+use std::fs;
+use std::io::BufReader;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub cert_file: String,
+    pub key_file: String,
+    pub ca_file: Option<String>,
+    pub client_auth: bool,
+    pub cipher_suites: Vec<String>,
+    pub min_tls13: bool,
+    pub max_tls12: bool,
+}
+
+type Stamp = Vec<Option<(SystemTime, u64)>>;
+
+pub struct TlsState {
+    settings: TlsSettings,
+    current: Mutex<(Arc<ServerConfig>, Stamp)>,
+}
+
+fn stamp(settings: &TlsSettings) -> Stamp {
+    let mut files = vec![settings.cert_file.as_str(), settings.key_file.as_str()];
+    if let Some(ca) = &settings.ca_file {
+        files.push(ca.as_str());
+    }
+    files
+        .into_iter()
+        .map(|f| fs::metadata(f).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
+        .collect()
+}
+
+fn provider(settings: &TlsSettings) -> Result<CryptoProvider, String> {
+    let mut p = rustls::crypto::ring::default_provider();
+    if !settings.cipher_suites.is_empty() {
+        let wanted: Vec<&str> = settings.cipher_suites.iter().map(|s| s.as_str()).collect();
+        p.cipher_suites.retain(|cs: &SupportedCipherSuite| match cs {
+            SupportedCipherSuite::Tls13(_) => true,
+            SupportedCipherSuite::Tls12(_) => {
+                let name = format!("{:?}", cs.suite());
+                wanted.contains(&name.as_str())
+            }
+        });
+    }
+    Ok(p)
+}
+
+fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let data = fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    let certs: Vec<_> = CertificateDer::pem_reader_iter(&mut BufReader::new(&data[..]))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{path}: {e:?}"))?;
+    if certs.is_empty() {
+        return Err(format!("{path}: no certificate found"));
+    }
+    Ok(certs)
+}
+
+pub fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
+    let provider = Arc::new(provider(settings)?);
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = match (settings.min_tls13, settings.max_tls12) {
+        (true, _) => vec![&rustls::version::TLS13],
+        (false, true) => vec![&rustls::version::TLS12],
+        (false, false) => vec![&rustls::version::TLS13, &rustls::version::TLS12],
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("TLS settings: {e}"))?;
+    let builder = if settings.client_auth {
+        let ca = settings.ca_file.as_deref().ok_or("--client-cert-auth needs --trusted-ca-file")?;
+        let mut roots = RootCertStore::empty();
+        for c in read_certs(ca)? {
+            roots.add(c).map_err(|e| format!("{ca}: {e}"))?;
+        }
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| format!("{ca}: {e}"))?;
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let certs = read_certs(&settings.cert_file)?;
+    let key_data = fs::read(&settings.key_file).map_err(|e| format!("{}: {e}", settings.key_file))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_data).map_err(|e| format!("{}: {e:?}", settings.key_file))?;
+    let mut cfg = builder.with_single_cert(certs, key).map_err(|e| format!("{}: {e}", settings.cert_file))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+impl TlsState {
+    pub fn new(settings: TlsSettings) -> Result<Self, String> {
+        let st = stamp(&settings);
+        let cfg = build(&settings)?;
+        Ok(TlsState { settings, current: Mutex::new((Arc::new(cfg), st)) })
+    }
+
+    /// The config for a new handshake, rebuilt first if a file changed.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        let now = stamp(&self.settings);
+        let mut cur = self.current.lock();
+        if now != cur.1 {
+            match build(&self.settings) {
+                Ok(cfg) => {
+                    eprintln!("brain transport: TLS certificate files changed; reloaded");
+                    *cur = (Arc::new(cfg), now);
+                }
+                Err(e) => {
+                    eprintln!("brain transport: TLS files changed but cannot be loaded ({e}); keeping the previous ones");
+                    cur.1 = now;
+                }
+            }
+        }
+        cur.0.clone()
+    }
+}
+
+/// Why a handshake failed, as a metric label.
+pub fn failure_reason(err: &std::io::Error) -> &'static str {
+    use rustls::Error as E;
+    if let Some(e) = err.get_ref().and_then(|e| e.downcast_ref::<E>()) {
+        return match e {
+            E::NoCertificatesPresented => "no_client_certificate",
+            E::InvalidCertificate(_) => "bad_certificate",
+            E::InvalidMessage(_) => "not_tls",
+            E::PeerIncompatible(_) => "incompatible",
+            E::AlertReceived(_) => "alert_received",
+            E::NoApplicationProtocol => "incompatible",
+            _ => "other",
+        };
+    }
+    match err.kind() {
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => "closed",
+        std::io::ErrorKind::InvalidData => "not_tls",
+        _ => "other",
+    }
+}
+
+// -- the certificate's common name -----------------------------------------
+
+fn der_header(b: &[u8]) -> Option<(u8, usize, usize)> {
+    // (tag, header length, content length)
+    let tag = *b.first()?;
+    let first = *b.get(1)? as usize;
+    if first < 0x80 {
+        return Some((tag, 2, first));
+    }
+    let n = first & 0x7f;
+    if n == 0 || n > 4 || b.len() < 2 + n {
+        return None;
+    }
+    let mut len = 0usize;
+    for i in 0..n {
+        len = (len << 8) | b[2 + i] as usize;
+    }
+    Some((tag, 2 + n, len))
+}
+
+/// The elements of a DER SEQUENCE/SET's content.
+fn der_children(mut b: &[u8]) -> Option<Vec<(u8, &[u8])>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let (tag, h, len) = der_header(b)?;
+        let end = h.checked_add(len)?;
+        if end > b.len() {
+            return None;
+        }
+        out.push((tag, &b[h..end]));
+        b = &b[end..];
+    }
+    Some(out)
+}
+
+const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+
+/// The subject's common name of a DER certificate (already verified by
+/// webpki, so well formed; None if it has none).
+pub fn subject_common_name(cert: &[u8]) -> Option<String> {
+    let (_, h, len) = der_header(cert)?;
+    let top = der_children(cert.get(h..h + len)?)?;
+    let (_, tbs) = top.first()?;
+    let fields = der_children(tbs)?;
+    // [0] version (optional), serial, signature, issuer, validity, subject
+    let skip = if fields.first()?.0 == 0xa0 { 1 } else { 0 };
+    let (_, subject) = fields.get(skip + 4)?;
+    for (_, rdn) in der_children(subject)? {
+        for (_, atv) in der_children(rdn)? {
+            let parts = der_children(atv)?;
+            if parts.len() == 2 && parts[0].0 == 0x06 && parts[0].1 == OID_CN {
+                let (tag, value) = parts[1];
+                return match tag {
+                    0x1e => {
+                        // BMPString: UTF-16BE
+                        let units: Vec<u16> = value.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])).collect();
+                        Some(String::from_utf16_lossy(&units))
+                    }
+                    _ => Some(String::from_utf8_lossy(value).into_owned()),
+                };
+            }
+        }
+    }
+    None
+}
