@@ -82,14 +82,9 @@ proto:                        ## regenerate brain/api/pb from proto/
 proto-check:
 	$(PYTHON) -m brain.api.genproto --check
 
-<<<<<<< HEAD
-clean:                        ## what serve, builds and tests leave in the tree (seconds to remake)
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp
+clean:                        ## what serve, builds and tests leave in the tree (seconds to remake; the Rust module: a minute)
+	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp brain/_transport*.so
 	find . -name __pycache__ -type d -not -path './.cache/*' -prune -exec rm -rf {} +
 
-distclean: clean              ## also .cache: the Kubernetes and benchmark Go builds (~1.7 GB; ~8 min to rebuild)
+distclean: clean              ## also .cache: the Kubernetes, benchmark and cargo builds (~2 GB; ~10 min to rebuild)
 	rm -rf .cache
-=======
-clean:
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis brain/_transport*.so
->>>>>>> transport

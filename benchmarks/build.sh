@@ -6,6 +6,10 @@
 #   benchmark    etcd's tool      go.etcd.io/etcd/v3/tools/benchmark (benchmarks/go/etcd36)
 #   kine         kine, sqlite     github.com/k3s-io/kine, cgo    (benchmarks/go/kine)
 #   brainload    our load tool    benchmarks/go/brainload
+#   etcdutl-3.6  etcdutl          go.etcd.io/etcd/etcdutl/v3     (benchmarks/go/etcdutl36)
+#   etcd-3.5, etcdctl-3.5, etcdutl-3.5                           (benchmarks/go/etcd35)
+#
+# (etcdutl and etcd 3.5 are for the migration tests: files real etcds wrote.)
 #
 # The versions are pinned in the go.mod of each wrapper module (one place to
 # change them); separate modules because kine needs etcd 3.7 and grpc/otel
@@ -47,7 +51,9 @@ etcdctl_version="$(modver etcd36 go.etcd.io/etcd/etcdctl/v3)"
 bench_version="$(modver etcd36 go.etcd.io/etcd/v3)"
 kine_version="$(modver kine github.com/k3s-io/kine)"
 client_version="$(modver brainload go.etcd.io/etcd/client/v3)"
-for v in etcd_version etcdctl_version bench_version kine_version client_version; do
+etcdutl_version="$(modver etcdutl36 go.etcd.io/etcd/etcdutl/v3)"
+etcd35_version="$(modver etcd35 go.etcd.io/etcd/server/v3)"
+for v in etcd_version etcdctl_version bench_version kine_version client_version etcdutl_version etcd35_version; do
     if [[ -z "${!v}" ]]; then
         echo "build.sh: cannot read $v from the wrapper go.mod files" >&2
         exit 2
@@ -77,7 +83,11 @@ group_bins_kine=(kine)
 group_pkgs_kine=(github.com/k3s-io/kine)
 group_bins_brainload=(brainload)
 group_pkgs_brainload=(brain.bench/brainload)
-groups=(etcd36 kine brainload)
+group_bins_etcdutl36=(etcdutl-3.6)
+group_pkgs_etcdutl36=(go.etcd.io/etcd/etcdutl/v3)
+group_bins_etcd35=(etcd-3.5 etcdctl-3.5 etcdutl-3.5)
+group_pkgs_etcd35=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
+groups=(etcd36 kine brainload etcdutl36 etcd35)
 
 stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files
     # Worktrees sharing BRAIN_BENCH_CACHE agree on a stamp unless the build itself differs.
@@ -179,5 +189,5 @@ for g in "${groups[@]}"; do
     done
     unset -n names
 done
-echo "build.sh: etcd $etcd_version, etcdctl $etcdctl_version, benchmark $bench_version, kine $kine_version, brainload on client $client_version" >&2
+echo "build.sh: etcd $etcd_version, etcdctl $etcdctl_version, benchmark $bench_version, kine $kine_version, brainload on client $client_version, etcdutl $etcdutl_version, etcd $etcd35_version" >&2
 echo "$bin"

@@ -183,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
                            description=SERVE_DESCRIPTION)
     _add_serve_flags(serve)
     sub.add_parser("snapshot", help="save, restore and inspect snapshots (brain snapshot -h)", add_help=False)
+    sub.add_parser("import", help="import an etcd data directory or snapshot, history included (brain import -h)",
+                   add_help=False)
+    sub.add_parser("mirror", help="copy a running etcd, revisions kept, and follow it (brain mirror -h)",
+                   add_help=False)
     return parser
 
 
@@ -252,6 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from brain.snapshot_cli import main as snapshot_main
 
         return snapshot_main(argv[1:])
+    if argv and argv[0] == "import":
+        from brain.import_cli import main as import_main
+
+        return import_main(argv[1:])
+    if argv and argv[0] == "mirror":
+        from brain.mirror_cli import main as mirror_main
+
+        return mirror_main(argv[1:])
     cfg = parse_serve(argv)
     from brain import logging_setup
 

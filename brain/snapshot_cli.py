@@ -1,30 +1,31 @@
-"""`brain snapshot ...`: save, restore and inspect brain snapshots.
+"""`brain snapshot ...`: save, restore and inspect snapshots.
 
-  brain snapshot save <file> [--endpoints host:port]
+A snapshot is an etcd database file with its sha256 appended, from brain or
+from etcd alike (brain's earlier format is still read).
+
+  brain snapshot save <file> [--endpoints URL] [--cacert F --cert F --key F]
       fetch a snapshot over the Maintenance API (what `etcdctl snapshot save`
-      does; either works against brain)
+      does; either works against brain and against etcd)
   brain snapshot restore <file> --data-dir <dir> [--name N] [--shards N]
-                         [--shard-boundaries k1,k2] [--skip-hash-check]
+                         [--shard-boundaries k1,k2] [--skip-hash-check] [--replace]
       create a fresh data directory from a snapshot, with new cluster and
-      member IDs (like `etcdutl snapshot restore`); the layout is the
-      snapshot's unless --shards/--shard-boundaries choose another
-  brain snapshot status <file> [-w table|simple|json]
-      check a snapshot (sha256, frames, kv hash) and print its hash,
-      revision, total keys and size; the hash equals `etcdctl endpoint
-      hashkv --rev <revision>` on the source while its compaction revision
-      is unchanged
+      member IDs (like `etcdutl snapshot restore`); restoring an etcd
+      snapshot is `brain import`.  Layout: --shards/--shard-boundaries, else
+      the default (a snapshot in brain's earlier format: its own)
+  brain snapshot status <file> [-w simple|table|json]
+      check a snapshot (sha256, bbolt structure) and print what `etcdutl
+      snapshot status` prints: hash, revision, total keys, size, version
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 from typing import Sequence
 
-from brain import config as C
+from brain import cli_flags
 
 
 def _human_bytes(n: int) -> str:
@@ -44,23 +45,21 @@ def _status(args) -> int:
     from brain.engine.snapshot import SnapshotError, status
 
     try:
-        snap = status(args.file)
+        st = status(args.file)
     except SnapshotError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    h = snap.header
     if args.write_out == "json":
         print(json.dumps({
-            "hash": snap.hash, "revision": h["revision"], "totalKey": snap.keys, "totalSize": snap.size,
-            "version": h.get("storage_version", ""), "compactRevision": h["compact_revision"],
-            "totalRecords": snap.records, "leases": len(h.get("leases", [])),
-            "shards": len(h.get("boundaries", [])) + 1, "created": h.get("created", ""),
-        }))
+            "hash": st.hash, "revision": st.revision, "totalKey": st.total_keys, "totalSize": st.total_size,
+            "version": st.version, "compactRevision": st.compact_revision, "totalRevisions": st.revisions,
+            "leases": st.leases, "format": st.format,
+        }, separators=(",", ":")))
     elif args.write_out == "simple":
-        print(f"{snap.hash:x}, {h['revision']}, {snap.keys}, {_human_bytes(snap.size)}")
+        print(f"{st.hash:x}, {st.revision}, {st.total_keys}, {_human_bytes(st.total_size)}, {st.version}")
     else:
-        cols = ["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE"]
-        vals = [f"{snap.hash:x}", str(h["revision"]), str(snap.keys), _human_bytes(snap.size)]
+        cols = ["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE", "VERSION"]
+        vals = [f"{st.hash:x}", str(st.revision), str(st.total_keys), _human_bytes(st.total_size), st.version]
         widths = [max(len(c), len(v)) + 2 for c, v in zip(cols, vals)]
         sep = "+" + "+".join("-" * w for w in widths) + "+"
         print(sep)
@@ -82,7 +81,7 @@ def _restore(args) -> int:
         return 2
     try:
         res = restore(args.file, data_dir, name=args.name, shards=args.shards, boundaries=boundaries,
-                      skip_hash_check=args.skip_hash_check)
+                      skip_hash_check=args.skip_hash_check, replace=args.replace)
     except (SnapshotError, ValueError, OSError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
@@ -93,52 +92,37 @@ def _restore(args) -> int:
 
 
 def _save(args) -> int:
-    import grpc
+    from brain.api.etcd_client import ClientTLS, EtcdClient, SourceError
+    from brain.progress import Progress
 
-    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-
-    target = args.endpoints.split(",")[0].strip()
-    for prefix in ("http://", "https://"):
-        if target.startswith(prefix):
-            target = target[len(prefix):]
     part = args.file + ".part"
-    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+    progress = Progress("snapshot save", unit=None)
+
+    def fetched(done: int, total: int) -> None:
+        progress.total_bytes = total
+        progress.update(nbytes=done)
+
     try:
-        stub = rpc_pb2_grpc.MaintenanceStub(channel)
-        sha = hashlib.sha256()
-        last = b""
-        size = 0
-        with open(part, "wb") as f:
-            for resp in stub.Snapshot(rpc_pb2.SnapshotRequest(), timeout=args.timeout):
-                if last:
-                    sha.update(last)
-                    size += len(last)
-                f.write(resp.blob)
-                last = resp.blob
-            f.flush()
-            os.fsync(f.fileno())
-        if size % 512 or len(last) != 32 or sha.digest() != last:
-            raise RuntimeError("sha256 checksum not found or wrong: incomplete snapshot")
+        client = EtcdClient(args.endpoints.split(",")[0].strip(), ClientTLS(args.cacert, args.cert, args.key),
+                            timeout=args.timeout or 30.0)
+        try:
+            with open(part, "wb") as f:
+                client.snapshot(f, fetched)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            client.close()
         os.replace(part, args.file)
-    except (grpc.RpcError, OSError, RuntimeError) as e:
-        msg = e.details() if isinstance(e, grpc.RpcError) else str(e)
-        print(f"Error: {msg}", file=sys.stderr)
+    except (SourceError, OSError) as e:
+        print(f"Error: {e}", file=sys.stderr)
         try:
             os.unlink(part)
         except OSError:
             pass
         return 1
-    finally:
-        channel.close()
+    progress.done()
     print(f"Snapshot saved at {args.file}")
     return 0
-
-
-def _boundaries(text: str) -> list[bytes]:
-    try:
-        return C.parse_shard_boundaries(text)
-    except C.ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,22 +131,21 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("save", help="fetch a snapshot from a running server")
     s.add_argument("file")
     s.add_argument("--endpoints", default="127.0.0.1:2379", help="server to ask (default %(default)s)")
-    s.add_argument("--timeout", type=float, default=None, help="seconds (default: none)")
+    s.add_argument("--timeout", type=float, default=None, help="seconds per call (default 30)")
+    cli_flags.add_tls_flags(s)
     s.set_defaults(run=_save)
     r = sub.add_parser("restore", help="create a data directory from a snapshot")
     r.add_argument("file")
     r.add_argument("--data-dir", default="", help="directory to create (default <name>.brain); must not exist "
-                   "or be empty")
-    r.add_argument("--name", default=C.DEFAULT_NAME, help="member name to record (default %(default)s)")
-    r.add_argument("--shards", type=int, default=None, help="reshard into N shards (default: the snapshot's)")
-    r.add_argument("--shard-boundaries", type=_boundaries, default=None,
-                   help="comma-separated first keys of shards 2..N (default: the snapshot's)")
+                   "or be empty, unless --replace")
+    cli_flags.add_layout_flags(r, shards_default="4, or a brain-1 snapshot's own layout")
     r.add_argument("--skip-hash-check", action="store_true",
-                   help="accept a snapshot without its sha256 trailer (or with a wrong one)")
+                   help="accept a snapshot whose sha256 trailer is wrong")
     r.set_defaults(run=_restore)
     st = sub.add_parser("status", help="check a snapshot and print its hash, revision, keys and size")
     st.add_argument("file")
-    st.add_argument("-w", "--write-out", default="table", choices=("table", "simple", "json"))
+    st.add_argument("-w", "--write-out", default="simple", choices=("simple", "table", "json"),
+                    help="output format, as etcdutl's (default %(default)s)")
     st.set_defaults(run=_status)
     return p
 

@@ -21,9 +21,10 @@ agree, and etcd's source where 3.6 differs):
 * Defragment answers success: lmdb reuses freed pages, so there is nothing
   to defragment; it runs a checkpoint, which moves the journal into the
   value store and applies pending compaction deletes, so in-use bytes drop.
-* Snapshot streams a consistent brain snapshot (brain.engine.snapshot) in
-  32 KiB blobs with ``remaining_bytes`` and ``version``, then its sha256 as
-  a last message, as etcd's server does.
+* Snapshot streams a consistent snapshot (brain.engine.snapshot), an etcd
+  database file holding the retained history and the leases, in 32 KiB
+  blobs with ``remaining_bytes`` and ``version``, then its sha256 as a last
+  message, as etcd's server does.
 * MoveLeader: to itself succeeds (nothing to do, as etcd); on a single
   node any other ID is "etcdserver: bad leader transferee"; on a cluster
   replica, the leader hands the lead to the member named (a follower
@@ -171,7 +172,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
     def Snapshot(self, request, context):
         eng = self.engine
         try:
-            f, info = snapshots.spool_snapshot(eng, eng.config.data_dir)
+            f, info = snapshots.spool_snapshot(eng, eng.config.data_dir, out=lambda line: log.info("%s", line))
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, "Snapshot")
         log.info("sending snapshot at revision %d to client (%d bytes, %d records)",

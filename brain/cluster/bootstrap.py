@@ -87,7 +87,7 @@ class SnapshotServer:
         try:
             path = os.path.join(tmp, "snapshot")
             info = snapshots.save_snapshot(self.engine, path)
-            obj = f"m{self.engine.member_id:x}-i{info.header['journal_index']}-{int(time.time())}"
+            obj = f"m{self.engine.member_id:x}-i{info.journal_index}-{int(time.time())}"
 
             async def put():
                 store = await _object_store(self.conn, self.name, self.replicas)
@@ -95,7 +95,7 @@ class SnapshotServer:
                     await store.put(obj, f)
 
             self.conn.run(put(), REQUEST_TIMEOUT)
-            return {"object": obj, "revision": info.revision, "journal_index": info.header["journal_index"],
+            return {"object": obj, "revision": info.revision, "journal_index": info.journal_index,
                     "size": os.path.getsize(path), "member": f"{self.engine.member_id:x}"}
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -67,6 +67,7 @@ class Replica:
             ttl=options.election_timeout_ms / 1000.0, renew_interval=options.heartbeat_interval_ms / 1000.0,
             on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal))
         engine.forwarder = Forwarder(conn, cluster_name, self.leader_id)
+        engine.leader_hint = lambda: self.election.leader_id
         self._stop = threading.Event()
         self._retention: threading.Thread | None = None
         self.purged = 0

@@ -64,6 +64,7 @@ from ..mvcc.shard import default_boundaries
 from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
+from . import datadir
 from .config import EngineConfig
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
@@ -244,6 +245,7 @@ class Engine(Replication):
 
     def _open(self, shared: SharedJournal | None, cluster_id: int | None) -> None:
         cfg = self.config
+        datadir.check_servable(cfg.data_dir)  # not etcd's directory, nor anyone else's
         os.makedirs(cfg.data_dir, exist_ok=True)
         self._lock_fd = os.open(os.path.join(cfg.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -84,6 +84,7 @@ class Replication:
         self._park_seq = itertools.count()
         self._applied_index = 0
         self.forwarder: Forwarder | None = None
+        self.leader_hint = None  # () -> member ID the election names (brain.cluster sets it)
         # Called (on the committer) after the role or the leader changed.
         self.role_hooks: list = []
         self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
@@ -111,10 +112,12 @@ class Replication:
     @property
     def leader_id(self) -> int:
         """The member ID of the replica leading the journal (0: unknown);
-        on a single node, this one."""
+        on a single node, this one.  The journal's last epoch record names
+        it; until this replica has applied one (a replica started from a
+        snapshot), the election's view (``leader_hint``) stands in."""
         if self._barrier is None:
             return self.member_id
-        return self.store.leader_id
+        return self.store.leader_id or (self.leader_hint() if self.leader_hint is not None else 0)
 
     # ------------------------------------------------------------------
     # following

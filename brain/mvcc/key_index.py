@@ -45,14 +45,18 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .revision import last_of_main
+from .revision import SUB_MASK, last_of_main
 
 
 class Generation:
     __slots__ = ("created", "version", "revs")
 
     def __init__(self) -> None:
-        self.created = 0  # packed revision of the creating put (kept after compaction)
+        # (main, 0) of the creating put's revision, packed (kept after
+        # compaction).  Only the main part: that is all etcd stores (a
+        # KeyValue's create_revision), so data moved through etcd's format
+        # comes back with the same records and the same HashKV.
+        self.created = 0
         self.version = 0
         self.revs: list[int] = []
 
@@ -72,7 +76,7 @@ class KeyIndex:
     def put(self, rev: int) -> None:
         g = self.generations[-1]
         if not g.revs:
-            g.created = rev
+            g.created = rev & ~SUB_MASK
         g.revs.append(rev)
         g.version += 1
 

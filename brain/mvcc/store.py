@@ -61,7 +61,7 @@ from .requests import (
     TxnRequest,
     TxnResult,
 )
-from .revision import from_bytes, main_of, pack
+from .revision import SUB_MASK, from_bytes, main_of, pack
 from .shard import Shard, ShardMap
 
 _UNION_FOR_TARGET = {
@@ -240,7 +240,7 @@ class Store:
         if last.revs:
             created, version = last.created, last.version + 1
         else:
-            created, version = rev, 1
+            created, version = rev & ~SUB_MASK, 1  # (main, 0): see Generation.created
             self.keys_live += 1
             if len(ki.generations) > 1:  # a deleted key, put again
                 shard.dead.remove(key)

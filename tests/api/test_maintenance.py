@@ -229,8 +229,9 @@ def test_snapshot_stream_is_etcd_shaped_and_restorable(client, engine, tmp_path)
     path = tmp_path / "snap.db"
     path.write_bytes(data + msgs[-1].blob)
     st = snaps.status(str(path))
-    assert st.header["revision"] == engine.committed_rev and st.keys == 3000
-    assert st.hash == client.m.HashKV(pb.HashKVRequest()).hash
+    assert (st.format, st.revision, st.total_keys) == ("etcd", engine.committed_rev, 3000)
+    res = snaps.restore(str(path), str(tmp_path / "restored"), shards=1, boundaries=[])
+    assert (res.revision, res.keys) == (engine.committed_rev, 3000)
     # nothing is left behind in the data directory
     assert not [n for n in os.listdir(engine.config.data_dir) if "tmp" in n]
 
