@@ -10,6 +10,14 @@
 //! "localhost" (nothing in brain reads it), and re-encodes the block with an
 //! encoder of its own, whose table h2's decoder then mirrors.  Every other
 //! frame passes through untouched.
+//!
+//! On TCP listeners the same happens to a client that sends its endpoint
+//! URL as the authority ("http://10.0.0.1:2379": etcdctl 3.4's `endpoint
+//! status --cluster` dials member URLs that way).  Since nearly every TCP
+//! client sends a valid one, a TCP connection is only *inspected*: the first
+//! header block is decoded, and if its authority is valid the connection
+//! passes through untouched from then on (the block is forwarded as it came,
+//! so h2's table mirrors the client's); otherwise it is rewritten for good.
 
 use std::io;
 use std::pin::Pin;
@@ -31,6 +39,14 @@ struct Block {
     stream_id: u32,
     end_stream: bool,
     data: Vec<u8>,
+    raw: Vec<u8>, // the frames as they came (kept while inspecting)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Rewrite, // every header block is decoded and re-encoded
+    Inspect, // until the first header block says whether Rewrite is needed
+    Pass,    // a valid authority: bytes pass through as they come
 }
 
 pub struct AuthorityFix<S> {
@@ -43,10 +59,22 @@ pub struct AuthorityFix<S> {
     decoder: hpack::Decoder<'static>,
     encoder: hpack::Encoder<'static>,
     eof: bool,
+    mode: Mode,
 }
 
 impl<S> AuthorityFix<S> {
+    /// Rewrites every header block (unix listeners).
     pub fn new(inner: S) -> Self {
+        Self::with_mode(inner, Mode::Rewrite)
+    }
+
+    /// Looks at the first header block only, and rewrites from there on
+    /// only if its authority is invalid (TCP listeners).
+    pub fn inspecting(inner: S) -> Self {
+        Self::with_mode(inner, Mode::Inspect)
+    }
+
+    fn with_mode(inner: S, mode: Mode) -> Self {
         AuthorityFix {
             inner,
             inbuf: BytesMut::with_capacity(16_384),
@@ -57,6 +85,7 @@ impl<S> AuthorityFix<S> {
             decoder: hpack::Decoder::new(),
             encoder: hpack::Encoder::new(),
             eof: false,
+            mode,
         }
     }
 
@@ -67,6 +96,11 @@ impl<S> AuthorityFix<S> {
     /// Move every complete unit of `inbuf` to `out`.
     fn process(&mut self) -> io::Result<()> {
         loop {
+            if self.mode == Mode::Pass {
+                let all = self.inbuf.split();
+                self.out.extend_from_slice(&all);
+                return Ok(());
+            }
             let pass = if self.preface_left > 0 { &mut self.preface_left } else { &mut self.pass_left };
             if *pass > 0 {
                 let n = (*pass).min(self.inbuf.len());
@@ -109,22 +143,54 @@ impl<S> AuthorityFix<S> {
                     }
                     p = &p[5..];
                 }
-                self.block = Some(Block { stream_id, end_stream: flags & END_STREAM != 0, data: p.to_vec() });
+                let raw = if self.mode == Mode::Inspect { frame.to_vec() } else { Vec::new() };
+                self.block = Some(Block { stream_id, end_stream: flags & END_STREAM != 0, data: p.to_vec(), raw });
             } else {
+                let inspecting = self.mode == Mode::Inspect;
                 match self.block.as_mut() {
-                    Some(b) if b.stream_id == stream_id => b.data.extend_from_slice(p),
+                    Some(b) if b.stream_id == stream_id => {
+                        b.data.extend_from_slice(p);
+                        if inspecting {
+                            b.raw.extend_from_slice(&frame);
+                        }
+                    }
                     _ => return Err(Self::bad("CONTINUATION without HEADERS")),
                 }
             }
             if flags & END_HEADERS != 0 {
                 let b = self.block.take().unwrap();
-                self.reencode(b)?;
+                if self.mode == Mode::Inspect {
+                    self.inspect(b)?;
+                } else {
+                    self.reencode(b)?;
+                }
             }
         }
     }
 
+    /// The first header block of a TCP connection: forwarded as it came
+    /// (and the connection passed through from now on) when its authority
+    /// is valid, else rewritten (and every later block too).
+    fn inspect(&mut self, b: Block) -> io::Result<()> {
+        let headers = self.decoder.decode(&b.data).map_err(|e| Self::bad(&format!("HPACK: {e:?}")))?;
+        let invalid = headers.iter().any(|(name, value)| {
+            name.as_slice() == b":authority" && http::uri::Authority::try_from(value.as_slice()).is_err()
+        });
+        if invalid {
+            self.mode = Mode::Rewrite;
+            return self.emit(headers, b.stream_id, b.end_stream);
+        }
+        self.out.extend_from_slice(&b.raw);
+        self.mode = Mode::Pass;
+        Ok(())
+    }
+
     fn reencode(&mut self, b: Block) -> io::Result<()> {
-        let mut headers = self.decoder.decode(&b.data).map_err(|e| Self::bad(&format!("HPACK: {e:?}")))?;
+        let headers = self.decoder.decode(&b.data).map_err(|e| Self::bad(&format!("HPACK: {e:?}")))?;
+        self.emit(headers, b.stream_id, b.end_stream)
+    }
+
+    fn emit(&mut self, mut headers: Vec<(Vec<u8>, Vec<u8>)>, stream_id: u32, end_stream: bool) -> io::Result<()> {
         for (name, value) in headers.iter_mut() {
             if name.as_slice() == b":authority" && http::uri::Authority::try_from(value.as_slice()).is_err() {
                 *value = b"localhost".to_vec();
@@ -138,7 +204,7 @@ impl<S> AuthorityFix<S> {
             let last = n == rest.len();
             let kind = if first { HEADERS } else { CONTINUATION };
             let mut flags = if last { END_HEADERS } else { 0 };
-            if first && b.end_stream {
+            if first && end_stream {
                 flags |= END_STREAM;
             }
             self.out.put_u8((n >> 16) as u8);
@@ -146,7 +212,7 @@ impl<S> AuthorityFix<S> {
             self.out.put_u8(n as u8);
             self.out.put_u8(kind);
             self.out.put_u8(flags);
-            self.out.put_u32(b.stream_id);
+            self.out.put_u32(stream_id);
             self.out.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
             first = false;
@@ -169,6 +235,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
             }
             if this.eof {
                 return Poll::Ready(Ok(()));
+            }
+            if this.mode == Mode::Pass && this.inbuf.is_empty() {
+                // a known-good connection reads straight into the caller's buffer
+                return Pin::new(&mut this.inner).poll_read(cx, buf);
             }
             let mut tmp = [0u8; 16_384];
             let mut rb = ReadBuf::new(&mut tmp);

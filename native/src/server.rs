@@ -269,7 +269,8 @@ where
     match h2 {
         // unix sockets: clients send the path as :authority (see authority.rs)
         Some(prefix) if unix => http2(shared, AuthorityFix::new(Rewind { prefix, inner: io }), peer).await,
-        Some(prefix) => http2(shared, Rewind { prefix, inner: io }, peer).await,
+        // TCP: only a client sending an invalid authority is rewritten
+        Some(prefix) => http2(shared, AuthorityFix::inspecting(Rewind { prefix, inner: io }), peer).await,
         None => http1(shared, io, peer, BytesMut::new()).await,
     }
 }

@@ -207,6 +207,20 @@ def test_endpoint_status(ctl, servers):
     assert status["Status"]["header"]["revision"] >= 1 and status["Status"]["dbSize"] > 0
 
 
+def test_endpoint_status_cluster(ctl, servers):
+    """`--cluster` dials every member's advertised client URL; etcdctl 3.4
+    sends that URL ("http://127.0.0.1:port") as the HTTP/2 authority, which
+    the transport must accept (etcd does)."""
+    r = run_etcdctl(servers.brain.endpoint, "endpoint", "status", "--cluster", "-w", "json")
+    assert r.rc == 0, r.err
+    (status,) = json.loads(r.out)
+    members = json.loads(run_etcdctl(servers.brain.endpoint, "member", "list", "-w", "json").out)["members"]
+    assert status["Endpoint"] == members[0]["clientURLs"][0]
+    assert status["Status"]["leader"] == status["Status"]["header"]["member_id"]
+    r = run_etcdctl(servers.brain.endpoint, "endpoint", "health", "--cluster")
+    assert r.rc == 0 and "is healthy" in r.err + r.out, r.err
+
+
 # --- compaction: last, because it makes old revisions unreadable -----------
 
 
