@@ -29,11 +29,11 @@ class Model:
 
     def read_rev(self, rev: int) -> int:
         if rev > self.rev:
-            raise errors.ErrFutureRev
+            raise errors.ErrFutureRev.fresh()
         if rev <= 0:
             rev = self.rev
         if rev < self.compact_rev:
-            raise errors.ErrCompacted
+            raise errors.ErrCompacted.fresh()
         return rev
 
     def range(self, start: bytes, end: bytes, rev: int = 0, limit: int = 0):
@@ -50,9 +50,9 @@ class Model:
 
     def compact(self, rev: int) -> None:
         if rev <= self.compact_rev:
-            raise errors.ErrCompacted
+            raise errors.ErrCompacted.fresh()
         if rev > self.rev:
-            raise errors.ErrFutureRev
+            raise errors.ErrFutureRev.fresh()
         self.compact_rev = rev
 
 
