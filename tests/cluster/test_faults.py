@@ -77,10 +77,13 @@ def test_nats_quorum_loss_fails_writes_keeps_serializable_reads(nats_cluster_fac
                 time.sleep(0.5)
         print(f"writes back {time.monotonic() - t0:.1f}s after the quorum loss began")
         for m in cluster.members:
-            for key, rev in acked.items():
-                r = _get(m.endpoint, key, serializable=False, timeout=15)
-                assert r.kvs and r.kvs[0].mod_revision == rev, (m.name, key)
-            assert _get(m.endpoint, b"after", serializable=False).kvs[0].mod_revision == res.header.revision
+            try:
+                for key, rev in acked.items():
+                    r = _get(m.endpoint, key, serializable=False, timeout=15)
+                    assert r.kvs and r.kvs[0].mod_revision == rev, (m.name, key)
+                assert _get(m.endpoint, b"after", serializable=False).kvs[0].mod_revision == res.header.revision
+            except grpc.RpcError as e:
+                pytest.fail(f"linearizable read on {m.name} after NATS came back: {e.details()}\n{cluster.logs()}")
     finally:
         cluster.cleanup()
 
