@@ -347,7 +347,7 @@ class Run:
         end = time.monotonic() + timeout
         last = None
         while True:
-            for p in [self.store.proc, *self.cp.procs()]:
+            for p in [*self.store.procs(), *self.cp.procs()]:
                 if p.popen is not None:
                     p.check_alive()
             try:
@@ -763,7 +763,7 @@ class Run:
         w0 = time.time()
         t0 = time.monotonic()
         n_before = len(writer.acked)
-        code = lead.kill9()
+        code = store.kill_replica(lead)
         self.check("brain leader killed with SIGKILL", code == -9, f"exit status {code}")
         def new_leader():
             m = store.leader()
@@ -1071,11 +1071,19 @@ def print_summary(runs: list[Run]) -> None:
               f"{r.p.nodes} nodes, {f.get('pods_created', 0)} pods")
         print(f"  all {r.p.replicas} pods Running after {f.get('pods_running_s')}s; pod startup p50 "
               f"{f.get('pod_startup_p50_s')}s p99 {f.get('pod_startup_p99_s')}s (SLO p99 <= 5s)")
-        print(f"  {label} restart: SIGTERM to exit {f.get('storage_stop_s')}s, start to serving "
-              f"{f.get('storage_sigterm_start_s')}s, to apiserver /readyz green {f.get('storage_sigterm_recovery_s')}s; "
-              f"kill -9: start to serving {f.get('storage_kill9_start_s')}s, to /readyz green "
-              f"{f.get('storage_kill9_recovery_s')}s, {f.get('kill9_configmaps_acknowledged')} ConfigMaps "
-              f"acknowledged across it; consistent reads from cache {f.get('consistent_reads_from_cache')}, "
+        if r.backend == "brain-cluster":
+            print(f"  {label} leader kill -9: new leader after {f.get('cluster_new_leader_s')}s, first write "
+                  f"acknowledged {f.get('cluster_write_pause_s')}s after the kill, apiserver /readyz green "
+                  f"{f.get('cluster_apiserver_healthy_s')}s after it, the killed replica rejoined in "
+                  f"{f.get('cluster_rejoin_s')}s; {f.get('kill9_configmaps_acknowledged')} ConfigMaps "
+                  f"acknowledged across it")
+        else:
+            print(f"  {label} restart: SIGTERM to exit {f.get('storage_stop_s')}s, start to serving "
+                  f"{f.get('storage_sigterm_start_s')}s, to apiserver /readyz green "
+                  f"{f.get('storage_sigterm_recovery_s')}s; kill -9: start to serving "
+                  f"{f.get('storage_kill9_start_s')}s, to /readyz green {f.get('storage_kill9_recovery_s')}s, "
+                  f"{f.get('kill9_configmaps_acknowledged')} ConfigMaps acknowledged across it")
+        print(f"  consistent reads from cache {f.get('consistent_reads_from_cache')}, "
               f"fallbacks {f.get('consistent_reads_fallback')}")
         lat = f.get("apiserver_request_latency") or {}
         for group, row in lat.items():
