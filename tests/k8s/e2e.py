@@ -771,6 +771,13 @@ class Run:
 
         new = self.wait_until("a new brain leader", new_leader, self.time_left(30), interval=0.1)
         elected = time.monotonic() - t0
+        # before waiting for the writer: its one POST at a time may be the
+        # write in flight to the killed leader, which times out
+        waited, body = self.cp.wait_readyz(self.time_left(60))
+        healthy = time.monotonic() - t0
+        self.facts["cluster_apiserver_healthy_s"] = round(healthy, 2)
+        self.check("apiserver /readyz green after the leader's kill", "[+]etcd ok" in body,
+                   f"green {healthy:.1f}s after the kill")
         resumed = writer.wait_acked(n_before + 10, self.time_left(60))
         after_kill = [t for t in writer.acked_at[n_before:] if t > t0]
         pause = (after_kill[0] - t0) if after_kill else None
@@ -791,13 +798,8 @@ class Run:
         except Exception as e:  # noqa: BLE001 - reported as a failed check
             self.check(f"leader kill: the keyspace at revision {rev} is identical on the other replicas", False,
                        repr(e))
-        waited, body = self.cp.wait_readyz(self.time_left(60))
-        healthy = time.monotonic() - t0
-        self.facts["cluster_apiserver_healthy_s"] = round(healthy, 2)
         self.restart_windows.append((w0, time.time() + 30))
         self.restart_done_wall = time.time()
-        self.check("apiserver /readyz green after the leader's kill", "[+]etcd ok" in body,
-                   f"green {healthy:.1f}s after the kill")
         rejoin = store.restart(lead, timeout=self.time_left(60))
         self.facts["cluster_rejoin_s"] = round(rejoin, 1)
         self.log(f"new leader {new.name} after {elected:.2f}s; write pause {pause and round(pause, 2)}s; "
