@@ -203,6 +203,10 @@ class Storage:
     def kill9(self) -> int | None:
         return self.proc.kill9()
 
+    def procs(self) -> list[Proc]:
+        """The processes that must be running: a wait gives up at once when one has exited."""
+        return [self.proc]
+
     def rss_mib(self) -> float | None:
         if not self.proc.alive:
             return None
@@ -326,6 +330,7 @@ class BrainCluster(Storage):
             ], workdir / f"brain-{i + 1}.log"))
         self.port = self.ports[0]
         self.proc = self.replicas[0]
+        self.killed: set[str] = set()  # replicas the run killed on purpose (kill_replica)
 
     @property
     def url(self) -> str:
@@ -341,17 +346,23 @@ class BrainCluster(Storage):
         return grpc.insecure_channel(f"127.0.0.1:{live}", options=[("grpc.max_receive_message_length", 256 << 20)])
 
     def start(self, timeout: float = 90.0) -> None:
+        """Start NATS and the replicas; return once every replica answers and
+        all name one leader. A replica still joining refuses connections (the
+        first boot's replicas can wait seconds for the cluster ID while another
+        creates the stream), and the apiserver, which was given all three,
+        and the Status check would meet it."""
         self.nats.start()
         for r in self.replicas:
             if not r.alive:
                 r.start()
         deadline = time.monotonic() + timeout
-        while self.leader() is None:
+        while self.leader(every_replica=True) is None:
             for r in self.replicas:
                 r.check_alive()
             if time.monotonic() > deadline:
-                raise StartError(f"{self.label}: no leader after {timeout:.0f}s; log tail:\n"
-                                 f"{log_tail(self.replicas[0].log_path)}")
+                tails = "\n".join(f"{r.name}:\n{log_tail(r.log_path, 2000)}" for r in self.replicas)
+                raise StartError(f"{self.label}: not every replica serving with one leader after {timeout:.0f}s; "
+                                 f"log tails:\n{tails}")
             time.sleep(0.2)
 
     def restart(self, replica: "Proc", timeout: float = 60.0) -> float:
@@ -362,6 +373,7 @@ class BrainCluster(Storage):
 
         t0 = time.monotonic()
         replica.start()
+        self.killed.discard(replica.name)
         port = self.ports[self.replicas.index(replica)]
         while True:
             replica.check_alive()
@@ -374,8 +386,9 @@ class BrainCluster(Storage):
                     raise StartError(f"{replica.name} not serving after {timeout:.0f}s:\n{log_tail(replica.log_path)}")
                 time.sleep(0.2)
 
-    def leader(self) -> "Proc | None":
-        """The replica every live replica names as leader, or None."""
+    def leader(self, every_replica: bool = False) -> "Proc | None":
+        """The replica every live replica that answers names as leader, or
+        None; with ``every_replica``, None too while a live one does not answer."""
         import grpc
 
         from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
@@ -388,6 +401,8 @@ class BrainCluster(Storage):
                 with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
                     st = rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=2)
             except grpc.RpcError:
+                if every_replica:
+                    return None
                 continue
             ids[st.header.member_id] = r
             named.add(st.leader)
@@ -402,7 +417,15 @@ class BrainCluster(Storage):
         return bad[0] if bad else 0
 
     def kill9(self) -> int | None:
-        raise NotImplementedError("a brain cluster loses one replica at a time: kill_leader")
+        raise NotImplementedError("a brain cluster loses one replica at a time: kill_replica")
+
+    def kill_replica(self, replica: Proc) -> int | None:
+        """kill -9 of one replica; it no longer counts in ``procs`` until ``restart``."""
+        self.killed.add(replica.name)
+        return replica.kill9()
+
+    def procs(self) -> list[Proc]:
+        return [r for r in self.replicas if r.name not in self.killed]
 
     def rss_mib(self) -> float | None:
         total = 0.0
