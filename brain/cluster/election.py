@@ -64,6 +64,7 @@ class Election:
         self.ttl = max(2, math.ceil(2 * self.timeout))  # the backstop: whole seconds for JetStream
         self.renew_interval = max(0.05, min(renew_interval, self.timeout / 2))
         self._seen = (0, 0.0)  # (key revision, when it was first seen)
+        self._announced = 0  # the stale key revision a takeover was logged for
         self.on_elected = on_elected
         self.on_lost = on_lost
         self.on_leader = on_leader
@@ -169,7 +170,10 @@ class Election:
         if self._busy or not self._candidate:
             return
         if stale:
-            log.info("the leader %x has not renewed its key for %.1fs; taking over", holder, now - self._seen[1])
+            if self._announced != rev:  # once per stale key, not on every poll while NATS refuses
+                self._announced = rev
+                log.info("the leader %x has not renewed its key for %.1fs; taking over", holder,
+                         now - self._seen[1])
             try:
                 await self._kv.delete(KEY, last=rev)
             except Exception as e:  # noqa: BLE001 - someone moved first

@@ -405,6 +405,19 @@ class Replication:
             return True
         if self._failed is not None:
             return False
+        if self._rebuild_pending:
+            # the store may hold a batch the journal does not (a step-down
+            # whose rebuild could not read the journal yet): leading from it
+            # would append the next batch after a revision nobody has
+            self._rebuild_retry_at = 0.0
+            self._try_rebuild()
+            if self._rebuild_pending or self._failed is not None:
+                log.warning("cannot take the lead before the store is rebuilt from the journal")
+                return False
+        if self.store.revision != self.committed_rev:
+            log.error("cannot take the lead: the store is at revision %d, the journal at %d",
+                      self.store.revision, self.committed_rev)
+            return False
         journal = self.journal
         journal.stop_following()
         self._following = False

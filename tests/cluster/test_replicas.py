@@ -358,3 +358,58 @@ def test_after_a_failover_every_lease_gets_its_full_ttl_again(cluster):
     assert left.granted_ttl == 10 and left.ttl >= 9, left
     f = next(r for r in c.replicas if r is not new)
     assert f.engine.lease_time_to_live(g.id).ttl >= 9
+
+
+def test_a_replica_whose_rebuild_is_pending_does_not_lead(cluster):
+    """A leader that lost its key while an append's outcome was unknown
+    holds a batch the journal may not have; until its store is rebuilt
+    from the journal it must not lead, or its next batch would follow a
+    revision no other replica has (a NATS quorum loss did this: the old
+    leader won the key back and wrote revision 15 after 13)."""
+    from brain.journal import JournalUnavailableError
+
+    c = cluster()
+    lead = c.leader()
+    base = lead.engine.put(PutRequest(b"k", b"committed")).revision
+    eng = lead.engine
+
+    def unavailable() -> None:
+        raise JournalUnavailableError("no quorum (test)")
+
+    def unreadable(*a, **kw):
+        raise JournalUnavailableError("cannot read the journal (test)")
+
+    eng.journal.append = lambda payload: eng.journal.last_index + 1  # never reaches NATS
+    eng.journal.sync = unavailable
+    eng._load_store = unreadable
+    outcome: list = []
+    t = threading.Thread(target=lambda: outcome.append(_try(eng.put, PutRequest(b"k", b"unknown"))))
+    t.start()
+    deadline = time.monotonic() + 5
+    while eng.store.revision == base and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert eng.store.revision == base + 1  # applied in memory, its append never acknowledged
+    eng.step_down()  # the election lost the key
+    t.join(10)
+    assert outcome and outcome[0] == errors.ErrTimeoutDueToLeaderFail
+    del eng.journal.append, eng.journal.sync
+    assert not eng.promote()  # the rebuild cannot read the journal yet
+    assert not eng.is_leader
+    del eng._load_store
+    deadline = time.monotonic() + 10
+    while not eng.promote():
+        assert time.monotonic() < deadline, "no lead once the store could be rebuilt"
+        time.sleep(0.1)
+    assert eng.store.revision == base
+    res = eng.put(PutRequest(b"k", b"after"))
+    assert res.revision == base + 1
+    for r in c.replicas:
+        kv = get(r, b"k")
+        assert (kv.value, kv.mod_revision) == (b"after", base + 1), r.name
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except errors.EtcdError as e:
+        return e
