@@ -9,7 +9,7 @@ serve: deps-python            ## run brain on its defaults (http://localhost:237
 
 # -rfEs: the summary at the end lists failures, errors and every skipped test
 # with its reason (under CI=true a missing tool or service fails instead).
-PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider -rfEs -m "not k8s"
+PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider -rfEs --durations=25 -m "not k8s"
 
 test: deps deps-etcd36 cluster-tools  ## everything CI runs (tests/k8s is `make e2e`)
 	$(PYTHON) -m brain.api.genproto --check
