@@ -127,7 +127,7 @@ class _FutureSink:
         f = self.futures[index]
         if exc is not None:
             # result() raises it: a shared EtcdError would collect tracebacks
-            f.set_exception(exc.fresh() if isinstance(exc, errors.EtcdError) else exc)
+            f.set_exception(errors.raisable(exc))
         else:
             f.set_result(result)
         return False  # nothing to flush
@@ -451,7 +451,7 @@ class Engine(Replication):
         if not done.wait(timeout):
             raise errors.ErrTimeout.fresh()
         if outcome[0] is not None:
-            raise outcome[0]
+            raise errors.raisable(outcome[0])
 
     # ------------------------------------------------------------------
     # writes

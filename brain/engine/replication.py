@@ -361,7 +361,7 @@ class Replication:
 
         def done(result, exc) -> None:
             if exc is not None:
-                fut.set_exception(exc)
+                fut.set_exception(errors.raisable(exc))
             else:
                 fut.set_result(result)
 
@@ -559,5 +559,5 @@ def _read_index_now(journal, timeout: float = 5.0) -> int:
     if not done.wait(timeout):
         raise TimeoutError("the journal did not answer its newest index")
     if out[1] is not None:
-        raise out[1]
+        raise errors.raisable(out[1])
     return out[0]

@@ -36,6 +36,12 @@ class EtcdError(Exception):
         return EtcdError(self.code, self.message)
 
 
+def raisable(exc: BaseException) -> BaseException:
+    """``exc`` ready to raise: a fresh copy when it is an EtcdError (which may
+    be one of the shared instances below, passed along as a value)."""
+    return exc.fresh() if isinstance(exc, EtcdError) else exc
+
+
 def _e(code: str, message: str) -> EtcdError:
     return EtcdError(code, message)
 

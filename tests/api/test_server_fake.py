@@ -46,7 +46,7 @@ class FakeEngine:
     def _enter(self, req) -> None:
         self.calls.append(req)
         if self.fail is not None:
-            raise self.fail
+            raise errors.raisable(self.fail)
 
     leader_id = MEMBER_ID
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import traceback
 
 from brain.mvcc import errors
 from brain.mvcc.requests import RangeRequest
@@ -38,4 +39,5 @@ def test_a_thousand_failed_reads_leave_the_shared_error_clean():
             store.range(RangeRequest(b"k", revision=50), 1)
         except errors.EtcdError as e:
             assert e == errors.ErrFutureRev
-    assert errors.ErrFutureRev.__traceback__ is None
+    tb = errors.ErrFutureRev.__traceback__
+    assert tb is None, "the shared ErrFutureRev was raised here:\n" + "".join(traceback.format_tb(tb))
