@@ -26,6 +26,7 @@ import pytest
 from tests.differential import harness
 from tests.differential.watch_generator import AVOIDABLE
 from tests.differential.watch_harness import run_watch_differential
+from tests.support import servers as _servers
 from tests.support.servers import ETCD_VERSIONS
 
 pytestmark = pytest.mark.etcd
@@ -168,9 +169,33 @@ def test_watch_harness_detects_differences(etcd_factory, tamper):
     assert "watch stream" in res.diff.where and "reproduce:" in report, report
 
 
+def pytest_generate_tests(metafunc):
+    """Every seed on the plain listener (1 and 4 shards); one seed on each
+    other listener kind (mutual TLS, unix): the differential checks what
+    brain answers, which the transport only carries (its own suites run on
+    every kind)."""
+    if metafunc.function.__name__ != "test_brain_watch_lease_matches_etcd":
+        return
+    seeds = _seeds()
+    cases = [(setting, seed) for setting in _servers.server_settings_from_env()
+             for seed in (seeds if setting[1] == "http" else seeds[1:2] or seeds)]
+    metafunc.parametrize(("brain", "seed"), cases, indirect=["brain"],
+                         ids=[f"{_servers.setting_id(st)}-seed{seed}" for st, seed in cases])
+
+
+@pytest.fixture
+def brain(request):
+    """brain_server (tests/conftest.py) with the setting given per case."""
+    _servers.require_brain()
+    shards, transport = request.param
+    srv = _servers.start_brain(shards, transport=transport)
+    yield srv
+    srv.cleanup()
+
+
 @versions
-@pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
-def test_brain_watch_lease_matches_etcd(etcd_version, seed, brain_server, etcd_factory):
+def test_brain_watch_lease_matches_etcd(etcd_version, seed, brain, etcd_factory):
+    brain_server = brain
     etcd = etcd_factory(etcd_version)
     shards = brain_server.shards
     extra = (f" --shards {shards}" if shards != 1 else "") + _repro_version(etcd_version)

@@ -466,7 +466,7 @@ class ControlPlane:
     pki: ClusterPKI
     brain: Storage
     kwok_stages: Path
-    event_ttl: str = "1m"
+    event_ttl: str = "30s"
     compaction_interval: str = "30s"
     port: int = field(default_factory=free_port)
 

@@ -1145,7 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configmaps", type=int, help="override the profile's ConfigMap count")
     ap.add_argument("--replicas", type=int, help="override the profile's Deployment size")
     ap.add_argument("--nodes", type=int, help="override the profile's kwok node count")
-    ap.add_argument("--event-ttl", default="1m", help="kube-apiserver --event-ttl")
+    ap.add_argument("--event-ttl", default="30s", help="kube-apiserver --event-ttl (short: the run waits it out)")
     ap.add_argument("--compaction-interval", default="30s", help="kube-apiserver --etcd-compaction-interval")
     ap.add_argument("--timeout", type=float, default=1200.0, help="deadline of one run, seconds")
     ap.add_argument("--workdir", type=Path, help="parent of the run directories (default: a temp dir)")
