@@ -141,6 +141,9 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "interval between watch progress notifications ('10m', '300ms' or seconds; default 10m)"),
     ("--watch-queue-events", "watch_queue_events", _int,
      "undelivered events per watch stream before it falls back to catch-up reads (default 20000)"),
+    ("--socket-reuse-port", "socket_reuse_port", _bool,
+     "set SO_REUSEPORT on client listeners: several servers (replicas of one cluster) may share a port "
+     "and the kernel spreads connections over them"),
     ("--journal-url", "journal_url", str,
      "run as a replica of a brain cluster whose journal is a NATS JetStream stream: "
      "nats://host:4222[,host:4222...][/cluster-name] (default: a local journal in the data dir)"),
@@ -153,7 +156,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "cluster: JetStream replicas of a journal this replica creates; 0 means 3 when the NATS cluster "
      "has 3 servers or more, else 1 (default %(default)s)"),
 ]
-_BOOL_DESTS = {"client_cert_auth"}
+_BOOL_DESTS = {"client_cert_auth", "socket_reuse_port"}
 
 
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:

@@ -125,6 +125,9 @@ class ServerConfig:
     journal_segment_bytes: int | None = None
     watch_progress_notify_interval: float | None = None  # seconds (etcd's flag; default 10 min)
     watch_queue_events: int | None = None  # undelivered events per watch stream before catch-up mode
+    # etcd's --socket-reuse-port: SO_REUSEPORT on client listeners (replicas
+    # of one cluster on one machine share a port; the kernel spreads clients)
+    socket_reuse_port: bool = False
     # cluster replica (brain.cluster): the shared journal and the election's timings
     journal_url: str = ""
     election_timeout: int = 2000  # ms

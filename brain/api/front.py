@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -220,9 +221,25 @@ class NativeFront:
 
     # -- listeners and lifecycle -------------------------------------------
 
-    def listen_tcp(self, host: str, port: int, tls: TlsFiles | None = None) -> int:
-        """Bind now (a taken port fails here); the bound port."""
-        return self.transport.listen_tcp(host, port, tls.args if tls else None)
+    def listen_tcp(self, host: str, port: int, tls: TlsFiles | None = None, *, reuse_port: bool = False) -> int:
+        """Bind now (a taken port fails here); the bound port.  ``reuse_port``
+        (etcd's --socket-reuse-port): SO_REUSEPORT, so several servers on one
+        machine (replicas of one cluster) share the port and the kernel
+        spreads connections over them."""
+        if not reuse_port:
+            return self.transport.listen_tcp(host, port, tls.args if tls else None)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind((host, port))
+            s.listen(1024)
+            s.setblocking(False)
+        except BaseException:
+            s.close()
+            raise
+        return self.transport.listen_tcp_fd(s.detach(), tls.args if tls else None)
 
     def listen_unix(self, path: str, tls: TlsFiles | None = None) -> None:
         self.transport.listen_unix(path, tls.args if tls else None)

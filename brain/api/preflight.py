@@ -63,14 +63,19 @@ def _metrics_listeners(config: ServerConfig) -> list[ListenURL]:
 
 
 def check_listeners(config: ServerConfig) -> None:
-    for lu in [*config.listeners(), *_metrics_listeners(config)]:
+    for lu in config.listeners():
+        if lu.is_unix:
+            _check_unix(lu)
+        else:
+            _probe_tcp(lu, reuse_port=config.socket_reuse_port)
+    for lu in _metrics_listeners(config):
         if lu.is_unix:
             _check_unix(lu)
         else:
             _probe_tcp(lu)
 
 
-def _probe_tcp(lu: ListenURL) -> None:
+def _probe_tcp(lu: ListenURL, reuse_port: bool = False) -> None:
     host, _, port = lu.address.rpartition(":")
     host = host.strip("[]") or None
     try:
@@ -80,6 +85,8 @@ def _probe_tcp(lu: ListenURL) -> None:
     for family, kind, proto, _name, addr in infos:
         with socket.socket(family, kind, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:  # --socket-reuse-port: sharing the port is the point
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             try:
                 s.bind(addr)
             except OSError as e:

@@ -15,8 +15,8 @@ Options mirror etcd's server where clients can tell the difference:
   pings without active calls allowed: clientv3 keeps idle connections alive
   with pings, and an unhappy server would answer with GOAWAY
   "too_many_pings");
-* SO_REUSEPORT off, so a second server on a taken port fails to start
-  instead of silently sharing the port.
+* SO_REUSEPORT off (unless --socket-reuse-port), so a second server on a
+  taken port fails to start instead of silently sharing the port.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.http2.min_ping_interval_without_data_ms", int(config.grpc_keepalive_min_time * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_ping_strikes", 0),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", 1 if config.socket_reuse_port else 0),
     ]
 
 
@@ -311,7 +311,7 @@ class ApiServer:
             return lu.url
         host, _, port = lu.address.rpartition(":")
         try:
-            bound = front.listen_tcp(host.strip("[]"), int(port), tls)
+            bound = front.listen_tcp(host.strip("[]"), int(port), tls, reuse_port=self.config.socket_reuse_port)
         except OSError as e:
             raise ListenError(f"listen tcp {lu.address}: bind: {_os_reason(e)}") from None
         return f"{lu.scheme}://{host}:{bound}"

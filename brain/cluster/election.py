@@ -39,6 +39,7 @@ log = logging.getLogger("brain.cluster.election")
 
 KEY = "leader"
 POLL_INTERVAL = 0.2
+LEASE_FRACTION = 0.8  # of the election timeout: how long a renewal lets the leader read alone
 
 
 def bucket_name(name: str) -> str:
@@ -72,6 +73,7 @@ class Election:
         self.elections = 0
         self._rev = 0
         self._renewed = 0.0
+        self.lease_until = 0.0  # monotonic time the read lease ends (see lease_valid)
         self._kv = None
         self._task = None
         self._stop = threading.Event()
@@ -92,6 +94,18 @@ class Election:
         except BucketNotFoundError:
             return await self.conn.js.create_key_value(
                 bucket=self.bucket, history=1, replicas=self.replicas, limit_marker_ttl=1)
+
+    def lease_valid(self) -> bool:
+        """True while no other replica can have taken the lead: the key was
+        renewed at T (this replica's clock, read before the renewal was
+        sent), and a candidate takes over only after seeing that renewal's
+        revision unchanged for the election timeout, so nobody else can
+        write before T + timeout.  The lease ends earlier, at T + 0.8 x
+        timeout (a margin for clocks that run at different rates), and at
+        once when the key is lost or handed over.  Only the clocks' *rates*
+        matter, never their readings.  While it holds, this replica, if it
+        leads, answers linearizable reads without asking the journal."""
+        return self.leading and bool(self._rev) and time.monotonic() < self.lease_until
 
     def set_candidate(self, candidate: bool) -> None:
         """Stop (or resume) campaigning, e.g. while the replica cannot lead."""
@@ -138,7 +152,8 @@ class Election:
         except KeyNotFoundError:
             holder, rev = 0, 0
         if holder == self.member_id and not self._rev and not self._busy and self._candidate:
-            # the leader handed the lead to us (MoveLeader): take the key as it is
+            # the leader handed the lead to us (MoveLeader): take the key as it
+            # is (no lease until it is renewed: the old leader's may run on)
             self._rev = rev
             self._renewed = now
             self.elections += 1
@@ -171,7 +186,8 @@ class Election:
             log.debug("campaign: %r", e)
             return
         self._rev = rev
-        self._renewed = time.monotonic()
+        self._renewed = now
+        self.lease_until = now + self.timeout * LEASE_FRACTION
         self.elections += 1
         self._set_leader(self.member_id)
         log.info("won the election (key revision %d); taking the lead", rev)
@@ -204,23 +220,26 @@ class Election:
     async def _renew(self) -> None:
         from nats.js.errors import APIError
 
-        now = time.monotonic()
+        now = time.monotonic()  # before the publish: the lease counts from here
         last_renewed = self._renewed
+        rev = self._rev
         try:
-            headers = {"Nats-Expected-Last-Subject-Sequence": str(self._rev), "Nats-TTL": f"{self.ttl}s"}
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(rev), "Nats-TTL": f"{self.ttl}s"}
             ack = await self.conn.js.publish(f"$KV.{self.bucket}.{KEY}",
                                              json.dumps({"member": f"{self.member_id:x}"}).encode(),
                                              headers=headers, timeout=max(0.2, self.renew_interval))
-            self._rev = ack.seq
-            self._renewed = now
+            if self._rev == rev:  # not handed over meanwhile
+                self._rev = ack.seq
+                self._renewed = now
+                self.lease_until = now + self.timeout * LEASE_FRACTION
             return
         except APIError as e:
             if e.err_code == 10071:  # wrong last sequence: the key moved on
                 self._lose("another replica holds the election key")
-            elif now - last_renewed > self.ttl:
+            elif now - last_renewed > self.timeout:
                 self._lose(f"could not renew the election key for {now - last_renewed:.1f}s ({e})")
         except Exception as e:  # noqa: BLE001
-            if now - last_renewed > self.ttl:
+            if now - last_renewed > self.timeout:
                 self._lose(f"could not renew the election key for {now - last_renewed:.1f}s ({e!r})")
 
     def hand_over(self, target: int, timeout: float = 5.0) -> None:
@@ -229,6 +248,7 @@ class Election:
         rev = self._rev
         if not rev:
             raise RuntimeError("this replica does not hold the election key")
+        self.lease_until = 0.0  # before the key says anyone else's name
         self._rev = 0
         value = json.dumps({"member": f"{target:x}"}).encode()
         headers = {"Nats-Expected-Last-Subject-Sequence": str(rev), "Nats-TTL": f"{self.ttl}s"}
@@ -246,6 +266,7 @@ class Election:
 
     def _lose(self, why: str) -> None:
         log.warning("lost the lead: %s", why)
+        self.lease_until = 0.0
         self._rev = 0
         if self.leading:
             self.leading = False

@@ -115,6 +115,46 @@ class Forwarder:
             await asyncio.sleep(RETRY_WAIT * random.uniform(1, 2))
 
 
+class ReadIndexAsker:
+    """A follower's read index: asks the leader (one core NATS round trip,
+    answered from the leader's memory while it holds its lease) and falls
+    back to the journal's own answer (a JetStream API call, several times
+    dearer) when the leader cannot vouch for it."""
+
+    def __init__(self, conn, name: str, leader_id: Callable[[], int], member_id: int, journal,
+                 timeout: float = 0.5) -> None:
+        self.conn = conn
+        self.name = name
+        self.leader_id = leader_id
+        self.member_id = member_id
+        self.journal = journal
+        self.timeout = timeout
+        self.from_leader = 0
+        self.from_journal = 0
+        self._request = codec.encode(["ri", []])
+
+    def __call__(self, callback) -> None:
+        leader = self.leader_id()
+        if not leader or leader == self.member_id:
+            self.from_journal += 1
+            self.journal.read_index(callback)
+            return
+        self.conn.submit(self._ask(leader, callback))
+
+    async def _ask(self, leader: int, callback) -> None:
+        try:
+            msg = await self.conn.nc.request(subject_of(self.name, leader), self._request, timeout=self.timeout)
+            reply = codec.decode(msg.data)
+        except Exception:  # noqa: BLE001 - no answer: the journal decides
+            reply = None
+        if reply and reply[0] == "ok" and type(reply[1]) is int:
+            self.from_leader += 1
+            callback(reply[1], None)
+            return
+        self.from_journal += 1
+        self.journal.read_index(callback)
+
+
 class ForwardingServer:
     """The leader side: every replica listens, the leader answers."""
 
@@ -154,6 +194,18 @@ class ForwardingServer:
             await msg.respond(codec.encode(["notleader"]))
             return
         self.handled += 1
+        if op == "ri":
+            # a follower's read index: while no other leader can exist (the
+            # lease), nothing is in the journal past this leader's last
+            # append (acknowledged or not: a record stored but not yet
+            # acknowledged may already be visible on another follower);
+            # otherwise the follower asks the journal
+            lease = eng.read_lease
+            if lease is not None and lease():
+                await msg.respond(codec.encode(["ok", eng.journal.last_index]))
+            else:
+                await msg.respond(codec.encode(["notleader"]))
+            return
         if op == "w":
             self._submit(msg, args)
             return

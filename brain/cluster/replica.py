@@ -32,7 +32,7 @@ from ..journal.jetstream import JetStreamJournal
 from ..journal.natsio import NatsConnection, parse_journal_url
 from . import bootstrap
 from .election import Election
-from .forwarding import Forwarder, ForwardingServer
+from .forwarding import Forwarder, ForwardingServer, ReadIndexAsker
 from .membership import Member, Membership
 
 log = logging.getLogger("brain.cluster")
@@ -68,6 +68,9 @@ class Replica:
             on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal))
         engine.forwarder = Forwarder(conn, cluster_name, self.leader_id)
         engine.leader_hint = lambda: self.election.leader_id
+        engine.read_lease = self.election.lease_valid
+        self.read_index = ReadIndexAsker(conn, cluster_name, self.leader_id, engine.member_id, journal)
+        engine.use_read_index(self.read_index)
         self._stop = threading.Event()
         self._retention: threading.Thread | None = None
         self.purged = 0

@@ -87,6 +87,9 @@ META_ALARMS = b"brain.alarms"
 # timeout, 5 s + 2 x election timeout); past it the caller gets
 # ErrTimeout and the outcome is unknown to it.
 REQUEST_TIMEOUT = 7.0
+# Read-index round trips a replica keeps in flight at once (each serves the
+# linearizable reads that began before it was sent).
+READ_INDEX_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +334,8 @@ class Engine(Replication):
             self._start_leading()
         else:
             self._role = FOLLOWER
-            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index, ahead=self._journal_ahead)
+            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index, ahead=self._journal_ahead,
+                                        max_in_flight=READ_INDEX_IN_FLIGHT)
             self._follow()
         self._committer.start()
 
@@ -420,6 +424,13 @@ class Engine(Replication):
         barrier = self._barrier
         if barrier is None:
             return True
+        lease = self.read_lease
+        if self._role == LEADER and lease is not None and lease():
+            # A leader within its lease: no other writer can exist, so the
+            # journal ends at this replica's last append.  A record appended
+            # but not yet acknowledged may already be stored, and applied by a
+            # follower whose reader saw it: wait for its acknowledgement.
+            return barrier.wait_index(self.journal.last_index, callback)
         barrier.request(callback)
         return False
 

@@ -7,15 +7,17 @@ round trip) and waits until this replica has applied up to it; every write
 acknowledged before the read began is then visible.  It is etcd's ReadIndex,
 with the replicated journal in the role of the Raft leader.
 
-Batching: one round trip at a time serves every read that was waiting when
-it was *sent*.  A read that arrives while a round trip is in flight waits
-for the next one, because the answer of the current one may predate a
-write that was acknowledged before that read began.
+Batching: a round trip serves every read that was waiting when it was
+*sent*.  A read that arrives while round trips are in flight waits for the
+next one, because the answers of those may predate a write that was
+acknowledged before that read began.  Up to ``max_in_flight`` round trips
+overlap, so a read waits about one round trip, not one and a half.
 
-Worked example.  Applied index 40.  Reads r1, r2 arrive: round trip A is
-sent.  r3 arrives (A in flight).  A answers 42: r1 and r2 wait for index
-42; round trip B is sent for r3.  The replica applies 41, 42: r1 and r2 go
-ahead.  B answers 42: r3 goes ahead at once.
+Worked example (max_in_flight 1).  Applied index 40.  Reads r1, r2 arrive:
+round trip A is sent.  r3 arrives (A in flight).  A answers 42: r1 and r2
+wait for index 42; round trip B is sent for r3.  The replica applies 41,
+42: r1 and r2 go ahead.  B answers 42: r3 goes ahead at once.  (With
+max_in_flight 2, B would have been sent when r3 arrived.)
 
 Threads: ``request`` is called by reader threads, answers arrive on the
 journal's thread, ``applied`` is called by the engine's committer; the lock
@@ -49,7 +51,7 @@ class ReadBarrier:
 
     def __init__(self, ask: Callable, applied_index: Callable[[], int], *,
                  ahead: Callable[[int], None] | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_in_flight: int = 1) -> None:
         self._ask = ask
         self._applied_index = applied_index
         self._ahead = ahead
@@ -57,23 +59,36 @@ class ReadBarrier:
         self._clock = clock
         self._lock = threading.Lock()
         self._waiting: list = []  # callbacks not yet covered by a round trip
-        self._in_flight = False
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
         self._parked: list = []  # heap of (index, seq, deadline, callbacks)
-        self._sent: list = []  # the group of the round trip in flight, if any
+        self._sent: list = []  # the groups of the round trips in flight
         self._seq = itertools.count()
         self.round_trips = 0
 
     def request(self, callback: Callable[[BaseException | None], None]) -> None:
         with self._lock:
             self._waiting.append(callback)
-            if self._in_flight:
+            if self._in_flight >= self.max_in_flight:
                 return
             group, self._waiting = self._waiting, []
-            self._in_flight = True
+            self._in_flight += 1
+            self._sent.append(group)
         self._send(group)
 
+    def wait_index(self, index: int, callback: Callable[[BaseException | None], None]) -> bool:
+        """Like a round trip that answered ``index`` (a read index known
+        without asking, e.g. the leader's own last append): True if it is
+        applied already, else ``callback`` follows once it is."""
+        if index <= self._applied_index():
+            return True
+        with self._lock:
+            heapq.heappush(self._parked, (index, next(self._seq), self._clock() + self.timeout, [callback]))
+        ready = self._release(self._applied_index())  # applied meanwhile
+        _call_all(ready, None)
+        return False
+
     def _send(self, group: list) -> None:
-        self._sent = group
         self.round_trips += 1
         started = self._clock()
         try:
@@ -83,8 +98,10 @@ class ReadBarrier:
 
     def _answered(self, group: list, started: float, index: int | None, exc: BaseException | None) -> None:
         with self._lock:
-            if self._sent is group:
-                self._sent = []
+            for i, g in enumerate(self._sent):
+                if g is group:
+                    del self._sent[i]
+                    break
             else:
                 group = []  # failed by fail_all meanwhile
         ready: list = []
@@ -105,8 +122,9 @@ class ReadBarrier:
             nxt = None
             if self._waiting:
                 nxt, self._waiting = self._waiting, []
+                self._sent.append(nxt)
             else:
-                self._in_flight = False
+                self._in_flight -= 1
         _call_all(ready, None)
         if failed:
             err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
@@ -151,7 +169,7 @@ class ReadBarrier:
             parked, self._parked = self._parked, []
             waiting, self._waiting = self._waiting, []
             sent, self._sent = self._sent, []
-        _call_all([cb for item in parked for cb in item[3]] + waiting + sent, err)
+        _call_all([cb for item in parked for cb in item[3]] + waiting + [cb for g in sent for cb in g], err)
 
 
 def _call_all(callbacks: list, exc) -> None:

@@ -85,6 +85,9 @@ class Replication:
         self._applied_index = 0
         self.forwarder: Forwarder | None = None
         self.leader_hint = None  # () -> member ID the election names (brain.cluster sets it)
+        # () -> True while this replica, leading, may read without asking the
+        # journal (the election's lease: brain.cluster.election.Election.lease_valid)
+        self.read_lease = None
         # Called (on the committer) after the role or the leader changed.
         self.role_hooks: list = []
         self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
@@ -108,6 +111,18 @@ class Replication:
     @property
     def is_leader(self) -> bool:
         return self._role == LEADER
+
+    @property
+    def applied_index(self) -> int:
+        """The last journal record this replica applied (on the leader:
+        the last one acknowledged)."""
+        return self._applied_index
+
+    def use_read_index(self, ask) -> None:
+        """Where linearizable reads get their read index from:
+        ``ask(callback(index, exc))`` (default: the journal's)."""
+        if self._barrier is not None:
+            self._barrier._ask = ask
 
     @property
     def leader_id(self) -> int:

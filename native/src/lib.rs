@@ -114,6 +114,20 @@ impl Transport {
         Ok(port)
     }
 
+    /// Adopt a listening TCP socket the caller opened (and bound, and set
+    /// options on, such as SO_REUSEPORT); the transport owns the fd from
+    /// here.  Returns its port.
+    #[pyo3(signature = (fd, tls=None))]
+    fn listen_tcp_fd(&self, fd: i32, tls: Option<TlsArgs>) -> PyResult<u16> {
+        use std::os::fd::FromRawFd;
+        let tls = tls_state(tls)?;
+        // SAFETY: the caller hands over a listening socket it no longer uses.
+        let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+        let port = l.local_addr().map_err(os_error)?.port();
+        self.bound.lock().push((Listener::Tcp(l), tls));
+        Ok(port)
+    }
+
     #[pyo3(signature = (path, tls=None))]
     fn listen_unix(&self, path: &str, tls: Option<TlsArgs>) -> PyResult<()> {
         let tls = tls_state(tls)?;

@@ -89,3 +89,28 @@ def test_fail_all_answers_everyone():
     j.asked[0](5, None)
     b.fail_all(errors.ErrStopped)
     assert sorted(map(repr, done)) == [repr(errors.ErrStopped)] * 2
+
+
+def test_round_trips_overlap_up_to_the_limit():
+    j, state, b = make(applied=5, max_in_flight=2)
+    done = []
+    b.request(lambda e: done.append(("r1", e)))
+    b.request(lambda e: done.append(("r2", e)))  # a second round trip at once
+    b.request(lambda e: done.append(("r3", e)))  # the limit: r3 waits
+    assert len(j.asked) == 2
+    j.asked[1](5, None)  # r2's answer first: r2 goes, r3's trip is sent
+    assert done == [("r2", None)] and len(j.asked) == 3
+    j.asked[0](5, None)
+    j.asked[2](5, None)
+    assert sorted(done) == [("r1", None), ("r2", None), ("r3", None)]
+    assert b._in_flight == 0
+
+
+def test_a_known_index_waits_only_until_applied():
+    j, state, b = make(applied=7)
+    done = []
+    assert b.wait_index(7, done.append) is True and done == []
+    assert b.wait_index(9, done.append) is False and j.asked == []  # no round trip
+    state["applied"] = 9
+    b.applied(9)
+    assert done == [None]
