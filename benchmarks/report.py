@@ -636,7 +636,10 @@ def targets_section(agg: dict, settings: dict | None) -> list[str]:
         if out:
             out.append("")
         out += [f"## Targets ({heading})", "", "| target | value | goal | status |", "|---|---|---|---|"]
-        out += _target_rows(rows)
+        out += _target_rows([t for t in rows if t["ran"]])
+        if not all(t["ran"] for t in rows):  # a run of some groups: the others' targets are not listed
+            out += ["", f"{sum(not t['ran'] for t in rows)} of the issue's {len(rows)} targets rest on "
+                        f"workloads this run did not measure."]
     return out
 
 
