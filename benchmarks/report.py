@@ -569,7 +569,10 @@ def header(data: dict) -> list[str]:
         f"Machine: {mach.get('nproc')} CPUs ({mach.get('cpu')}), {mach.get('memory_gib')} GiB RAM, "
         f"kernel {mach.get('kernel')}, data dirs on {mach.get('data_dir_fs')}; "
         f"load generators run on the same machine as the server.  "
-        f"Started {m.get('started')}, took {m.get('elapsed_s', 0) / 60:.1f} min.",
+        f"Started {m.get('started')}, took {m.get('elapsed_s', 0) / 60:.1f} min."
+        + (f"  Load average (1, 5, 15 min) {mach['load_average_start']} at the start, "
+           f"{mach.get('load_average_end', '?')} at the end: other work on the machine shares its CPUs."
+           if mach.get("load_average_start") else ""),
         "",
         "| server | version | settings | measured process |",
         "|---|---|---|---|",
