@@ -425,6 +425,8 @@ class Bench:
                mem: dict | None = None, extra: dict | None = None) -> dict:
         result = dict(result or {})
         cmd = result.pop("_cmd", None)
+        if cmd:  # the run's temporary paths (certificates) are this machine's, not the result's
+            cmd = cmd.replace(str(self.root), "<tmp-root>")
         if cpu_s is not None and cpu_s != cpu_s:  # NaN: the server was gone
             cpu_s = None
         err = error or result.pop("_error", None)
