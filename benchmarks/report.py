@@ -39,6 +39,16 @@ class Workload:
     latency: str = "latency_ms"  # dict with p50/p99 in ms, or "" for none
     source: str = ""     # a summary row drawn from another workload's runs
     scale: float = 1.0   # metric x scale is shown
+    # How the runs make the row's value: "median" of the successful runs' metric; "p99" of the
+    # samples (a list metric) of every successful run pooled (nearest rank: with fewer than 100
+    # samples, the largest); "sum" of the metric over every run that reported it, failed ones too
+    # (acknowledged writes lost must not hide in a failed run).
+    agg: str = "median"
+
+
+# The rows of each mode; the plain rows are the ones before the mutual TLS ones.
+MTLS = "mtls-"
+CLUSTER = "cluster-"
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -60,6 +70,9 @@ WORKLOADS: dict[str, Workload] = {
                              "stream (clientv3's default)", "delivered_per_s", "events/s"),
     "lease": Workload("{lease_leases:,} x (lease grant + put with lease), then the {lease_ttl} s expiries",
                       "grant_put_per_s", "grant+put/s"),
+    "keepalive": Workload("{keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive stream, at most "
+                          "{keepalive_window:,} keep-alives in flight, {keepalive_duration:g} s; nothing may "
+                          "expire (TTL {keepalive_ttl} s)", "keepalives_per_s", "keep-alives/s"),
     "k8s-mix": Workload("Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
                         "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
                         "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
@@ -72,13 +85,50 @@ WORKLOADS: dict[str, Workload] = {
                               "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart"),
     "rss": Workload("resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
                     higher_better=False, latency="", source="restart", scale=1 / 1024),
+    # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one.
+    "mtls-put-c64": Workload("mutual TLS: put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
+    "mtls-put-c256": Workload("mutual TLS: put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
+    "mtls-txn-put-c64": Workload("mutual TLS: txn-put, 64 clients", "ops_per_s", "ops/s"),
+    "mtls-txn-put-c256": Workload("mutual TLS: txn-put, 256 clients", "ops_per_s", "ops/s"),
+    "mtls-range-l-c64": Workload("mutual TLS: range, one key, linearizable, 64 clients", "ops_per_s", "ops/s"),
+    "mtls-range-l-c256": Workload("mutual TLS: range, one key, linearizable, 256 clients", "ops_per_s", "ops/s"),
+    "mtls-watch": Workload("mutual TLS: watch fan-out, {watch_watchers:,} watchers, a gRPC stream each",
+                           "delivered_per_s", "events/s"),
+    "mtls-watch-shared": Workload("mutual TLS: watch fan-out, {watch_watchers:,} watchers, shared streams",
+                                  "delivered_per_s", "events/s"),
+    "mtls-keepalive": Workload("mutual TLS: {keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive "
+                               "stream", "keepalives_per_s", "keep-alives/s"),
+    # Clusters: 3 brains on 3 nats-servers (brain) against 3 etcd 3.6 members (etcd-3.6).
+    "cluster-put-c64": Workload("cluster: put, 64 clients over every endpoint", "ops_per_s", "ops/s"),
+    "cluster-put-c256": Workload("cluster: put, 256 clients over every endpoint", "ops_per_s", "ops/s"),
+    "cluster-txn-put-c64": Workload("cluster: txn-put, 64 clients over every endpoint", "ops_per_s", "ops/s"),
+    "cluster-txn-put-c256": Workload("cluster: txn-put, 256 clients over every endpoint", "ops_per_s", "ops/s"),
+    "cluster-range-l-c64": Workload("cluster: range, one key, linearizable, 64 clients over every endpoint",
+                                    "ops_per_s", "ops/s"),
+    "cluster-range-l-c256": Workload("cluster: range, one key, linearizable, 256 clients over every endpoint",
+                                     "ops_per_s", "ops/s"),
+    "cluster-watch": Workload("cluster: watch fan-out, {watch_watchers:,} watchers (a stream each) over every "
+                              "endpoint", "delivered_per_s", "events/s"),
+    "cluster-watch-shared": Workload("cluster: watch fan-out, {watch_watchers:,} watchers, shared streams",
+                                     "delivered_per_s", "events/s"),
+    "cluster-failover": Workload("cluster: acknowledged writes lost over every failover run (clustercheck "
+                                 "verify after the kills)", "lost", "writes lost", higher_better=False,
+                                 latency="", agg="sum"),
+    "cluster-pause-leader": Workload("cluster: write pause after kill -9 of the leader (brain's, etcd's), "
+                                     "p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
+                                     higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    "cluster-pause-nats": Workload("cluster: write pause after kill -9 of the NATS stream leader's nats-server "
+                                   "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
+                                   higher_better=False, latency="", source="cluster-failover", agg="p99"),
 }
 
 
 _TITLE_DEFAULTS = {"list_keys": 100_000, "list_limit": 500, "list_clients": 4, "watch_watchers": 1000,
                    "watch_events": 200, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
                    "k8s_pod_rate": 200, "k8s_pods": 3000, "k8s_duration": 10.0, "check_perf_load": "l",
-                   "restart_keys": 1_000_000, "restart_val": 1024, "restart_tail": 120_000}
+                   "restart_keys": 1_000_000, "restart_val": 1024, "restart_tail": 120_000,
+                   "keepalive_leases": 10_000, "keepalive_window": 1000, "keepalive_duration": 8.0,
+                   "keepalive_ttl": 5}
 
 # Groups run once per server whatever the rounds setting (their rows say so).
 ONCE = ("restart", "check-perf")
@@ -88,7 +138,11 @@ def planned_runs(workload: str, settings: dict | None) -> int:
     """How many runs per server the harness makes of ``workload``."""
     w = WORKLOADS.get(workload)
     base = (w.source or workload) if w else workload
-    return 1 if base in ONCE else int((settings or {}).get("rounds") or 1)
+    if base in ONCE:
+        return 1
+    # A merged run's workloads keep the rounds that run planned.
+    merged = ((settings or {}).get("rounds_of_merged") or {}).get(base)
+    return int(merged or (settings or {}).get("rounds") or 1)
 
 
 def title(workload: str, settings: dict | None = None) -> str:
@@ -104,15 +158,34 @@ def _num(x):
     return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
+def _raw(run: dict, workload: str):
+    """The workload's metric as the run recorded it (a number, a list, or None), failed runs too."""
+    v = run.get("result", {})
+    for part in WORKLOADS[workload].metric.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    return v
+
+
 def metric_of(run: dict, workload: str):
     w = WORKLOADS.get(workload)
     if w is None or not run.get("ok"):
         return None
-    v = run.get("result", {})
-    for part in w.metric.split("."):
-        v = v.get(part) if isinstance(v, dict) else None
+    v = _raw(run, workload)
+    if isinstance(v, list):  # a pooled row: the run's largest sample
+        v = max((x for x in v if _num(x) is not None), default=None)
     v = _num(v)
     return v * w.scale if v is not None else None
+
+
+def nearest_rank(samples: list, q: float):
+    """The q-quantile by nearest rank: the smallest sample with at least q of them at or below it
+    (with fewer than 100 samples, p99 is the largest)."""
+    xs = sorted(samples)
+    if not xs:
+        return None
+    import math
+
+    return xs[max(0, math.ceil(q * len(xs)) - 1)]
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -146,9 +219,11 @@ def one_line(rec: dict) -> str:
     if r.get("errors"):
         bits.append(f"{r['errors']} errors")
     for k in ("expire_seconds", "on_schedule", "pass", "ready_after_kill9_s", "rss_after_load_kb",
-              "keys_loaded"):
+              "keys_loaded", "longest_gap_s", "expired"):
         if k in r:
             bits.append(f"{k} {_fmt(r[k]) if not isinstance(r[k], bool) else r[k]}")
+    if r.get("kills"):
+        bits.append(_kills_line(r))
     if rec.get("partial"):
         bits.append(f"PARTIAL: {rec['partial']}")
     return ", ".join(bits)
@@ -178,6 +253,7 @@ def aggregate(data: dict) -> dict:
             cell = out.setdefault(w, {}).setdefault(run["server"], {"runs": [], "failures": []})
             (cell["runs"] if run.get("ok") else cell["failures"]).append(run)
     for w, by_server in out.items():
+        meta = WORKLOADS[w]
         for s, cell in by_server.items():
             runs = cell["runs"]
             res = [r.get("result", {}) for r in runs]
@@ -187,6 +263,17 @@ def aggregate(data: dict) -> dict:
             cell["values"] = [metric_of(r, w) for r in runs]
             cell["p50"] = _median([_num((x.get("latency_ms") or {}).get("p50")) for x in res])
             cell["p99"] = _median([_num((x.get("latency_ms") or {}).get("p99")) for x in res])
+            if meta.agg == "p99":
+                samples = [x * meta.scale for r in runs for x in (_raw(r, w) or []) if _num(x) is not None]
+                cell["samples"] = samples
+                cell["value"] = nearest_rank(samples, 0.99)
+                cell["p50"], cell["p99"] = _median(samples), cell["value"]
+            elif meta.agg == "sum":
+                every = [_num(_raw(r, w)) for r in runs + cell["failures"]]
+                every = [x * meta.scale if meta.scale != 1 else x for x in every if x is not None]
+                cell["value"] = sum(every) if every else None
+                cell["values"] = every
+                cell["reported"] = len(every)
             cell["cpu_us_per_op"] = _median([r.get("cpu_us_per_op") for r in runs])
             cell["op_errors"] = sum(int(x.get("errors") or 0) for x in res)
             cell["error"] = cell["failures"][0]["error"] if cell["failures"] else None
@@ -196,7 +283,9 @@ def aggregate(data: dict) -> dict:
                         "load_keys_per_s", "du_kb", "cpu_to_ready_s", "cpu_to_ready_kill9_s", "tail_writes",
                         "tail_seconds", "journal_tail_bytes",
                         "checkpoints_during_tail", "seconds_from_restart_to_kill9", "count_after_kill9",
-                        "revision_after_kill9", "events_delivered", "writes_per_s", "slowest_s", "stddev_s"):
+                        "revision_after_kill9", "events_delivered", "writes_per_s", "slowest_s", "stddev_s",
+                        "longest_gap_s", "grant_seconds", "keepalives_during_grant", "expired_answers",
+                        "acked", "unknown", "acked_per_s", "longest_pause_s"):
                 v = _median([_num(x.get(key)) for x in res])
                 if v is not None:
                     extra[key] = v
@@ -246,10 +335,14 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     peer did not run, or whose restart load was cut short, is n/a."""
     t: list[dict] = []
     keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
+    issue = "5"
 
-    def add(name, value, ok, goal, workload=None, note="", peer=None):
+    def add(name, value, ok, goal, workload=None, note="", peer=None, also=()):
+        """``also``: further (workload, server) cells the value rests on, whose runs count too."""
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
         short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
+        for w2, s2 in also:
+            short += [f"{w2} {x}" for x in short_of_runs(agg, w2, [s2])]
         if value is None and b.get("error") and b.get("value") is None:
             status, note = "miss", "brain failed: " + _oneline(b["error"], 160)
         elif value is None or note.startswith("partial"):
@@ -261,7 +354,8 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
             status = "pass" if ok else "miss"
             if short:
                 note = (note + "; " if note else "") + "only " + ", ".join(short) + " runs succeeded"
-        t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note})
+        t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note, "issue": issue,
+                  "ran": workload in agg})
 
     for w in ("put-c64", "put-c256", "txn-put-c64", "txn-put-c256", "range-l-c64", "range-l-c256"):
         r = ratio(agg, w, "etcd-3.6")
@@ -291,7 +385,60 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     p = _extra(agg, "check-perf", "brain", "pass")
     add("etcdctl check perf --load l on brain", None if p is None else (1.0 if p else 0.0), bool(p), "PASS",
         "check-perf", "" if p is None else ("PASS" if p else "FAIL"))
+
+    # Issue 10: mutual TLS, brain / etcd 3.6.
+    issue = "10"
+    if any(w.startswith(MTLS) for w in agg):
+        for w in ("mtls-put-c64", "mtls-put-c256", "mtls-txn-put-c64", "mtls-txn-put-c256", "mtls-range-l-c64",
+                  "mtls-range-l-c256"):
+            r = ratio(agg, w, "etcd-3.6")
+            add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 1.5, ">= 1.5", w, peer="etcd-3.6")
+            c = ratio(agg, w, "etcd-3.6", "cpu_us_per_op")
+            add(f"{w}: brain/etcd-3.6 server CPU per op", c, c is not None and c < 1, "< 1", w, peer="etcd-3.6")
+        for w in ("mtls-watch", "mtls-watch-shared"):
+            r = ratio(agg, w, "etcd-3.6")
+            add(f"{w}: brain/etcd-3.6 delivered events/s", r, r is not None and r >= 1, ">= 1", w, peer="etcd-3.6")
+            r = ratio(agg, w, "etcd-3.6", "p99")
+            add(f"{w}: brain/etcd-3.6 p99 delivery latency", r, r is not None and r <= 1, "<= 1", w,
+                peer="etcd-3.6")
+        r = ratio(agg, "mtls-keepalive", "etcd-3.6")
+        add("mtls-keepalive: brain/etcd-3.6 keep-alives/s, nothing expired", r, r is not None and r >= 1, ">= 1",
+            "mtls-keepalive", peer="etcd-3.6")
+
+    # Issue 9: the clusters.
+    issue = "9"
+    if any(w.startswith(CLUSTER) for w in agg):
+        for w in ("cluster-put-c64", "cluster-put-c256", "cluster-txn-put-c64", "cluster-txn-put-c256"):
+            r = ratio(agg, w, "etcd-3.6")
+            add(f"{w}: brain cluster/etcd-3.6 cluster throughput", r, r is not None and r >= 1.0, ">= 1.0", w,
+                peer="etcd-3.6")
+        for w in ("cluster-range-l-c64", "cluster-range-l-c256"):
+            single = w[len(CLUSTER):]
+            bc = (agg.get(w, {}).get("brain") or {}).get("value")
+            bs = (agg.get(single, {}).get("brain") or {}).get("value")
+            r = bc / bs if bc is not None and bs else None
+            files = (settings or {}).get("file_of_merged") or {}
+            note = ""
+            if files.get(w) != files.get(single):  # measured in different runs: not comparable
+                r, note = None, f"the single brain was not measured in {files.get(w) or 'the base run'}; see its report"
+            add(f"{w}: brain cluster/single brain ({single}) throughput", r, r is not None and r >= 1.5, ">= 1.5",
+                w, note, also=[(single, "brain")])
+        for w, goal, what in (("cluster-pause-leader", 3.0, "brain's leader"),
+                              ("cluster-pause-nats", 7.0, "the NATS stream leader")):
+            c = agg.get(w, {}).get("brain") or {}
+            v = c.get("value")
+            e = (agg.get(w, {}).get("etcd-3.6") or {}).get("value")
+            note = f"{len(c.get('samples') or [])} kills" + (f"; etcd 3.6 leader: {_fmt(e)} s" if e is not None
+                                                             and w.endswith("leader") else "")
+            add(f"write pause after kill -9 of {what}, p99 (s)", v, v is not None and v <= goal, f"<= {goal:g} s",
+                w, note)
+        v = (agg.get("cluster-failover", {}).get("brain") or {}).get("value")
+        add("acknowledged writes lost over every brain failover run", v, v == 0, "0", "cluster-failover")
     return t
+
+
+ISSUE_TITLES = {"5": "issue 5: single node, plaintext", "10": "issue 10: mutual TLS",
+                "9": "issue 9: brain cluster on NATS JetStream vs etcd 3.6 cluster"}
 
 
 # ---------------------------------------------------------------------------
@@ -304,16 +451,27 @@ def _servers_in(data: dict) -> list[str]:
     return [s for s in SERVERS if s in ran]
 
 
-def summary_table(data: dict, agg: dict) -> list[str]:
-    """One row per workload: the planned runs per server, each server's median
-    (with "(n/N)" when only n of the N runs succeeded) and brain's ratios."""
-    servers = _servers_in(data)
+def mode_of(workload: str) -> str:
+    """plain, mtls or cluster: which mode of the run a workload belongs to."""
+    return "mtls" if workload.startswith(MTLS) else "cluster" if workload.startswith(CLUSTER) else "plain"
+
+
+MODE_TITLES = {"plain": "plaintext, one server", "mtls": "mutual TLS, one server",
+               "cluster": "clusters: 3 brains on 3 nats-servers (brain) vs 3 etcd 3.6 members (etcd-3.6)"}
+
+
+def summary_table(data: dict, agg: dict, mode: str = "plain") -> list[str]:
+    """One row per workload of ``mode``: the planned runs per server, each server's
+    median (with "(n/N)" when only n of the N runs succeeded) and brain's ratios.
+    Only the servers that ran a workload of the mode get a column."""
+    ran = {s for w in agg if mode_of(w) == mode for s in agg[w]}
+    servers = [s for s in _servers_in(data) if s in ran]
     peers = [p for p in PEERS if p in servers]
     head = ["workload", "unit", "runs"] + servers + [f"brain/{p}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     settings = data["meta"].get("settings")
     for w, meta in WORKLOADS.items():
-        if w not in agg:
+        if w not in agg or mode_of(w) != mode:
             continue
         row = [w, meta.unit + ("" if meta.higher_better else " (lower is better)"), str(planned_runs(w, settings))]
         for s in servers:
@@ -378,8 +536,22 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
                 bits.append(f"{len(c['failures'])} failed run(s), first error: `{_oneline(c['error'], 300)}`")
             if bits:
                 notes.append(f"- {s}: " + "; ".join(bits))
+            for run in sorted(c["runs"] + c["failures"], key=lambda r: r.get("round", 0)):
+                kills = (run.get("result") or {}).get("kills")
+                if kills:
+                    notes.append(f"- {s} round {run.get('round')}: " + _kills_line(run["result"]))
         out += [""] + notes + ([""] if notes else [])
     return out
+
+
+def _kills_line(res: dict) -> str:
+    """One failover run: each kill's write pause, then what the writer and the verify saw."""
+    names = {"leader": "leader", "nats": "NATS stream leader"}
+    kills = ", ".join(f"{names.get(k['fault'], k['fault'])} {k['member']} {_fmt(k.get('write_pause_s'))} s "
+                      f"(a new leader after {_fmt(k.get('leader_after_s'))} s)" for k in res["kills"])
+    return (f"write pauses after kill -9 of the {kills}; {res.get('acked')} writes acknowledged "
+            f"({res.get('unknown')} unknown outcomes), {res.get('verified')} read back, {res.get('lost')} lost, "
+            f"{(res.get('writer_violations') or 0) + (res.get('verify_violations') or 0)} violations")
 
 
 def _oneline(s: str, n: int) -> str:
@@ -397,7 +569,10 @@ def header(data: dict) -> list[str]:
         f"Machine: {mach.get('nproc')} CPUs ({mach.get('cpu')}), {mach.get('memory_gib')} GiB RAM, "
         f"kernel {mach.get('kernel')}, data dirs on {mach.get('data_dir_fs')}; "
         f"load generators run on the same machine as the server.  "
-        f"Started {m.get('started')}, took {m.get('elapsed_s', 0) / 60:.1f} min.",
+        f"Started {m.get('started')}, took {m.get('elapsed_s', 0) / 60:.1f} min."
+        + (f"  Load average (1, 5, 15 min) {mach['load_average_start']} at the start, "
+           f"{mach.get('load_average_end', '?')} at the end: other work on the machine shares its CPUs."
+           if mach.get("load_average_start") else ""),
         "",
         "| server | version | settings | measured process |",
         "|---|---|---|---|",
@@ -409,6 +584,12 @@ def header(data: dict) -> list[str]:
             lines.append(f"| {name} | {s.get('version')} | {s.get('flags')} | {s.get('measured_process')} |")
         else:
             lines.append(f"| {name} | **skipped**: {s.get('reason')} | | |")
+    for name, c in (m.get("clusters") or {}).items():
+        label = f"{name} cluster of {c.get('size', 3)}"
+        if c.get("available"):
+            lines.append(f"| {label} | {c.get('version')} | {c.get('flags')} | {c.get('measured_process')} |")
+        else:
+            lines.append(f"| {label} | **skipped**: {c.get('reason')} | | |")
     lines += ["", "Tools: " + "; ".join(f"{k}: {v or 'missing'}" for k, v in m.get("tools", {}).items()) + ".", ""]
     order = m.get("order_rule") or ("servers took turns in a fixed order, "
                                     + ", ".join(s for s, v in m.get("servers", {}).items() if v.get("selected"))
@@ -423,9 +604,20 @@ def header(data: dict) -> list[str]:
         f"utime+stime during the timed phase divided by its operations (load generator excluded).")
     if m.get("restart_rule"):
         lines += ["", "Restart runs: " + m["restart_rule"].split(": ", 1)[1] + "."]
+    ran = {mode_of(r["workload"]) for r in data.get("runs", [])}
+    if "mtls" in ran and m.get("mtls_rule"):
+        lines += ["", "Mutual TLS, " + m["mtls_rule"] + "."]
+    if "cluster" in ran:
+        for key in ("cluster_rule", "failover_rule"):
+            if m.get(key):
+                lines += ["", "Clusters, " + m[key] + "."]
     for merged in m.get("merged", []):
-        lines += ["", f"**Re-measured** on {merged['started'][:16].replace('T', ' ')} with the corrected "
-                      f"harness ({merged['brain']}; {merged['order_rule']}): {', '.join(merged['workloads'])} "
+        # A merged run's workloads the base had are re-measurements; the others are new rows.
+        added = merged.get("added", [])
+        what = ("**Added** on {} ({}; {})" if added and len(added) == len(merged["workloads"])
+                else "**Re-measured** on {} with the corrected harness ({}; {})")
+        lines += ["", what.format(merged['started'][:16].replace('T', ' '), merged['brain'], merged['order_rule'])
+                      + f": {', '.join(merged['workloads'])} "
                       f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}`, on "
                       f"{merged.get('machine', '?')} (load average {merged.get('load', '?')} from other work on "
                       f"the machine at its end); later re-measurements replace earlier ones.  All servers of a "
@@ -438,8 +630,25 @@ def header(data: dict) -> list[str]:
 
 
 def targets_section(agg: dict, settings: dict | None) -> list[str]:
-    out = ["## Targets (issue 5)", "", "| target | value | goal | status |", "|---|---|---|---|"]
-    for t in targets(agg, settings):
+    out: list[str] = []
+    tg = targets(agg, settings)
+    for issue, heading in ISSUE_TITLES.items():
+        rows = [t for t in tg if t["issue"] == issue]
+        if not any(t["ran"] for t in rows):  # none of its workloads was part of this run
+            continue
+        if out:
+            out.append("")
+        out += [f"## Targets ({heading})", "", "| target | value | goal | status |", "|---|---|---|---|"]
+        out += _target_rows([t for t in rows if t["ran"]])
+        if not all(t["ran"] for t in rows):  # a run of some groups: the others' targets are not listed
+            out += ["", f"{sum(not t['ran'] for t in rows)} of the issue's {len(rows)} targets rest on "
+                        f"workloads this run did not measure."]
+    return out
+
+
+def _target_rows(rows: list[dict]) -> list[str]:
+    out = []
+    for t in rows:
         val = t["note"] if t["target"].startswith("etcdctl") else _fmt(t["value"])
         if t["note"] and not t["target"].startswith("etcdctl"):
             val += f" ({t['note']})"
@@ -448,9 +657,20 @@ def targets_section(agg: dict, settings: dict | None) -> list[str]:
     return out
 
 
+def summary_tables(data: dict, agg: dict, level: str = "###") -> list[str]:
+    """The summary table of each mode that ran, under a heading when there are several."""
+    modes = [m for m in MODE_TITLES if any(mode_of(w) == m for w in agg)]
+    out: list[str] = []
+    for m in modes:
+        if len(modes) > 1:
+            out += [f"{level} {MODE_TITLES[m][0].upper()}{MODE_TITLES[m][1:]}", ""]
+        out += summary_table(data, agg, m) + [""]
+    return out[:-1] if out else out
+
+
 def markdown(data: dict, plots: list[str]) -> str:
     agg = aggregate(data)
-    lines = header(data) + ["", "## Summary (medians)", ""] + summary_table(data, agg)
+    lines = header(data) + ["", "## Summary (medians)", ""] + summary_tables(data, agg)
     lines += ["", *targets_section(agg, data["meta"].get("settings")), ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
@@ -499,28 +719,34 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
         plt.close(fig)
         made.append(name)
 
-    ws = [w for w in WORKLOADS if w in agg]
-    if ws:
+    suffix = {"plain": "workloads", "mtls": "mtls", "cluster": "cluster"}
+    for mode, title_ in MODE_TITLES.items():
+        ws = [w for w in WORKLOADS if w in agg and mode_of(w) == mode]
+        if not ws:
+            continue
         cols = 4
         rows = (len(ws) + cols - 1) // cols
         fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
         for ax, w in zip(axes.flat, ws):
-            names, vals, lo, hi = [], [], [], []
+            names, vals, lo, hi, raw = [], [], [], [], []
             for s in servers:
                 c = agg[w].get(s)
                 if c is None:
                     continue
                 v = c["value"]
                 names.append(s)
+                raw.append(v)
                 vals.append(v or 0)
-                vv = [x for x in c["values"] if x is not None] or [0]
-                lo.append((v or 0) - min(vv))
-                hi.append(max(vv) - (v or 0))
+                vv = [x for x in c["values"] if x is not None] or [v or 0]
+                lo.append(max(0, (v or 0) - min(vv)))
+                hi.append(max(0, max(vv) - (v or 0)))
             ax.bar(names, vals, color=[COLORS.get(n) for n in names], yerr=[lo, hi], capsize=3)
-            for i, (n, v) in enumerate(zip(names, vals)):
-                if not v:
+            for i, (n, v) in enumerate(zip(names, raw)):
+                if v is None:
                     ax.text(i, 0, "error" if agg[w][n].get("error") else "–", ha="center", va="bottom",
                             fontsize=8)
+                elif v == 0:
+                    ax.text(i, 0, "0", ha="center", va="bottom", fontsize=8)
                 elif (agg[w][n].get("extra") or {}).get("partial"):
                     ax.text(i, v, "partial", ha="center", va="bottom", fontsize=8)
             meta = WORKLOADS[w]
@@ -529,9 +755,9 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
             ax.tick_params(axis="y", labelsize=7)
         for ax in list(axes.flat)[len(ws):]:
             ax.axis("off")
-        fig.suptitle("median per server (bars: min-max over rounds)")
+        fig.suptitle(f"{title_}: median per server (bars: min-max over rounds)")
         fig.tight_layout()
-        name = f"{base}-workloads.png"
+        name = f"{base}-{suffix[mode]}.png"
         fig.savefig(out_dir / name, dpi=100)
         plt.close(fig)
         made.append(name)
@@ -548,26 +774,50 @@ def readme_block(data: dict, md_rel: str) -> str:
     m = data["meta"]
     mach = m.get("machine", {})
     tg = targets(agg, m.get("settings"))
-    passed = sum(1 for t in tg if t["status"] == "pass")
-    missed = [t["target"] for t in tg if t["status"] == "miss"]
+    tally = []
+    for issue, heading in ISSUE_TITLES.items():
+        rows = [t for t in tg if t["issue"] == issue]
+        if not any(t["ran"] for t in rows):
+            continue
+        passed = sum(1 for t in rows if t["status"] == "pass")
+        missed = [t["target"] for t in rows if t["status"] == "miss"]
+        tally.append(f"Targets ({heading}): {passed} of {len(rows)} met"
+                     + (f"; missed: {', '.join(missed)}." if missed else "."))
     merged = m.get("merged", [])
-    redone = [w for w in WORKLOADS if any(w in x["workloads"] for x in merged)]
-    days = sorted({x["started"][:10] for x in merged})
-    where = sorted({x.get("machine", "?") for x in merged})
-    rerun = (f"; {', '.join(redone)} re-measured {', '.join(days)} by the corrected harness on "
-             f"{', '.join(where)}" if merged else "")
+    rerun = ""
+    for verb, pick in (("re-measured", lambda x: [w for w in x["workloads"] if w not in x.get("added", [])]),
+                       ("added", lambda x: x.get("added", []))):
+        runs = [x for x in merged if pick(x)]
+        if not runs:
+            continue
+        ws = [w for w in WORKLOADS if any(w in pick(x) for x in runs)]
+        days = sorted({x["started"][:10] for x in runs})
+        where = sorted({x.get("machine", "?") for x in runs})
+        how = " by the corrected harness" if verb == "re-measured" else ""
+        rerun += f"; {', '.join(_ranges(ws))} {verb} {', '.join(days)}{how} on {', '.join(where)}"
     lines = [
         README_BEGIN,
         f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs {mach.get('cpu')}{rerun}; "
         f"medians of the successful runs out of the row's runs, \"(2/3)\" where fewer succeeded; "
         f"full report: [{md_rel}]({md_rel})):",
         "",
-        *summary_table(data, agg),
+        *summary_tables(data, agg, level="####"),
         "",
-        f"Targets: {passed} of {len(tg)} met" + (f"; missed: {', '.join(missed)}." if missed else "."),
+        *"\n\n".join(tally).split("\n"),
         README_END,
     ]
     return "\n".join(lines)
+
+
+def _ranges(workloads: list[str]) -> list[str]:
+    """Workload names with a mode's rows folded into one ("mtls-* (9 rows)")."""
+    out: list[str] = []
+    for mode, prefix in (("mtls", MTLS), ("cluster", CLUSTER)):
+        ws = [w for w in workloads if mode_of(w) == mode]
+        if len(ws) > 2:
+            out.append(f"{prefix}* ({len(ws)} rows)")
+            workloads = [w for w in workloads if w not in ws]
+    return [w for w in workloads] + out
 
 
 def update_readme(readme: Path, block: str) -> None:
@@ -581,8 +831,12 @@ def update_readme(readme: Path, block: str) -> None:
     readme.write_text(text)
 
 
-def merge(base: dict, rerun: dict, rerun_name: str) -> dict:
-    """``base`` with the runs of every (server, workload) ``rerun`` measured replaced by ``rerun``'s."""
+def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mtls", "cluster")) -> dict:
+    """``base`` with the runs of every (server, workload) ``rerun`` measured replaced by ``rerun``'s.
+
+    ``modes``: only the rerun's workloads of these modes are taken (a cluster run's single-brain
+    baseline rows stay out of a table whose other servers ran elsewhere)."""
+    rerun = dict(rerun, runs=[r for r in rerun["runs"] if mode_of(r["workload"]) in modes])
     measured = {r["workload"] for r in rerun["runs"]}
     pairs = {(r["server"], r["workload"]) for r in rerun["runs"]}
     derived = {w for w, meta in WORKLOADS.items() if meta.source in measured}
@@ -590,18 +844,31 @@ def merge(base: dict, rerun: dict, rerun_name: str) -> dict:
     meta = json.loads(json.dumps(base["meta"]))
     for k, v in rerun["meta"].get("settings", {}).items():
         meta.setdefault("settings", {}).setdefault(k, v)
+    rounds = meta["settings"].setdefault("rounds_of_merged", {})
+    files = meta["settings"].setdefault("file_of_merged", {})
+    for w in measured:
+        rounds[w] = rerun["meta"].get("settings", {}).get("rounds") or 1
+        files[w] = rerun_name
     rm = rerun["meta"]
+    before = {r["workload"] for r in base["runs"]}
+    before |= {w for w, meta in WORKLOADS.items() if meta.source in before}
     meta.setdefault("merged", []).append({
         "file": rerun_name, "started": rm.get("started", "?"),
         "workloads": sorted(measured | derived, key=list(WORKLOADS).index),
+        "added": sorted((measured | derived) - before, key=list(WORKLOADS).index),
         "servers": sorted({s for s, _ in pairs}, key=lambda s: SERVERS.index(s) if s in SERVERS else 99),
         "brain": (rm.get("servers", {}).get("brain") or {}).get("version") or "brain",
         "load": (rm.get("machine") or {}).get("load_average_end", "?"),
         "machine": f"{(rm.get('machine') or {}).get('nproc')} CPUs {(rm.get('machine') or {}).get('cpu')}",
         "order_rule": rm.get("order_rule", ""),
     })
-    if rm.get("restart_rule"):
-        meta["restart_rule"] = rm["restart_rule"]
+    for key in ("restart_rule", "mtls_rule", "cluster_rule", "failover_rule"):
+        if rm.get(key):
+            meta[key] = rm[key]
+    if rm.get("clusters"):
+        meta.setdefault("clusters", {}).update(rm["clusters"])
+    for name, tool in (rm.get("tools") or {}).items():
+        meta.setdefault("tools", {}).setdefault(name, tool)
     meta.setdefault("notes", [])
     meta["notes"] = meta["notes"] + [f"re-run: {n}" for n in rm.get("notes", [])]
     return {"meta": meta, "runs": runs}
@@ -626,6 +893,8 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", type=Path, action="append",
                     help="a re-run whose (server, workload) runs replace the JSON's; repeatable, later ones "
                          "replace earlier ones (needs --out)")
+    ap.add_argument("--merge-modes", default="plain,mtls,cluster",
+                    help="take only the re-runs' workloads of these modes (plain, mtls, cluster)")
     ap.add_argument("--out", type=Path, help="where the merged JSON goes (its report beside it)")
     a = ap.parse_args(argv)
     src = a.json
@@ -633,8 +902,9 @@ def main(argv=None) -> int:
         if not a.out:
             ap.error("--merge needs --out")
         merged = json.loads(a.json.read_text())
+        modes = tuple(x.strip() for x in a.merge_modes.split(","))
         for rerun in a.merge:
-            merged = merge(merged, json.loads(rerun.read_text()), rerun.name)
+            merged = merge(merged, json.loads(rerun.read_text()), rerun.name, modes)
         a.out.write_text(json.dumps(merged, indent=1) + "\n")
         src = a.out
     md = src.with_suffix(".md")

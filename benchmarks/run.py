@@ -34,9 +34,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import cluster as clusters
+from benchmarks.cluster import ClusterFlavor, all_cluster_flavors
 from benchmarks import report
-from benchmarks.servers import (REPO_ROOT, Flavor, Server, ServerError, StartOptions, all_flavors,
-                                make_root, tool_path)
+from benchmarks.servers import (REPO_ROOT, Flavor, Server, ServerError, StartOptions, TLSFiles, all_flavors,
+                                make_root, make_tls, tool_path)
 
 
 # ---------------------------------------------------------------------------
@@ -63,6 +65,10 @@ class Settings:
     watch_timeout: float = 40  # for watch creation, and for deliveries after the last put
     lease_leases: int = 10_000
     lease_ttl: int = 5
+    keepalive_leases: int = 10_000   # kept alive through one LeaseKeepAlive stream
+    keepalive_ttl: int = 5
+    keepalive_window: int = 1000     # keep-alives in flight on the stream at most
+    keepalive_duration: float = 8.0  # the timed phase: longer than the TTL, so a lease left behind expires
     k8s_nodes: int = 10_000
     k8s_pods: int = 3_000
     k8s_pod_rate: int = 200
@@ -80,6 +86,16 @@ class Settings:
     settle: float = 2.0        # seconds between the restart load and the RSS reading
     slow_group: float = 90.0   # a server whose first round of a group takes longer runs it only once
     probe_per_client: int = 4  # requests per client in benchmark's calibration pass
+    # Mutual TLS mode (issue 10): the unary workloads at these client counts.
+    mtls_clients: tuple = (64, 256)
+    # Clusters (issue 9): 3 brains on 3 nats-servers against 3 etcd 3.6 members.
+    cluster_size: int = 3
+    cluster_clients: tuple = (64, 256)
+    failover_leader_kills: int = 3   # per round: kill -9 of the leader (brain's, etcd's)
+    failover_nats_kills: int = 2     # per round, brain only: kill -9 of the NATS stream leader
+    failover_rate: float = 300.0     # the writer's open-loop rate, writes/s
+    failover_warmup: float = 3.0     # seconds of writes before the first kill
+    failover_settle: float = 2.5     # seconds between a killed member's restart and the next kill
 
 
 FULL = Settings(name="full", rounds=3, duration=4.0)
@@ -91,6 +107,9 @@ SMOKE = Settings(
     k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
     restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0, restart_tail=500,
     check_perf=False, settle=0.0, probe_per_client=2,
+    keepalive_leases=200, keepalive_ttl=2, keepalive_window=100, keepalive_duration=2.5,
+    failover_leader_kills=1, failover_nats_kills=1,
+    failover_rate=200.0, failover_warmup=1.5, failover_settle=1.0,
 )
 
 
@@ -112,28 +131,54 @@ class ToolError(RuntimeError):
 _current_server: Server | None = None
 
 
-def _run_tool(cmd: list[str], timeout: float, log_dir: Path, tag: str) -> tuple[int, str, str]:
+PHASE_MARK = "brainload-phase: "  # a tool's stderr line marking a phase edge ("timed begin", "timed end")
+
+
+def _run_tool(cmd: list[str], timeout: float, log_dir: Path, tag: str, on_mark=None) -> tuple[int, str, str]:
     """Run a load tool; stdout/stderr go to files in ``log_dir`` and are returned.
 
+    ``on_mark(name)`` is called as soon as the tool prints a PHASE_MARK line
+    (the stderr file is read every 20 ms then, instead of every 0.5 s).
     Raises ToolError when it outlives ``timeout`` or when the server under test exits meanwhile."""
     log_dir.mkdir(parents=True, exist_ok=True)
     out_path, err_path = log_dir / f"{tag}.out", log_dir / f"{tag}.err"
     why = None
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    with open(out_path, "wb") as out, open(err_path, "wb") as err, open(err_path, "rb") as err_reader:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
+        pending = b""
+
+        def scan_marks(final: bool = False) -> None:
+            nonlocal pending
+            if on_mark is None:
+                return
+            pending += err_reader.read()
+            *lines, pending = pending.split(b"\n")
+            if final:
+                lines.append(pending)
+            for line in lines:
+                text = line.decode(errors="replace")
+                if text.startswith(PHASE_MARK):
+                    on_mark(text[len(PHASE_MARK):].strip())
+
         try:
             while True:
                 try:
-                    rc = proc.wait(timeout=0.5)
+                    rc = proc.wait(timeout=0.5 if on_mark is None else 0.02)
+                    # A tool that exits within a poll of its last mark: the marks
+                    # not seen yet are read now (a little late, the server idle).
+                    scan_marks(final=True)
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                scan_marks()
                 if time.monotonic() > deadline:
                     why = f"timed out after {timeout:.0f}s"
                 elif _current_server is not None and not _current_server.alive():
                     srv = _current_server
-                    why = (f"stopped: the server exited (code {srv.proc.returncode if srv.proc else None}); "
+                    state = (srv.describe() if hasattr(srv, "describe")
+                             else f"code {srv.proc.returncode if srv.proc else None}")
+                    why = (f"stopped: the server exited ({state}); "
                            f"server log tail: {_tail(srv.log_tail(1000), 500)}")
                 if why:
                     break
@@ -153,12 +198,13 @@ def _tail(text: str, n: int = 600) -> str:
     return text[-n:] if len(text) > n else text
 
 
-def brainload(sub: str, endpoint: str, args: list, timeout: float, log_dir: Path, tag: str) -> dict:
+def brainload(sub: str, endpoint: str, args: list, timeout: float, log_dir: Path, tag: str,
+              tls: TLSFiles | None = None, on_mark=None) -> dict:
     exe = tool_path("brainload")
     if exe is None:
         raise ToolError("brainload not built (run benchmarks/build.sh)")
-    cmd = [str(exe), sub, "--endpoints", endpoint, *map(str, args)]
-    rc, stdout, stderr = _run_tool(cmd, timeout, log_dir, tag)
+    cmd = [str(exe), sub, "--endpoints", endpoint, *map(str, args), *(tls.tool_flags() if tls else [])]
+    rc, stdout, stderr = _run_tool(cmd, timeout, log_dir, tag, on_mark=on_mark)
     result = None
     for line in reversed(stdout.strip().splitlines()):
         line = line.strip()
@@ -212,12 +258,12 @@ def parse_benchmark(text: str) -> dict:
 
 
 def etcd_benchmark(endpoint: str, clients: int, sub: list, total: int, timeout: float, log_dir: Path,
-                   tag: str) -> dict:
+                   tag: str, tls: TLSFiles | None = None) -> dict:
     exe = tool_path("benchmark")
     if exe is None:
         raise ToolError("benchmark not built")
     cmd = [str(exe), "--endpoints", endpoint, "--clients", str(clients), "--conns", str(conns_for(clients)),
-           *sub, "--total", str(total)]
+           *(tls.tool_flags() if tls else []), *sub, "--total", str(total)]
     rc, stdout, stderr = _run_tool(cmd, timeout, log_dir, tag)
     res = parse_benchmark(stdout)
     res["_cmd"] = " ".join(cmd[1:])
@@ -267,6 +313,9 @@ class Bench:
                  tmp_root: Path, keep: bool, readme: bool):
         self.s = settings
         self.flavors = flavors
+        # The clusters of the selected servers that have one (brain, etcd-3.6).
+        self.cluster_flavors = [c for c in all_cluster_flavors() if c.name in [f.name for f in flavors]]
+        self._tls: TLSFiles | None = None
         self.groups = groups
         self.out_dir = out_dir
         self.root = tmp_root
@@ -312,6 +361,15 @@ class Bench:
             tools[name] = _go_module_version(p) if p else None
         etcdctl = self._etcdctl()
         tools["etcdctl (check perf)"] = _first_line_of([etcdctl, "version"]) if etcdctl else None
+        clusters_meta = {}
+        if any(g.startswith("cluster") for g in self.groups):
+            for c in self.cluster_flavors:
+                ok, why = c.available()
+                clusters_meta[c.name] = {"available": ok, "reason": why, "version": c.version() if ok else None,
+                                         "flags": c.flags_note(), "measured_process": c.process_note,
+                                         "size": self.s.cluster_size}
+            path, why = clusters._binary(_clustercheck_binary)
+            tools["clustercheck"] = _go_module_version(Path(path)) if path else f"missing: {why}"
         return {
             "settings": dataclasses.asdict(self.s),
             "groups": self.groups,
@@ -326,6 +384,22 @@ class Bench:
                              "and kill -9 (brain: its journal holds the tail, below the first checkpoint "
                              "threshold; etcd and kine: whatever their WAL holds)"),
             "brain_checkpoint_thresholds": _brain_checkpoint_thresholds(),
+            "clusters": clusters_meta,
+            "mtls_rule": ("mtls- workloads: every server on https:// with client-certificate auth (etcd and brain: "
+                          "--cert-file --key-file --trusted-ca-file --client-cert-auth; kine: --server-cert-file "
+                          "--server-key-file --trusted-ca-file, which makes it require a client certificate), "
+                          "a CA and certificates made for the run; the load generators present a client "
+                          "certificate of that CA"),
+            "cluster_rule": ("cluster- workloads: a 3-replica brain (`brain serve --journal-url`) on 3 nats-servers "
+                             "with `jetstream { sync_interval: always }` against 3 etcd 3.6 members, every process "
+                             "on this machine; the load generators get every member's endpoint; server CPU is "
+                             "that of every process of the cluster (brain: 3 brains + 3 nats-servers)"),
+            "failover_rule": ("cluster-failover: clustercheck's open-loop writer over every endpoint "
+                              f"({self.s.failover_rate:g} writes/s asked, 16 connections) while the leader is "
+                              "killed with SIGKILL (brain: also the NATS stream leader's nats-server), restarted, "
+                              "and the next kill waits until every member serves; a kill's write pause is the "
+                              "longest gap between acknowledged writes that begins within 3 s of it; afterwards "
+                              "clustercheck verify reads every acknowledged write back at its revision"),
         }
 
     def elapsed(self) -> str:
@@ -351,6 +425,8 @@ class Bench:
                mem: dict | None = None, extra: dict | None = None) -> dict:
         result = dict(result or {})
         cmd = result.pop("_cmd", None)
+        if cmd:  # the run's temporary paths (certificates) are this machine's, not the result's
+            cmd = cmd.replace(str(self.root), "<tmp-root>")
         if cpu_s is not None and cpu_s != cpu_s:  # NaN: the server was gone
             cpu_s = None
         err = error or result.pop("_error", None)
@@ -378,7 +454,24 @@ class Bench:
             "txn-put": [f"txn-put-c{c}" for c in s.txn_clients],
             "list": ["list", "count"],
             "watch": ["watch", "watch-shared"],
+            "mtls-put": [f"mtls-put-c{c}" for c in s.mtls_clients],
+            "mtls-range": [f"mtls-range-l-c{c}" for c in s.mtls_clients],
+            "mtls-txn-put": [f"mtls-txn-put-c{c}" for c in s.mtls_clients],
+            "mtls-watch": ["mtls-watch", "mtls-watch-shared"],
+            "cluster-load": [f"cluster-{w}-c{c}" for w in ("put", "txn-put", "range-l") for c in s.cluster_clients]
+            + ["cluster-watch", "cluster-watch-shared"],
         }.get(group, [group])
+
+    def flavors_of(self, group: str) -> list:
+        """The servers a group runs on: clusters for the cluster groups."""
+        return self.cluster_flavors if group.startswith("cluster") else self.flavors
+
+    @property
+    def tls(self) -> TLSFiles:
+        """The run's CA and certificates (made on first use)."""
+        if self._tls is None:
+            self._tls = make_tls(self.root / "pki")
+        return self._tls
 
     # -- server handling -----------------------------------------------------
     def server(self, flavor: Flavor, tag: str, opts: StartOptions | None = None) -> Server:
@@ -421,11 +514,18 @@ class Bench:
             if info["selected"] and not info["available"]:
                 self.say(f"skipping {name}: {info['reason']}")
         self.flavors = [f for f in self.flavors if self.meta["servers"][f.name]["available"]]
+        for name, info in self.meta.get("clusters", {}).items():
+            if not info["available"]:
+                self.say(f"skipping the {name} cluster: {info['reason']}")
+                self.notes.append(f"{name} cluster skipped: {info['reason']}")
+        self.cluster_flavors = [c for c in self.cluster_flavors
+                                if self.meta.get("clusters", {}).get(c.name, {}).get("available")
+                                and self.meta["servers"][c.name]["available"]]
         for gi, g in enumerate(self.groups, 1):
             rounds = 1 if g in ("restart", "check-perf") else s.rounds
             slow: dict[str, float] = {}
             for rnd in range(1, rounds + 1):
-                for f in self.round_order(gi, rnd):
+                for f in self.round_order(gi, rnd, self.flavors_of(g)):
                     if f.name in slow:
                         continue
                     self.say(f"[group {gi}/{len(self.groups)}] {g} round {rnd}/{rounds}: {f.name}")
@@ -441,7 +541,8 @@ class Bench:
                                 self.record(f.name, w, rnd, error=f"harness error: {e!r}",
                                             extra={"traceback": traceback.format_exc()[-2000:]})
                     took = now_s() - t - self.untimed
-                    if rnd == 1 and rounds > 1 and took > s.slow_group:
+                    # A cluster's rounds are long by design (every workload on one start): always all.
+                    if rnd == 1 and rounds > 1 and took > s.slow_group and not g.startswith("cluster"):
                         slow[f.name] = took
                         note = (f"{f.name}: {g} ran once (its first round took {took:.0f} s, over the "
                                 f"{s.slow_group:.0f} s after which a server's group is not repeated)")
@@ -453,11 +554,12 @@ class Bench:
         self.say(f"done in {self.elapsed()}: {self.md_path}")
         return 0
 
-    def round_order(self, group_index: int, rnd: int) -> list[Flavor]:
+    def round_order(self, group_index: int, rnd: int, flavors: list | None = None) -> list:
         """The servers of one round, rotated by one place per round and per group
         (A B C D, B C D A, ...), so no server always runs first or last."""
-        k = (group_index - 1 + rnd - 1) % len(self.flavors) if self.flavors else 0
-        return self.flavors[k:] + self.flavors[:k]
+        flavors = self.flavors if flavors is None else flavors
+        k = (group_index - 1 + rnd - 1) % len(flavors) if flavors else 0
+        return flavors[k:] + flavors[:k]
 
     def _with_server(self, f: Flavor, rnd: int, tag: str, workloads: list[str], body,
                      opts: StartOptions | None = None, template: Path | None = None) -> None:
@@ -479,11 +581,35 @@ class Bench:
         finally:
             self.finish(srv)
 
+    def _with_cluster(self, cf: ClusterFlavor, rnd: int, tag: str, workloads: list[str], body) -> None:
+        """Start a fresh cluster, run body(target), stop it (and remove its data unless --keep).
+        A start failure is recorded against every workload of the group."""
+        global _current_server
+        _current_server = None
+        root = self.root / f"{cf.name}-{tag}-r{rnd}"
+        t = now_s()
+        try:
+            target = cf.start(root, self.s.cluster_size, lifetime=3600.0)
+        except ServerError as e:
+            for w in workloads:
+                self.record(cf.name, w, rnd, error=f"cluster did not start: {e}"[:2000])
+            return
+        self.say(f"  {cf.name} cluster up in {now_s() - t:.1f} s: {target.endpoint}")
+        _current_server = target
+        try:
+            body(target)
+        finally:
+            _current_server = None
+            target.stop()
+            if not self.keep:
+                shutil.rmtree(root, ignore_errors=True)
+
     # -- groups -----------------------------------------------------------------
     def _bench_or_load(self, srv: Server, workload: str, rnd: int, clients: int, kind: str) -> None:
         """put / range-l / range-s with etcd's benchmark (calibrated to ~duration) or brainload."""
         s, name = self.s, srv.flavor.name
         logs = srv.root / "tools"
+        ep, tls = _tool_endpoint(srv), srv.opts.tls
         if not self.use_benchmark:
             args = ["--clients", clients, "--conns", conns_for(clients), "--duration", f"{s.duration}s",
                     "--val-size", s.val_size]
@@ -497,7 +623,7 @@ class Bench:
                 sub = "range"
             try:
                 res, cpu, mem = self.measured(srv, lambda: brainload(
-                    sub, srv.endpoint, args, s.duration + 120, logs, workload))
+                    sub, ep, args, s.duration + 120, logs, workload, tls=tls))
                 self.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
             except ToolError as e:
                 self.record(name, workload, rnd, error=str(e), tool="brainload")
@@ -509,52 +635,76 @@ class Bench:
         try:
             # Calibration (and warm-up): a short pass sizes --total for ~duration seconds.
             probe_total = max(200, clients * s.probe_per_client)
-            probe = etcd_benchmark(srv.endpoint, clients, sub, probe_total, 120, logs, workload + "-probe")
+            probe = etcd_benchmark(ep, clients, sub, probe_total, 120, logs, workload + "-probe", tls=tls)
             if probe.get("_error"):
                 self.record(name, workload, rnd, probe, tool="benchmark")
                 return
             total = int(max(clients * 10, min(probe["ops_per_s"] * s.duration, 5_000_000)))
             res, cpu, mem = self.measured(srv, lambda: etcd_benchmark(
-                srv.endpoint, clients, sub, total, s.duration * 10 + 120, logs, workload))
+                ep, clients, sub, total, s.duration * 10 + 120, logs, workload, tls=tls))
             res["probe_ops_per_s"] = probe["ops_per_s"]
             self.record(name, workload, rnd, res, tool="benchmark", cpu_s=cpu, mem=mem)
         except ToolError as e:
             self.record(name, workload, rnd, error=str(e), tool="benchmark")
 
-    def group_put(self, f: Flavor, rnd: int) -> None:
-        wl = [f"put-c{c}" for c in self.s.put_clients]
+    def _mtls(self) -> StartOptions:
+        return StartOptions(tls=self.tls)
 
-        def body(srv):
-            for c, w in zip(self.s.put_clients, wl):
-                self._bench_or_load(srv, w, rnd, c, "put")
-        self._with_server(f, rnd, "put", wl, body)
+    # put -------------------------------------------------------------------
+    def _put_on(self, srv, rnd: int, mode: str, clients) -> None:
+        for c in clients:
+            self._bench_or_load(srv, f"{mode}put-c{c}", rnd, c, "put")
+
+    def group_put(self, f: Flavor, rnd: int) -> None:
+        clients = self.s.put_clients
+        self._with_server(f, rnd, "put", self.workloads_of("put"), lambda srv: self._put_on(srv, rnd, "", clients))
+
+    def group_mtls_put(self, f: Flavor, rnd: int) -> None:
+        clients = self.s.mtls_clients
+        self._with_server(f, rnd, "mtls-put", self.workloads_of("mtls-put"),
+                          lambda srv: self._put_on(srv, rnd, "mtls-", clients), self._mtls())
+
+    # range -----------------------------------------------------------------
+    def _range_on(self, srv, rnd: int, mode: str, kinds: str, clients) -> None:
+        put_key(_probe_endpoint(srv), RANGE_KEY.encode(), b"v" * self.s.val_size, tls=srv.opts.tls)
+        for k in kinds:
+            for c in clients:
+                self._bench_or_load(srv, f"{mode}range-{k}-c{c}", rnd, c, f"range-{k}")
 
     def group_range(self, f: Flavor, rnd: int) -> None:
-        combos = [(k, c) for k in "ls" for c in self.s.range_clients]
-        wl = self.workloads_of("range")
+        clients = self.s.range_clients
+        self._with_server(f, rnd, "range", self.workloads_of("range"),
+                          lambda srv: self._range_on(srv, rnd, "", "ls", clients))
 
-        def body(srv):
-            put_key(srv.endpoint, RANGE_KEY.encode(), b"v" * self.s.val_size)
-            for (k, c), w in zip(combos, wl):
-                self._bench_or_load(srv, w, rnd, c, f"range-{k}")
-        self._with_server(f, rnd, "range", wl, body)
+    def group_mtls_range(self, f: Flavor, rnd: int) -> None:
+        clients = self.s.mtls_clients
+        self._with_server(f, rnd, "mtls-range", self.workloads_of("mtls-range"),
+                          lambda srv: self._range_on(srv, rnd, "mtls-", "l", clients), self._mtls())
+
+    # txn-put ---------------------------------------------------------------
+    def _txn_put_on(self, srv, rnd: int, mode: str, clients) -> None:
+        s = self.s
+        for c in clients:
+            self._load(srv, f"{mode}txn-put-c{c}", rnd, "txn-put", [
+                "--clients", c, "--conns", conns_for(c), "--duration", f"{s.duration}s",
+                "--prefix", f"/bench/txn/c{c}/", "--keys", min(s.keyspace, 10_000), "--val-size", s.val_size,
+            ], timeout=s.duration + 300)
 
     def group_txn_put(self, f: Flavor, rnd: int) -> None:
-        s = self.s
-        wl = [f"txn-put-c{c}" for c in s.txn_clients]
+        clients = self.s.txn_clients
+        self._with_server(f, rnd, "txn-put", self.workloads_of("txn-put"),
+                          lambda srv: self._txn_put_on(srv, rnd, "", clients))
 
-        def body(srv):
-            for c, w in zip(s.txn_clients, wl):
-                self._load(srv, w, rnd, "txn-put", [
-                    "--clients", c, "--conns", conns_for(c), "--duration", f"{s.duration}s",
-                    "--prefix", f"/bench/txn/c{c}/", "--keys", min(s.keyspace, 10_000), "--val-size", s.val_size,
-                ], timeout=s.duration + 300)
-        self._with_server(f, rnd, "txn-put", wl, body)
+    def group_mtls_txn_put(self, f: Flavor, rnd: int) -> None:
+        clients = self.s.mtls_clients
+        self._with_server(f, rnd, "mtls-txn-put", self.workloads_of("mtls-txn-put"),
+                          lambda srv: self._txn_put_on(srv, rnd, "mtls-", clients), self._mtls())
 
     def _load(self, srv: Server, workload: str, rnd: int, sub: str, args: list, timeout: float) -> dict | None:
+        ep, tls = _tool_endpoint(srv), srv.opts.tls
         try:
-            res, cpu, mem = self.measured(srv, lambda: brainload(sub, srv.endpoint, args, timeout,
-                                                                  srv.root / "tools", workload))
+            res, cpu, mem = self.measured(srv, lambda: brainload(sub, ep, args, timeout,
+                                                                  srv.root / "tools", workload, tls=tls))
             return self.record(srv.flavor.name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
         except ToolError as e:
             return self.record(srv.flavor.name, workload, rnd, error=str(e), tool="brainload")
@@ -608,19 +758,91 @@ class Bench:
             self._load(srv, "count", rnd, "count", [*common, "--expect", s.list_keys], timeout=s.duration + 600)
         self._with_server(f, rnd, "list", wl, body, template=tpl)
 
-    def group_watch(self, f: Flavor, rnd: int) -> None:
+    # watch -----------------------------------------------------------------
+    def _watch_on(self, srv, rnd: int, mode: str) -> None:
         """Fan-out: W watchers on one prefix, E puts as fast as they go (rate 0).  Twice: one gRPC
         stream per watcher, then clientv3's default (watchers on one connection share a stream)."""
         s = self.s
         common = ["--watchers", s.watch_watchers, "--events", s.watch_events, "--writers", s.watch_writers,
                   "--rate", 0, "--val-size", s.val_size, "--conns", conns_for(s.watch_watchers),
                   "--timeout", f"{s.watch_timeout}s"]
+        self._load(srv, f"{mode}watch", rnd, "watch", [*common, "--prefix", "/bench/watch/"], timeout=400)
+        self._load(srv, f"{mode}watch-shared", rnd, "watch", [*common, "--prefix", "/bench/watch-shared/",
+                                                              "--share-streams"], timeout=400)
 
-        def body(srv):
-            self._load(srv, "watch", rnd, "watch", [*common, "--prefix", "/bench/watch/"], timeout=400)
-            self._load(srv, "watch-shared", rnd, "watch", [*common, "--prefix", "/bench/watch-shared/",
-                                                            "--share-streams"], timeout=400)
-        self._with_server(f, rnd, "watch", ["watch", "watch-shared"], body)
+    def group_watch(self, f: Flavor, rnd: int) -> None:
+        self._with_server(f, rnd, "watch", self.workloads_of("watch"), lambda srv: self._watch_on(srv, rnd, ""))
+
+    def group_mtls_watch(self, f: Flavor, rnd: int) -> None:
+        self._with_server(f, rnd, "mtls-watch", self.workloads_of("mtls-watch"),
+                          lambda srv: self._watch_on(srv, rnd, "mtls-"), self._mtls())
+
+    # keepalive ---------------------------------------------------------------
+    def _keepalive_on(self, srv, rnd: int, workload: str) -> None:
+        """N leases kept alive through one LeaseKeepAlive stream; the server's CPU is read at the
+        edges of brainload's timed phase (its phase marks), not over the grants before it."""
+        s = self.s
+        name = srv.flavor.name
+        marks: dict[str, float] = {}
+
+        def on_mark(mark: str) -> None:
+            marks[mark] = srv.cpu_seconds()
+
+        args = ["--leases", s.keepalive_leases, "--ttl", s.keepalive_ttl, "--window", s.keepalive_window,
+                "--duration", f"{s.keepalive_duration}s", "--clients", 64, "--conns", 8, "--prefix", "/bench/",
+                "--val-size", s.val_size]
+        try:
+            res = brainload("keepalive", _tool_endpoint(srv), args, s.keepalive_duration + 600, srv.root / "tools",
+                            workload, tls=srv.opts.tls, on_mark=on_mark)
+        except ToolError as e:
+            self.record(name, workload, rnd, error=str(e), tool="brainload")
+            return
+        cpu = None
+        if "timed begin" in marks and "timed end" in marks:
+            cpu = marks["timed end"] - marks["timed begin"]
+        if not srv.alive():
+            res["_error"] = f"server exited during the run; log tail: {_tail(srv.log_tail(1500), 1200)}"
+        self.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=srv.memory() if srv.alive() else {})
+
+    def group_keepalive(self, f: Flavor, rnd: int) -> None:
+        self._with_server(f, rnd, "keepalive", ["keepalive"], lambda srv: self._keepalive_on(srv, rnd, "keepalive"))
+
+    def group_mtls_keepalive(self, f: Flavor, rnd: int) -> None:
+        self._with_server(f, rnd, "mtls-keepalive", ["mtls-keepalive"],
+                          lambda srv: self._keepalive_on(srv, rnd, "mtls-keepalive"), self._mtls())
+
+    # clusters ----------------------------------------------------------------
+    def group_cluster_load(self, cf: ClusterFlavor, rnd: int) -> None:
+        """On one cluster start: put, txn-put and linearizable range at each client count with every
+        endpoint given to the load generator, then watch fan-out (streams spread over the members)."""
+        clients = self.s.cluster_clients
+
+        def body(target):
+            self._put_on(target, rnd, "cluster-", clients)
+            self._txn_put_on(target, rnd, "cluster-", clients)
+            self._range_on(target, rnd, "cluster-", "l", clients)
+            self._watch_on(target, rnd, "cluster-")
+        self._with_cluster(cf, rnd, "cluster-load", self.workloads_of("cluster-load"), body)
+
+    def group_cluster_failover(self, cf: ClusterFlavor, rnd: int) -> None:
+        """kill -9 of the leader (and of the NATS stream leader under brain) under a writer; every
+        acknowledged write is read back afterwards."""
+        s = self.s
+        plan = clusters.FailoverPlan(leader_kills=s.failover_leader_kills,
+                                     nats_kills=s.failover_nats_kills if cf.name == "brain" else 0,
+                                     rate=s.failover_rate, warmup=s.failover_warmup, settle=s.failover_settle)
+
+        def body(target):
+            res = clusters.failover(target, plan, target.root / "tools", f"r{rnd}", say=self.say)
+            error = None
+            if res.get("lost") or res.get("writer_violations") or res.get("verify_violations"):
+                error = (f"{res.get('lost')} acknowledged writes lost, {res.get('writer_violations')} writer and "
+                         f"{res.get('verify_violations')} verify violations: "
+                         f"{res.get('verify_problems') or res.get('writer_revision_problems')}")
+            elif res.get("skipped_kills"):
+                error = f"kills skipped, the writer's time ran out: {res['skipped_kills']}"
+            self.record(cf.name, "cluster-failover", rnd, res, tool="clustercheck write + verify", error=error)
+        self._with_cluster(cf, rnd, "cluster-failover", ["cluster-failover"], body)
 
     def group_lease(self, f: Flavor, rnd: int) -> None:
         s = self.s
@@ -793,19 +1015,41 @@ RANGE_KEY = "/bench/range/key"
 LIST_PREFIX = "/bench/list/"
 
 
-def _stub(endpoint: str):
+def _tool_endpoint(srv) -> str:
+    """What the load tools get: https://host:port under TLS, else host:port (a cluster: every member)."""
+    return srv.url if srv.opts.tls else srv.endpoint
+
+
+def _probe_endpoint(srv) -> str:
+    """One endpoint for the harness's own calls (a cluster's first member)."""
+    return getattr(srv, "probe_endpoint", srv.endpoint)
+
+
+def _clustercheck_binary() -> str:
+    from tests.support.binaries import clustercheck_binary
+
+    return clustercheck_binary()
+
+
+def _stub(endpoint: str, tls: TLSFiles | None = None):
     import grpc
 
     from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 
-    ch = grpc.insecure_channel(endpoint, options=[("grpc.max_receive_message_length", 64 << 20)])
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    if tls is None:
+        ch = grpc.insecure_channel(endpoint, options=options)
+    else:
+        creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.client_key.read_bytes(),
+                                             tls.client_cert.read_bytes())
+        ch = grpc.secure_channel(endpoint, creds, options=options)
     return ch, rpc_pb2_grpc.KVStub(ch)
 
 
-def put_key(endpoint: str, key: bytes, value: bytes) -> None:
+def put_key(endpoint: str, key: bytes, value: bytes, tls: TLSFiles | None = None) -> None:
     from brain.api.pb.etcdserverpb import rpc_pb2
 
-    ch, kv = _stub(endpoint)
+    ch, kv = _stub(endpoint, tls)
     try:
         kv.Put(rpc_pb2.PutRequest(key=key, value=value), timeout=30)
     finally:
@@ -930,7 +1174,15 @@ def machine_facts(tmp_root: Path) -> dict:
 # CLI
 # ---------------------------------------------------------------------------
 
-GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "k8s-mix", "check-perf", "restart"]
+GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "keepalive", "k8s-mix", "check-perf", "restart",
+          "mtls-put", "mtls-range", "mtls-txn-put", "mtls-watch", "mtls-keepalive",
+          "cluster-load", "cluster-failover"]
+# --groups also takes these names for several groups at once.
+GROUP_SETS = {
+    "plain": [g for g in GROUPS if not g.startswith(("mtls-", "cluster-"))],
+    "mtls": [g for g in GROUPS if g.startswith("mtls-")],
+    "cluster": [g for g in GROUPS if g.startswith("cluster-")],
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -938,7 +1190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="every workload briefly, one round (CI)")
     ap.add_argument("--servers", default="etcd-3.4,etcd-3.6,kine,brain",
                     help="comma-separated subset of etcd-3.4,etcd-3.6,kine,brain")
-    ap.add_argument("--groups", help="comma-separated subset of " + ",".join(GROUPS) + " (default: all)")
+    ap.add_argument("--groups", help="comma-separated subset of " + ",".join(GROUPS) + ", or of the sets "
+                    + ", ".join(f"{k} ({' '.join(v)})" for k, v in GROUP_SETS.items()) + " (default: all)")
     ap.add_argument("--rounds", type=int, help="alternating rounds per workload (full: 3, smoke: 1)")
     ap.add_argument("--duration", type=float, help="seconds per timed phase (full: 5, smoke: 1)")
     ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results; smoke: a temp dir)")
@@ -957,13 +1210,20 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [x.strip() for x in a.servers.split(",") if x.strip()]
     known = {f.name: f for f in all_flavors()}
     bad = [w for w in wanted if w not in known]
-    groups = [g.strip() for g in (a.groups or ",".join(GROUPS)).split(",") if g.strip()]
+    groups = []
+    for g in (x.strip() for x in (a.groups or ",".join(GROUPS)).split(",")):
+        for one in GROUP_SETS.get(g, [g] if g else []):
+            if one not in groups:
+                groups.append(one)
+    groups = [g for g in GROUPS if g in groups] + [g for g in groups if g not in GROUPS]
     bad += [g for g in groups if g not in GROUPS]
     if bad:
         ap.error(f"unknown server or group: {', '.join(bad)}")
     if a.groups is None and not settings.check_perf:
         groups.remove("check-perf")  # the smoke leaves it out unless asked for by name
     tmp_root = make_root(a.tmp_root)
+    if a.keep:
+        os.environ["KEEP_TEST_DIRS"] = "1"  # the cluster helpers keep their directories too
     default_out = REPO_ROOT / "benchmarks" / "results"
     out = a.out or (default_out if not a.smoke else tmp_root / "results")
     readme = a.readme if a.readme is not None else (not a.smoke and out.resolve() == default_out.resolve())

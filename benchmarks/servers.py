@@ -134,6 +134,19 @@ class TLSFiles:
         """For etcd's benchmark, etcdctl and brainload alike."""
         return ["--cacert", str(self.ca), "--cert", str(self.client_cert), "--key", str(self.client_key)]
 
+    def kine_flags(self) -> list[str]:
+        """kine's names for the same (a --trusted-ca-file makes it require a client certificate)."""
+        return ["--server-cert-file", str(self.server_cert), "--server-key-file", str(self.server_key),
+                "--trusted-ca-file", str(self.ca)]
+
+
+def make_tls(directory: Path) -> TLSFiles:
+    """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate signed by it."""
+    from tests.support.tls import make_test_pki
+
+    pki = make_test_pki(directory)
+    return TLSFiles(pki.ca.cert, pki.server.cert, pki.server.key, pki.client.cert, pki.client.key)
+
 
 @dataclass
 class StartOptions:
@@ -273,6 +286,8 @@ class Kine(Flavor):
         # kine serves metrics on :8080 by default; keep it on loopback on a free port.
         if "--metrics-bind-address" in self._help():
             cmd += ["--metrics-bind-address", f"127.0.0.1:{peer_port}"]
+        if opts.tls:
+            cmd += opts.tls.kine_flags()
         return cmd
 
     def flags_note(self):

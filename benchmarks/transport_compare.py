@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.servers import Brain, Etcd, Server, StartOptions, TLSFiles, tool_path
+from benchmarks.servers import Brain, Etcd, Server, StartOptions, make_tls, tool_path
 
 WORKLOADS = ["put", "txn-put", "range-l", "watch", "watch-shared"]
 
@@ -42,13 +42,6 @@ class BrainGrpcio(Brain):
 
     def command(self, data_dir, port, peer_port, opts):
         return [*super().command(data_dir, port, peer_port, opts), "--grpc-front", "grpcio"]
-
-
-def make_tls(directory: Path) -> TLSFiles:
-    from tests.support.tls import make_test_pki
-
-    pki = make_test_pki(directory)
-    return TLSFiles(pki.ca.cert, pki.server.cert, pki.server.key, pki.client.cert, pki.client.key)
 
 
 def args_for(workload: str, duration: float) -> list[str]:

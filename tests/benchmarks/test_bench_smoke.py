@@ -1,10 +1,15 @@
 """``make bench-smoke`` as a test: every benchmark workload for about a second
-on etcd 3.4, etcd 3.6, kine and brain, through the real harness.
+on etcd 3.4, etcd 3.6, kine and brain (plaintext and mutual TLS), and on a
+3-replica brain cluster against a 3-member etcd 3.6 cluster (load and a
+leader kill each), through the real harness.
 
 The Go binaries come from ``benchmarks/build.sh`` (cached in .cache/bench;
 the first build takes a few minutes, later runs under a second).  Skipped
 when Go is missing and nothing is built yet (a failure under $CI instead).
 ``$BRAIN_BENCH_BIN`` points at prebuilt binaries and skips the build.
+nats-server and clustercheck come from tests/cluster/build.sh (the harness
+builds them on first use; ``$NATS_SERVER_BIN``/``$CLUSTERCHECK_BIN`` point
+at prebuilt ones).
 """
 
 from __future__ import annotations
@@ -61,18 +66,28 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     for name in ("etcd-3.4", "etcd-3.6", "kine", "brain"):
         assert meta["servers"][name]["available"], f"{name}: {meta['servers'][name]['reason']}"
 
-    expected = {w for w, meta in report.WORKLOADS.items() if w != "check-perf" and not meta.source}
+    for name in ("etcd-3.6", "brain"):
+        assert meta["clusters"][name]["available"], f"{name} cluster: {meta['clusters'][name]['reason']}"
+
+    every = {w for w, meta in report.WORKLOADS.items() if w != "check-perf" and not meta.source}
+    clustered = {w for w in every if report.mode_of(w) == "cluster"}
     seen: dict[str, dict[str, dict]] = {}
     for run in data["runs"]:
         seen.setdefault(run["server"], {})[run["workload"]] = run
     for server in ("etcd-3.4", "etcd-3.6", "kine", "brain"):
+        # Clusters: brain's against etcd 3.6's only.
+        expected = every if server in ("etcd-3.6", "brain") else every - clustered
         missing = expected - set(seen.get(server, {}))
         assert not missing, f"{server}: no record for {sorted(missing)}"
-    for w in sorted(expected):
+    for w in sorted(every):
         run = seen["brain"][w]
         assert run["ok"], f"brain {w}: {run['error']}"
         assert (run["result"].get("ops") or 0) > 0, f"brain {w}: no operations"
-        assert run["cpu_s"] is not None and run["cpu_s"] >= 0, f"brain {w}: no CPU reading"
+        if w != "cluster-failover":  # kills and a verify: no CPU per operation
+            assert run["cpu_s"] is not None and run["cpu_s"] >= 0, f"brain {w}: no CPU reading"
+    for server in ("etcd-3.6", "brain"):
+        res = seen[server]["cluster-failover"]["result"]
+        assert res["kills"] and res["lost"] == 0, f"{server} failover: {res}"
     # The references ran too (kine may reject some workloads; etcd must not).
     for server in ("etcd-3.4", "etcd-3.6"):
         failed = {w: run["error"] for w, run in seen[server].items() if not run["ok"]}
@@ -84,4 +99,6 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         import matplotlib  # noqa: F401
     except ImportError:
         return
-    assert len(list(tmp_path.glob("*.png"))) == 2
+    # put latency, and the workloads of each mode: plaintext, mutual TLS, clusters.
+    assert {p.name.split("-smoke-")[-1] for p in tmp_path.glob("*.png")} == {
+        "put-latency.png", "workloads.png", "mtls.png", "cluster.png"}

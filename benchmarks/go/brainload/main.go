@@ -45,6 +45,7 @@ var workloads = map[string]workload{
 	"watch":         {runWatch, "W watchers on the prefix, measure event delivery"},
 	"lease":         {runLease, "Grant + Put WithLease, then time the expiry"},
 	"k8s-mix":       {runK8sMix, "node lease renewals plus pod status updates on a schedule"},
+	"keepalive":     {runKeepAlive, "keep --leases leases alive through one LeaseKeepAlive stream"},
 	"restart-probe": {runRestartProbe, "time until a linearizable Get succeeds"},
 }
 

@@ -1,0 +1,396 @@
+"""The clusters under benchmark: a 3-replica brain on a 3-node NATS JetStream
+cluster against a 3-member etcd 3.6 cluster, on the same machine.
+
+    flavor = BrainClusterFlavor()            # or EtcdClusterFlavor()
+    target = flavor.start(root / "brain-cluster-r1", size=3)
+    target.endpoint                          # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
+    target.cpu_seconds()                     # every process of the cluster
+    failover(target, plan, log_dir)          # kill -9 of leaders under a writer
+    target.stop()
+
+brain: three ``nats-server`` with ``jetstream { sync_interval: always }``
+(fsync before a publish is acknowledged: as durable as a single brain's
+fdatasync) and three ``brain serve --journal-url`` replicas, each on
+``brain serve``'s own defaults otherwise.  etcd: three members of the etcd
+3.6 that benchmarks/build.sh builds, on their defaults.  The processes are
+started by the cluster tests' own helpers (tests/support: brain_cluster,
+nats_cluster, etcd_cluster), with their data on the benchmark's temporary
+root (a disk, not tmpfs: fsync must cost).
+
+A cluster's CPU time and memory are those of all its processes: the three
+brains and the three nats-servers; the three etcds.  A target quacks like
+``benchmarks.servers.Server`` where the harness needs it (endpoint, alive,
+cpu_seconds, memory, log_tail, stop), so the single-server workloads run on
+it unchanged, with every endpoint given to the load generator.
+
+``failover`` drives clustercheck (tests/cluster/go, built by
+tests/cluster/build.sh): an open-loop writer over every endpoint records
+each acknowledged write with its revision while the leader (etcd's, brain's,
+and for brain the NATS stream leader's nats-server) is killed with SIGKILL
+and restarted; the write pause of each kill is the longest gap between
+acknowledged writes around it, and afterwards ``clustercheck verify`` reads
+every acknowledged write back at its revision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.servers import ServerError, StartOptions, cpu_seconds, memory_kb, tool_path
+
+JOURNAL_STREAM = "{name}_journal"  # brain's journal stream in NATS (docs/cluster.md)
+
+
+@contextlib.contextmanager
+def _data_under(root: Path):
+    """The tests' server groups make their directories under $TEST_TMPDIR
+    (default /dev/shm): point it at the benchmark's root while they do."""
+    old = os.environ.get("TEST_TMPDIR")
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ["TEST_TMPDIR"] = str(root)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TEST_TMPDIR", None)
+        else:
+            os.environ["TEST_TMPDIR"] = old
+
+
+def _binary(getter) -> tuple[str | None, str]:
+    """(path, "") from a tests.support.binaries getter, or (None, why not)."""
+    from tests.support.binaries import ToolMissing
+
+    try:
+        return getter(), ""
+    except ToolMissing as e:
+        return None, " ".join(str(e).split())[:300]
+
+
+class ClusterFlavor:
+    """How to run one kind of cluster; ``name`` is the server it is compared as."""
+
+    name = "cluster"
+    process_note = ""
+
+    def available(self) -> tuple[bool, str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def version(self) -> str:
+        return "?"
+
+    def flags_note(self) -> str:
+        return ""
+
+    def start(self, root: Path, size: int, lifetime: float) -> "ClusterTarget":  # pragma: no cover
+        raise NotImplementedError
+
+
+class EtcdClusterFlavor(ClusterFlavor):
+    name = "etcd-3.6"
+    process_note = "the 3 etcd processes"
+
+    def binary(self) -> str | None:
+        p = tool_path("etcd-3.6")
+        return str(p) if p else None
+
+    def available(self):
+        return (True, "") if self.binary() else (False, "etcd-3.6 not built (run benchmarks/build.sh)")
+
+    def version(self):
+        from benchmarks.servers import _first_line
+
+        return _first_line([self.binary(), "--version"])
+
+    def flags_note(self):
+        return "3 members on loopback, defaults"
+
+    def start(self, root, size, lifetime):
+        from tests.support.etcd_cluster import EtcdCluster
+
+        with _data_under(root):
+            group = EtcdCluster(size, binary=self.binary(), lifetime=lifetime, ready_timeout=120.0)
+        _start(group)
+        return ClusterTarget(self, root, group)
+
+
+class BrainClusterFlavor(ClusterFlavor):
+    name = "brain"
+    process_note = "the 3 brain processes and the 3 nats-servers"
+
+    def available(self):
+        from tests.support.binaries import nats_server_binary
+
+        path, why = _binary(nats_server_binary)
+        return (True, "") if path else (False, f"nats-server: {why}")
+
+    def nats_binary(self) -> str:
+        from tests.support.binaries import nats_server_binary
+
+        return nats_server_binary()
+
+    def version(self):
+        from benchmarks.servers import Brain, _first_line
+
+        nats = _first_line([self.nats_binary(), "--version"]).replace("nats-server:", "").strip()
+        return f"{Brain().version()}; nats-server {nats}"
+
+    def flags_note(self):
+        return ("3 `brain serve --journal-url` replicas (otherwise defaults) on 3 nats-servers, "
+                "`jetstream { sync_interval: always }`, stream R3")
+
+    def start(self, root, size, lifetime):
+        from tests.support.nats_cluster import NatsCluster
+
+        with _data_under(root):
+            nats = NatsCluster(size, sync_always=True, binary=self.nats_binary(), lifetime=lifetime,
+                               ready_timeout=60.0)
+        _start(nats)
+        try:
+            with _data_under(root):
+                group = _BenchBrainCluster(size, nats, lifetime=lifetime, ready_timeout=120.0)
+            _start(group)
+        except BaseException:
+            nats.cleanup()
+            raise
+        return ClusterTarget(self, root, group, nats)
+
+
+def _start(group) -> None:
+    """Start a server group; a member that does not come up is a ServerError."""
+    from tests.support.servers import ServerStartError
+
+    try:
+        group.start()
+    except ServerStartError as e:
+        raise ServerError(str(e)[-3000:]) from None
+
+
+def _bench_brain_cluster_class():
+    """BrainCluster whose replicas keep ``brain serve``'s default shard layout,
+    as the single brain under benchmark does (the tests' helper pins its own)."""
+    from tests.support.brain_cluster import BrainCluster, BrainReplica
+
+    class BenchReplica(BrainReplica):
+        def _command(self) -> list[str]:
+            cmd = super()._command()
+            for flag in ("--shards", "--shard-boundaries"):
+                while flag in cmd:
+                    i = cmd.index(flag)
+                    del cmd[i:i + 2]
+            return cmd
+
+    class BenchBrainCluster(BrainCluster):
+        def __init__(self, size, nats, **kw):
+            super().__init__(size, nats, **kw)
+            made = self.members
+            for m in made:  # not started yet: only their directories exist
+                shutil.rmtree(m.root, ignore_errors=True)
+            self.members = [BenchReplica(self, m.name, ready_timeout=m.ready_timeout) for m in made]
+
+    return BenchBrainCluster
+
+
+def _BenchBrainCluster(size, nats, **kw):
+    return _bench_brain_cluster_class()(size, nats, **kw)
+
+
+@dataclass
+class ClusterTarget:
+    """A started cluster, shaped like ``benchmarks.servers.Server`` for the harness."""
+
+    flavor: ClusterFlavor
+    root: Path
+    group: object                # tests.support EtcdCluster or BrainCluster
+    nats: object | None = None   # the NatsCluster under a brain cluster
+    opts: StartOptions = field(default_factory=StartOptions)
+    proc = None
+
+    @property
+    def endpoint(self) -> str:
+        """Every member, comma-separated: what the load generators get."""
+        return self.group.endpoints
+
+    @property
+    def url(self) -> str:
+        return self.endpoint
+
+    @property
+    def probe_endpoint(self) -> str:
+        """One member, for the harness's own gRPC calls."""
+        return self.group.members[0].endpoint
+
+    @property
+    def metrics_url(self) -> None:
+        return None
+
+    def processes(self) -> list:
+        members = list(self.group.members) + (list(self.nats.members) if self.nats else [])
+        return [m for m in members if m.running]
+
+    def alive(self) -> bool:
+        return all(m.running for m in self.group.members) and (
+            self.nats is None or all(m.running for m in self.nats.members))
+
+    def cpu_seconds(self) -> float:
+        """utime+stime of every process of the cluster (each is its own process group)."""
+        if not self.alive():
+            return float("nan")
+        return sum(cpu_seconds(m.proc.pid) for m in self.processes())
+
+    def memory(self) -> dict:
+        out: dict = {}
+        for m in self.processes():
+            for k, v in memory_kb(m.proc.pid).items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def log_tail(self, nbytes: int = 4000) -> str:
+        logs = self.group.logs(nbytes // 3)
+        if self.nats is not None:
+            logs += "\n" + self.nats.logs(nbytes // 3)
+        return logs
+
+    def start(self) -> float:
+        raise ServerError(f"{self.flavor.name} cluster: a member is down ({self.describe()}); "
+                          f"the harness does not restart clusters")
+
+    def kill(self) -> None:
+        self.stop()
+
+    def stop(self, grace: float = 10.0) -> float:
+        t = time.monotonic()
+        self.group.cleanup()
+        if self.nats is not None:
+            self.nats.cleanup()
+        return time.monotonic() - t
+
+    def remove(self) -> None:
+        self.stop()
+
+    def describe(self) -> str:
+        bits = [f"{m.name} {'up' if m.running else 'down'}" for m in self.group.members]
+        if self.nats is not None:
+            bits += [f"nats {m.name} {'up' if m.running else 'down'}" for m in self.nats.members]
+        return ", ".join(bits)
+
+    def pids(self) -> dict[str, int]:
+        return {m.name: m.proc.pid for m in self.processes()}
+
+
+# ---------------------------------------------------------------------------
+# Failover under a writer
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailoverPlan:
+    leader_kills: int         # kill -9 of the leader (brain's or etcd's), then restart it
+    nats_kills: int           # brain only: kill -9 of the NATS stream leader's nats-server
+    rate: float = 300.0       # acknowledged-write rate asked of the open-loop writer (writes/s)
+    clients: int = 16
+    warmup: float = 3.0       # seconds of writes before the first kill
+    down: float = 1.5         # seconds a killed member stays down after a new leader is seen
+    settle: float = 2.5       # seconds after the restart before the next kill
+    window: float = 3.0       # a kill's pause is a gap that begins within this many seconds of it
+    pause_threshold: float = 0.1  # gaps above this are listed by the writer
+
+
+# Seconds one kill cycle takes at most, settle included (a new leader, the restart, every member
+# serving): a brain leader is replaced in ~2 s and restarts in a few; a NATS stream leader is
+# replaced after nats-server's Raft election timeout, a random 4-9 s.  Measured cycles: ~9.5 s and
+# ~13 s with a 1 s settle.
+CYCLE_ESTIMATE = {"leader": 12.0, "nats": 18.0}
+
+
+def writer_seconds(plan: FailoverPlan, nats: bool) -> float:
+    """How long the writer runs: the warm-up, every kill cycle, and a tail."""
+    return (plan.warmup + plan.leader_kills * CYCLE_ESTIMATE["leader"]
+            + (plan.nats_kills * CYCLE_ESTIMATE["nats"] if nats else 0) + 5.0)
+
+
+def failover(target: ClusterTarget, plan: FailoverPlan, log_dir: Path, tag: str, say=print) -> dict:
+    """Kill the leaders under a clustercheck writer; return the run's result.
+
+    Every kill gets: what was killed, when, how long until a new leader was
+    seen, the write pause around it.  ``acked``, ``unknown`` (writes whose
+    outcome the client could not know), ``lost`` (acknowledged writes the
+    verify did not find at their revision) and ``violations`` (revisions that
+    went back or were given twice, reads that disagree) cover the run.  A
+    kill that no longer fits in the writer's time is skipped and listed."""
+    from tests.support import clustercheck
+    from tests.support.binaries import clustercheck_binary
+
+    binary = clustercheck_binary()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    record = log_dir / f"{tag}-acked.json"
+    group, nats = target.group, target.nats
+    duration = writer_seconds(plan, nats is not None)
+    prefix = f"/bench/failover/{tag}/"
+    kills: list[dict] = []
+    skipped: list[str] = []
+    writer = clustercheck.start("write", target.endpoint, binary=binary, duration=duration, rate=plan.rate,
+                                clients=plan.clients, record=record, pause_threshold=plan.pause_threshold,
+                                prefix=prefix)
+    with writer:
+        end = writer.started + duration
+        time.sleep(plan.warmup)
+        faults = ["leader"] * plan.leader_kills + (["nats"] * plan.nats_kills if nats is not None else [])
+        for fault in faults:
+            if time.time() + CYCLE_ESTIMATE[fault] > end - 2.0:
+                skipped.append(fault)
+                continue
+            t0 = time.time()
+            if fault == "leader":
+                lead, t_kill, t_new = group.kill_leader()
+                kill = {"fault": "leader", "member": lead.name, "t_unix": t_kill, "leader_after_s": t_new - t_kill}
+                time.sleep(plan.down)
+                group.restart(lead)
+            else:
+                stream = JOURNAL_STREAM.format(name=group.name)
+                node = nats.wait_stream_leader(stream, timeout=30)
+                t_kill = nats.kill9(node)
+                nats.wait_stream_leader(stream, exclude=node, timeout=60)
+                kill = {"fault": "nats", "member": node.name, "t_unix": t_kill,
+                        "leader_after_s": time.time() - t_kill}
+                time.sleep(plan.down)
+                nats.restart(node)
+            group.wait_serving(timeout=60)
+            kill["cycle_s"] = round(time.time() - t0, 2)
+            kills.append(kill)
+            say(f"    kill -9 {'NATS stream leader' if fault == 'nats' else 'leader'} {kill['member']}: "
+                f"a new leader after {kill['leader_after_s']:.2f} s")
+            time.sleep(plan.settle)
+        w = writer.result()
+    v = clustercheck.run("verify", target.endpoint, binary=binary, record=record, prefix=prefix)
+    for k in kills:
+        k["write_pause_s"] = round(clustercheck.pause_after(w, k["t_unix"], window=plan.window), 3)
+        k["leader_after_s"] = round(k["leader_after_s"], 3)
+    res = {
+        "kills": kills,
+        "skipped_kills": skipped,
+        "leader_pauses_s": [k["write_pause_s"] for k in kills if k["fault"] == "leader"],
+        "nats_pauses_s": [k["write_pause_s"] for k in kills if k["fault"] == "nats"],
+        "acked": w.get("acked"), "unknown": w.get("unknown"), "acked_per_s": w.get("acked_per_s"),
+        "writer_seconds": w.get("run_seconds"), "rate": plan.rate,
+        "longest_pause_s": w.get("longest_pause_s"),
+        "writer_violations": w.get("violations"),
+        "verified": v.get("acked"), "lost": v.get("missing"), "verify_violations": v.get("violations"),
+        "ops": len(kills),
+    }
+    for key in ("revision_problems", "problems", "failure"):
+        if w.get(key):
+            res["writer_" + key] = w[key]
+        if v.get(key):
+            res["verify_" + key] = v[key]
+    return res
+
+
+
+def all_cluster_flavors() -> list[ClusterFlavor]:
+    return [EtcdClusterFlavor(), BrainClusterFlavor()]
