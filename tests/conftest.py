@@ -78,11 +78,7 @@ def brain_factory():
 
 @pytest.fixture(params=_SERVER_SETTINGS, ids=[_servers.setting_id(p) for p in _SERVER_SETTINGS])
 def brain_server(request):
-    _servers.require_brain()
-    shards, transport = request.param
-    srv = _servers.start_brain(shards, transport=transport)
-    yield srv
-    srv.cleanup()
+    yield from _servers.serving_brain(request.param)
 
 
 @pytest.fixture

@@ -186,11 +186,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def brain(request):
     """brain_server (tests/conftest.py) with the setting given per case."""
-    _servers.require_brain()
-    shards, transport = request.param
-    srv = _servers.start_brain(shards, transport=transport)
-    yield srv
-    srv.cleanup()
+    yield from _servers.serving_brain(request.param)
 
 
 @versions

@@ -629,6 +629,18 @@ def start_brain(shards: int = 1, extra_args: Sequence[str] = (), **kw) -> BrainS
     return srv
 
 
+def serving_brain(setting: tuple[int, str]):
+    """A brain for one (shards, transport) setting, as a pytest fixture
+    yields it: started, then cleaned up after the test."""
+    require_brain()
+    shards, transport = setting
+    srv = start_brain(shards, transport=transport)
+    try:
+        yield srv
+    finally:
+        srv.cleanup()
+
+
 def start_etcd(**kw) -> EtcdServer:
     srv = EtcdServer(**kw)
     try:
