@@ -32,6 +32,7 @@ oversized request gets grpc-go's text.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -49,10 +50,13 @@ from brain.api.unary import Deferred, status_of
 
 log = logging.getLogger("brain.api.front")
 
-try:  # built by maturin with the package; without it only grpcio serves
-    from brain import _transport
-except ImportError:  # pragma: no cover - depends on the build
+try:  # built by maturin with the package (pip install . needs cargo)
+    _transport = importlib.import_module("brain._transport")  # its own error text, not from-import's
+except ImportError as e:  # pragma: no cover - depends on the build
     _transport = None
+    _IMPORT_ERROR = str(e) or type(e).__name__
+else:
+    _IMPORT_ERROR = ""
 
 BATCH_EVENTS = 1024  # events taken from the transport per dispatch round
 
@@ -67,6 +71,15 @@ SERIALIZABLE, LINEARIZABLE = 1, 2
 
 def available() -> bool:
     return _transport is not None
+
+
+def unavailable_message() -> str:
+    """Why `--grpc-front native` cannot serve, on one line, naming both
+    fixes: brain never falls back to grpcio on its own, since grpcio serves
+    no HTTP endpoints on the client port and costs several times the CPU."""
+    return (f"--grpc-front native: brain's transport module brain._transport cannot be imported "
+            f"({_IMPORT_ERROR}); reinstall brain (pip install . builds it, with cargo) "
+            f"or start it with --grpc-front grpcio")
 
 
 def io_threads() -> int:
@@ -193,7 +206,7 @@ class NativeFront:
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
                  send_queue_bytes: int = 4 << 20) -> None:
         if _transport is None:
-            raise RuntimeError("brain._transport is not built (pip install -e . builds it)")
+            raise RuntimeError(unavailable_message())
         self.engine = engine
         self.methods = methods
         self.recv_limit = recv_limit
@@ -708,4 +721,4 @@ def read_kind_txn(request) -> int | None:
     return SERIALIZABLE if txn_reads_serializable(request) else LINEARIZABLE
 
 
-__all__ = ["Method", "NativeFront", "TlsFiles", "available"]
+__all__ = ["Method", "NativeFront", "TlsFiles", "available", "unavailable_message"]

@@ -170,6 +170,13 @@ def kv_handlers(svc: KVService, recv_limit: int) -> dict[str, grpc.RpcMethodHand
     }
 
 
+def check_front(config: ServerConfig) -> None:
+    """The transport --grpc-front names can be loaded (ConfigError if not):
+    a missing native module stops brain instead of silently serving grpcio."""
+    if config.grpc_front == "native" and not native_front.available():
+        raise ConfigError(native_front.unavailable_message())
+
+
 class ApiServer:
     """The etcd v3 gRPC services of one engine, on the configured listeners."""
 
@@ -178,6 +185,7 @@ class ApiServer:
         self.config = config
         self.cluster = cluster  # a brain.cluster.Replica, or None on a single node
         self.endpoints: list[str] = []  # resolved URLs, after start()
+        self.front_kind = ""  # after start(): "native" or "grpcio", whichever serves
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
         self._front: native_front.NativeFront | None = None
@@ -263,12 +271,11 @@ class ApiServer:
         listeners = config.listeners()
         if not any(lu.secure for lu in listeners) and (config.cert_file or config.key_file):
             log.warning("scheme is http/unix while key and cert files are present; ignoring key and cert files")
-        if config.grpc_front == "native" and native_front.available():
-            self._start_native(listeners)
-            return
+        check_front(config)
         if config.grpc_front == "native":
-            log.warning("brain._transport is not built; serving every listener with grpcio")
-        self._start_grpcio(listeners)
+            self._start_native(listeners)
+        else:
+            self._start_grpcio(listeners)
 
     def _start_native(self, listeners: list[ListenURL]) -> None:
         config = self.config
@@ -300,6 +307,7 @@ class ApiServer:
             raise
         self._front = front
         self.endpoints = endpoints
+        self.front_kind = "native"
 
     def _bind_native(self, front: native_front.NativeFront, lu: ListenURL, tls) -> str:
         if lu.is_unix:
@@ -334,6 +342,7 @@ class ApiServer:
             raise
         self._server = server
         self.endpoints = endpoints
+        self.front_kind = "grpcio"
 
     def _bind(self, server: grpc.Server, lu: ListenURL, creds) -> str:
         if lu.is_unix:
@@ -463,6 +472,7 @@ def run(config: ServerConfig) -> int:
         log.error("invalid configuration: %s", e)
         return 2
     try:
+        check_front(config)
         preflight.check_before_data_dir(config)  # listeners and TLS files, then the data dir
     except (preflight.StartupError, ConfigError) as e:
         log.error("%s", e)
@@ -516,6 +526,7 @@ def run(config: ServerConfig) -> int:
                     "name": config.name,
                     "data-dir": os.path.abspath(config.data_dir),
                     "endpoints": ",".join(api.endpoints),
+                    "grpc-front": api.front_kind,
                     "advertise": ",".join(config.advertise_client_urls) or "-",
                     "layout": _describe_layout(engine_config),
                     "cluster-id": f"{engine.cluster_id:x}",

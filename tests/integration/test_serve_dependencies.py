@@ -1,0 +1,154 @@
+"""What `brain serve` needs installed, checked on the process: which
+transport serves (no silent fallback from the native one to grpcio), and
+a one-line exit naming the fix when the native transport module or the
+NATS client of a cluster replica cannot be imported.
+
+A missing module is simulated, not made: a sitecustomize.py on the
+child's PYTHONPATH puts an import hook first on sys.meta_path that refuses
+the named modules as a missing install would (ModuleNotFoundError), so no
+file of the checkout or of site-packages is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from brain.api.pb.etcdserverpb import rpc_pb2 as pb
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, http_get, require_brain
+
+_HIDING_HOOK = '''\
+import os
+import sys
+
+_HIDDEN = tuple(m for m in os.environ.get("BRAIN_TEST_HIDDEN_MODULES", "").split(",") if m)
+
+
+class _Hide:
+    """Refuse the hidden modules (and their submodules) as if not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == m or name.startswith(m + ".") for m in _HIDDEN):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Hide())
+'''
+
+
+@pytest.fixture
+def hiding_path(tmp_path) -> Path:
+    """A directory holding the import hook, for the child's PYTHONPATH."""
+    d = tmp_path / "hook"
+    d.mkdir()
+    (d / "sitecustomize.py").write_text(_HIDING_HOOK)
+    return d
+
+
+def _env_hiding(hook_dir: Path, modules: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(hook_dir), *filter(None, [env.get("PYTHONPATH")])])
+    env["BRAIN_TEST_HIDDEN_MODULES"] = modules
+    return env
+
+
+def _serve(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "brain", "serve", *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _startup_line(srv: BrainServer, timeout: float = 10.0) -> str:
+    """The "serving client requests" line (logged just after the listeners
+    answer, so a client may be served before it is written)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in srv.log_tail().splitlines():
+            if "serving client requests" in line:
+                return line
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no startup line in the log:\n{srv.log_tail()}")
+        time.sleep(0.05)
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_the_hook_hides_what_it_names(hiding_path):
+    """The simulation itself: the hook makes the module unimportable, and
+    only the named one."""
+    env = _env_hiding(hiding_path, "brain._transport")
+    code = ("import importlib\n"
+            "try:\n    importlib.import_module('brain._transport')\nexcept ModuleNotFoundError as e:\n"
+            "    print('hidden', e.name)\n"
+            "import brain.api.front as f\nprint('available', f.available())\nimport grpc\nprint('grpc ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.stdout.split("\n")[:3] == ["hidden brain._transport", "available False", "grpc ok"], p.stderr
+
+
+# -- which transport serves ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("front", ["native", "grpcio"])
+def test_the_startup_line_and_metrics_name_the_transport_that_serves(front):
+    """The log line says which front serves; the native transport's own
+    counters (it counts the connections it accepted) appear only when it
+    does, so the line cannot claim a transport that is not serving."""
+    require_brain()
+    metrics = f"http://127.0.0.1:{free_port()}"
+    srv = BrainServer(shards=1, extra_args=["--grpc-front", front, "--listen-metrics-urls", metrics])
+    try:
+        srv.start()
+        with srv.stubs() as s:
+            s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
+        line = _startup_line(srv)
+        assert re.search(rf"\bgrpc-front={front}\b", line), line
+        status, body = http_get(metrics + "/metrics")
+        assert status == 200
+        accepted = re.search(r"^brain_transport_connections_accepted_total (\S+)$", body, re.MULTILINE)
+        if front == "native":
+            assert accepted and float(accepted.group(1)) >= 1, "the native transport accepted no connection"
+        else:
+            assert accepted is None, "grpcio serves, yet the native transport reports connections"
+    finally:
+        srv.cleanup()
+
+
+# -- the native transport missing -------------------------------------------------------
+
+
+def test_native_front_without_its_module_exits_1_naming_grpcio(tmp_path, hiding_path):
+    require_brain()
+    data = tmp_path / "data"
+    env = _env_hiding(hiding_path, "brain._transport")
+    p = _serve(env, "--data-dir", str(data), "--listen-client-urls", f"http://127.0.0.1:{free_port()}")
+    assert p.returncode == 1, p.stderr
+    lines = _error_lines(p.stderr)
+    assert len(lines) == 1, p.stderr
+    assert "--grpc-front native: brain's transport module brain._transport cannot be imported" in lines[0]
+    assert "No module named 'brain._transport'" in lines[0]
+    assert lines[0].endswith("or start it with --grpc-front grpcio"), lines[0]
+    assert not data.exists(), "the data dir was created before the transport was found missing"
+
+
+def test_grpcio_front_serves_without_the_native_module(hiding_path):
+    """The way out the message names works: grpcio serves without the module."""
+    require_brain()
+    srv = BrainServer(shards=1, extra_args=["--grpc-front", "grpcio"],
+                      env={"BRAIN_TEST_HIDDEN_MODULES": "brain._transport", "PYTHONPATH": str(hiding_path)})
+    try:
+        srv.start()
+        with srv.stubs() as s:
+            assert s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10).header.revision == 2
+        line = _startup_line(srv)
+        assert "grpc-front=grpcio" in line
+    finally:
+        srv.cleanup()
