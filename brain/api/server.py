@@ -177,6 +177,19 @@ def check_front(config: ServerConfig) -> None:
         raise ConfigError(native_front.unavailable_message())
 
 
+def check_modules(config: ServerConfig) -> None:
+    """Every module the configuration needs imports, before anything is
+    bound or created: the transport, and a cluster replica's NATS client."""
+    check_front(config)
+    if config.journal_url:
+        from brain.journal.natsio import NatsClientMissing, import_nats
+
+        try:
+            import_nats()
+        except NatsClientMissing as e:
+            raise ConfigError(str(e)) from None
+
+
 class ApiServer:
     """The etcd v3 gRPC services of one engine, on the configured listeners."""
 
@@ -472,7 +485,7 @@ def run(config: ServerConfig) -> int:
         log.error("invalid configuration: %s", e)
         return 2
     try:
-        check_front(config)
+        check_modules(config)
         preflight.check_before_data_dir(config)  # listeners and TLS files, then the data dir
     except (preflight.StartupError, ConfigError) as e:
         log.error("%s", e)

@@ -32,6 +32,24 @@ class NatsUnavailable(RuntimeError):
     """No NATS server of the given URLs could be reached."""
 
 
+class NatsClientMissing(RuntimeError):
+    """nats-py, the NATS client, cannot be imported (a broken install)."""
+
+
+def import_nats():
+    """The nats package, or NatsClientMissing saying, on one line, how to
+    get it: it is one of brain's dependencies, so only an install that
+    skipped them (or a damaged one) lacks it."""
+    try:
+        import nats
+    except ImportError as e:
+        raise NatsClientMissing(
+            f"--journal-url needs the NATS client nats-py, which cannot be imported ({e}); install it "
+            f"into brain's environment with `pip install 'nats-py>=2.16,<3'`, or reinstall brain, "
+            f"which depends on it") from None
+    return nats
+
+
 def parse_journal_url(url: str) -> tuple[list[str], str]:
     """``nats://h1:4222,h2:4222,h3:4222/name`` -> (server URLs, cluster name).
 
@@ -81,7 +99,7 @@ class NatsConnection:
             raise
 
     async def _connect(self, name: str, connect_timeout: float, tls) -> None:
-        import nats
+        nats = import_nats()
 
         async def disconnected() -> None:
             self.disconnects += 1

@@ -152,3 +152,72 @@ def test_grpcio_front_serves_without_the_native_module(hiding_path):
         assert "grpc-front=grpcio" in line
     finally:
         srv.cleanup()
+
+
+# -- a cluster replica's NATS client -----------------------------------------------------
+
+
+def _requirement_name(req: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", req).group(0).lower().replace("_", "-")
+
+
+def _unconditional(requirements: list[str]) -> set[str]:
+    """Names of the requirements without an environment marker (not an extra's)."""
+    return {_requirement_name(r) for r in requirements if ";" not in r}
+
+
+def test_nats_py_is_a_dependency_of_brain_not_of_an_extra():
+    """A plain `pip install .` must bring what `--journal-url` needs."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert "nats-py" in _unconditional(project["dependencies"])
+    assert not any("nats-py" in {_requirement_name(r) for r in reqs}
+                   for reqs in project.get("optional-dependencies", {}).values())
+
+
+def test_installed_brain_etcd_requires_nats_py():
+    """The installed distribution's metadata (what pip resolved from) says
+    the same, once it was built from this pyproject.toml."""
+    import importlib.metadata
+    import tomllib
+
+    from tests.support.servers import unavailable
+
+    try:
+        requires = importlib.metadata.requires("brain-etcd") or []
+    except importlib.metadata.PackageNotFoundError:
+        unavailable("brain-etcd is not installed (pip install -e '.[test]')")
+    wanted = _unconditional(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    installed = _unconditional(requires)
+    if installed != wanted:
+        unavailable(f"the installed brain-etcd was built from another pyproject.toml (it requires "
+                    f"{sorted(installed)}, this checkout {sorted(wanted)}): reinstall it")
+    assert "nats-py" in installed
+
+
+def test_replica_without_nats_py_exits_1_naming_the_fix(tmp_path, hiding_path):
+    require_brain()
+    data = tmp_path / "data"
+    env = _env_hiding(hiding_path, "nats")
+    p = _serve(env, "--data-dir", str(data), "--listen-client-urls", f"http://127.0.0.1:{free_port()}",
+               "--journal-url", f"nats://127.0.0.1:{free_port()}/t")
+    assert p.returncode == 1, p.stderr
+    lines = _error_lines(p.stderr)
+    assert len(lines) == 1, p.stderr
+    assert "--journal-url needs the NATS client nats-py, which cannot be imported (No module named 'nats')" \
+        in lines[0]
+    assert "pip install 'nats-py>=2.16,<3'" in lines[0]
+    assert not data.exists(), "the data dir was created before nats-py was found missing"
+
+
+def test_replica_import_error_is_one_line_wherever_it_surfaces(hiding_path):
+    """Code that connects without going through `brain serve`'s check
+    still gets the one-line error, not a ModuleNotFoundError traceback."""
+    env = _env_hiding(hiding_path, "nats")
+    code = ("from brain.journal.natsio import NatsConnection, NatsClientMissing\n"
+            "try:\n    NatsConnection(['nats://127.0.0.1:1'])\nexcept NatsClientMissing as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("--journal-url needs the NATS client nats-py"), p.stdout + p.stderr
