@@ -18,6 +18,8 @@ here takes a batch and
 * feeds stream messages to their sessions: Watch (brain.api.watch
   WatchStream, polled when the hub says it has responses) and
   LeaseKeepAlive (the batch's renewals in ONE ``lease_keepalive_many``);
+* subscribes health Watch streams (grpc.health.v1) to the health
+  service, which sends each status change from whichever thread sees it;
 * passes rare calls (Maintenance, Cluster, the Snapshot stream) and HTTP
   requests (/health, /version, /metrics, ...) to a small thread pool.
 
@@ -46,7 +48,7 @@ from google.protobuf.message import DecodeError
 
 from brain.api.convert import txn_is_readonly, txn_reads_serializable
 from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
-from brain.api.unary import Deferred, status_of
+from brain.api.unary import SHUTTING_DOWN, Deferred, status_of
 
 log = logging.getLogger("brain.api.front")
 
@@ -119,13 +121,17 @@ class Method:
     thread; ``read`` classifies a request as SERIALIZABLE, LINEARIZABLE or
     None for a write); a unary grpcio handler ``call(raw, context)`` (run in
     the pool); a server-streaming ``call(request, context)`` generator (run
-    in the pool); or a bidirectional ``stream`` session factory.
+    in the pool); a server stream fed by ``subscribe(request, send)``,
+    which returns the function that unsubscribes (no thread: ``send`` is
+    called by whoever has news); or a bidirectional ``stream`` session
+    factory.
     """
 
-    __slots__ = ("path", "name", "kind", "parse", "step", "call", "stream", "read", "stats_key")
+    __slots__ = ("path", "name", "kind", "parse", "step", "call", "stream", "read", "subscribe", "encode",
+                 "stats_key")
 
     def __init__(self, service: str, name: str, *, request_cls=None, step=None, call=None, stream=None,
-                 server_stream=False, read=None) -> None:
+                 server_stream=False, read=None, subscribe=None, encode=None) -> None:
         self.path = f"/{service}/{name}"
         self.name = name
         self.parse = request_cls.FromString if request_cls is not None else None
@@ -133,6 +139,9 @@ class Method:
         self.call = call
         self.stream = stream
         self.read = read
+        self.subscribe = subscribe  # with encode(item) -> bytes for what it sends
+        self.encode = encode
+        server_stream = server_stream or subscribe is not None
         if stream is not None:
             self.kind = _transport.KIND_BIDI if _transport else 2
             self.stats_key = (BIDI_STREAM, service, name)
@@ -142,8 +151,8 @@ class Method:
         else:
             self.kind = _transport.KIND_UNARY if _transport else 0
             self.stats_key = (UNARY, service, name)
-        if step is not None and request_cls is None:
-            raise ValueError("a step needs its request class")
+        if (step is not None or subscribe is not None) and request_cls is None:
+            raise ValueError("a step or a subscription needs its request class")
 
 
 class _Session:
@@ -171,6 +180,14 @@ class _KeepAliveSession(_Session):
         self.outstanding = 0
         self.half_closed = False
         self.done = False
+
+
+class _SubscribedStream(_Session):
+    __slots__ = ("cancel",)
+
+    def __init__(self, sid: int, method: Method) -> None:
+        super().__init__(sid, method)
+        self.cancel = None
 
 
 class _PooledStream(_Session):
@@ -266,6 +283,10 @@ class NativeFront:
         """Refuse new calls, wait up to ``grace`` seconds for calls in
         flight (writes waiting for their fdatasync), end the streams, close."""
         self._stopping = True
+        # Subscribed streams (health Watch) never end on their own, and the
+        # grace is for calls that do: end them now, on the dispatch thread,
+        # which owns the sessions (they were told NOT_SERVING already).
+        self._run_on_dispatch(self._end_subscriptions, _UNAVAILABLE, "Unavailable", SHUTTING_DOWN)
         deadline = time.monotonic() + (grace or 0.0)
         with self._idle:
             while self._inflight and grace:
@@ -301,6 +322,24 @@ class NativeFront:
             self._later.append((fn, args))
             self.transport.wake()
 
+    def _run_on_dispatch(self, fn, *args, timeout: float = 2.0) -> None:
+        """Run ``fn(*args)`` on the dispatch thread and wait for it (from
+        another thread; at once when the dispatch thread is not running)."""
+        if self._thread is None or not self._thread.is_alive():
+            fn(*args)
+            return
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn(*args)
+            finally:
+                done.set()
+
+        self._later.append((run, ()))
+        self.transport.wake()
+        done.wait(timeout)
+
     def _dispatch(self) -> None:
         self._dispatch_ident = threading.get_ident()
         t = self.transport
@@ -332,7 +371,10 @@ class NativeFront:
                 m = methods[mid]
                 started[m.stats_key] = started.get(m.stats_key, 0) + 1
                 if self._stopping:
-                    self._fail(cid, m, _UNAVAILABLE, "Unavailable", "brain: server is shutting down")
+                    self._fail(cid, m, _UNAVAILABLE, "Unavailable", SHUTTING_DOWN)
+                    continue
+                if m.subscribe is not None:
+                    self._subscribe(cid, m, payload)
                     continue
                 if m.step is None:
                     self._begin()
@@ -384,7 +426,7 @@ class NativeFront:
                 m = methods[mid]
                 stats.on_start(m.stats_key)
                 if self._stopping:
-                    self.transport.finish(cid, _UNAVAILABLE, "brain: server is shutting down")
+                    self.transport.finish(cid, _UNAVAILABLE, SHUTTING_DOWN)
                     stats.on_handled(m.stats_key, "Unavailable")
                     continue
                 self._open(cid, m)
@@ -536,6 +578,30 @@ class NativeFront:
             raise ValueError(f"unknown stream kind {m.stream!r}")
         self._sessions[cid] = s
 
+    def _subscribe(self, cid: int, m: Method, payload: bytes) -> None:
+        """A subscribed stream: its first message is sent now, the others
+        by the service as they happen (transport.send takes any thread).
+        Not counted in flight: like Watch, it must not hold up a shutdown."""
+        try:
+            request = m.parse(payload)
+        except DecodeError as e:
+            self._fail(cid, m, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
+            return
+        s = self._sessions[cid] = _SubscribedStream(cid, m)
+        send, encode = self.transport.send, m.encode
+
+        def deliver(item) -> None:
+            s.sent += 1
+            send(cid, [encode(item)])  # tiny and rare: a full queue still keeps them
+
+        s.received = 1
+        s.cancel = m.subscribe(request, deliver)
+
+    def _end_subscriptions(self, code: int, code_name: str, message: str) -> None:
+        for s in list(self._sessions.values()):
+            if type(s) is _SubscribedStream:
+                self._finish(s, code, code_name, message)
+
     def _schedule(self, cid: int) -> None:
         """The hub has responses for stream ``cid`` (hub lock held, any
         thread): poll it on the dispatch thread."""
@@ -619,6 +685,9 @@ class NativeFront:
     def _closed(self, s: _Session, code_name: str) -> None:
         if isinstance(s, _WatchSession):
             s.watch.close()
+        elif isinstance(s, _SubscribedStream):
+            if s.cancel is not None:
+                s.cancel()
         elif isinstance(s, _KeepAliveSession):
             s.done = True
         elif isinstance(s, _PooledStream):

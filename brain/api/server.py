@@ -37,11 +37,13 @@ from brain.api import front as native_front
 from brain.api import preflight
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
+from brain.api.health import HealthService, encode as encode_health, health_handlers, replica_problem
 from brain.api.kv import KVService
 from brain.api.maintenance import MaintenanceService, maintenance_handlers
 from brain.api.lease import LeaseService, lease_handlers
 from brain.api.watch import WatchService, watch_handlers
 from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.pb.grpc.health.v1.health_pb2 import HealthCheckRequest
 from brain.config import ConfigError, ListenURL, ServerConfig, format_key
 
 log = logging.getLogger("brain.api.server")
@@ -205,6 +207,7 @@ class ApiServer:
         self._handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
         self._steps: dict[str, dict] = {}
         self._services: dict = {}
+        self.health: HealthService | None = None  # made with the services, in start()
         self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
         self._http = None
         self._http_lock = threading.Lock()
@@ -220,6 +223,8 @@ class ApiServer:
         lease = LeaseService(self.engine)
         watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
         maintenance = MaintenanceService(self.engine, self.cluster)
+        cluster = self.cluster
+        health = self.health = HealthService(None if cluster is None else lambda: replica_problem(cluster))
         self._services = {"kv": kv, "lease": lease, "watch": watch, "maintenance": maintenance}
         self._handlers = {
             "etcdserverpb.KV": kv_handlers(kv, recv_limit),
@@ -228,8 +233,10 @@ class ApiServer:
                 ClusterService(self.engine, self.config.name, self.client_urls, self.cluster), recv_limit),
             "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
             "etcdserverpb.Watch": watch_handlers(watch),
+            "grpc.health.v1.Health": health_handlers(health, recv_limit),
         }
-        self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps()}
+        self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps(),
+                       "grpc.health.v1.Health": health.steps()}
 
     def _add_services(self, server: grpc.Server) -> None:
         self._make_services()
@@ -242,7 +249,8 @@ class ApiServer:
         sessions, Snapshot and the rare unary calls in the pool."""
         reads = {"Range": native_front.read_kind_range, "Txn": native_front.read_kind_txn,
                  "LeaseTimeToLive": native_front.read_kind_always, "LeaseLeases": native_front.read_kind_always}
-        streams = {"Watch": "watch", "LeaseKeepAlive": "keepalive"}
+        streams = {("etcdserverpb.Watch", "Watch"): "watch", ("etcdserverpb.Lease", "LeaseKeepAlive"): "keepalive"}
+        subscriptions = {("grpc.health.v1.Health", "Watch"): (HealthCheckRequest, self.health.watch, encode_health)}
         methods = []
         for service, handlers in self._handlers.items():
             steps = self._steps.get(service, {})
@@ -251,8 +259,12 @@ class ApiServer:
                     request_cls, step = steps[name]
                     methods.append(native_front.Method(service, name, request_cls=request_cls, step=step,
                                                        read=reads.get(name)))
-                elif name in streams:
-                    methods.append(native_front.Method(service, name, stream=streams[name]))
+                elif (service, name) in streams:
+                    methods.append(native_front.Method(service, name, stream=streams[service, name]))
+                elif (service, name) in subscriptions:
+                    request_cls, subscribe, encode = subscriptions[service, name]
+                    methods.append(native_front.Method(service, name, request_cls=request_cls,
+                                                       subscribe=subscribe, encode=encode))
                 elif handler.unary_stream is not None:
                     m = self._services["maintenance"]
                     methods.append(native_front.Method(service, name, request_cls=rpc_pb2.SnapshotRequest,
@@ -381,6 +393,9 @@ class ApiServer:
         ``grace`` seconds (None: cancel them now), then release threads."""
         server, self._server = self._server, None
         front, self._front = self._front, None
+        health = self.health
+        if health is not None:
+            health.shutdown()  # open health watchers hear NOT_SERVING first
         if front is not None:
             front.stop(grace)
         if server is not None:
@@ -390,7 +405,11 @@ class ApiServer:
             watches = getattr(self.engine, "watches", None)
             if watches is not None:
                 watches.close_streams()
+            if health is not None:
+                health.end_streams()
             stopped.wait()
+        if health is not None:
+            health.close()
         if self._http is not None:
             self._http.registry.detach()
             self._http = None

@@ -28,6 +28,9 @@ from brain.mvcc.errors import EtcdError
 
 log = logging.getLogger("brain.api")
 
+# What a call refused during the shutdown grace period ends with (UNAVAILABLE).
+SHUTTING_DOWN = "brain: server is shutting down"
+
 # The gRPC status code for each EtcdError.code name.
 _STATUS = {c.name: c for c in grpc.StatusCode}
 

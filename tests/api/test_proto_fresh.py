@@ -23,6 +23,7 @@ from google.protobuf import descriptor_pb2  # noqa: E402
 from brain.api import genproto  # noqa: E402
 from brain.api.pb.authpb import auth_pb2  # noqa: E402
 from brain.api.pb.etcdserverpb import rpc_pb2  # noqa: E402
+from brain.api.pb.grpc.health.v1 import health_pb2  # noqa: E402
 from brain.api.pb.mvccpb import kv_pb2  # noqa: E402
 
 
@@ -106,7 +107,7 @@ def test_generated_descriptors_match_proto_sources():
         )
         fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     fresh = {f.name: f for f in fds.file}
-    for module in (kv_pb2, auth_pb2, rpc_pb2):
+    for module in (kv_pb2, auth_pb2, rpc_pb2, health_pb2):
         got = descriptor_pb2.FileDescriptorProto()
         module.DESCRIPTOR.CopyToProto(got)
         want = fresh[module.DESCRIPTOR.name]
