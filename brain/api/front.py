@@ -67,6 +67,12 @@ _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 
+# etcd's client port allows every origin (--cors defaults to "*"), so every
+# HTTP answer there carries these (embed/serve.go's corsHandler).
+CORS_HEADERS = [("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE"),
+                ("Access-Control-Allow-Origin", "*"),
+                ("Access-Control-Allow-Headers", "accept, content-type, authorization")]
+
 # What a unary read needs before it may be answered.
 SERIALIZABLE, LINEARIZABLE = 1, 2
 
@@ -745,7 +751,9 @@ class NativeFront:
 
     def _run_http(self, rid: int, method: str, target: str) -> None:
         try:
-            if self.http is None:
+            if method == "OPTIONS":  # etcd's CORS handler answers every preflight itself
+                a = (200, [], b"")
+            elif self.http is None:
                 a = (404, [("Content-Type", "text/plain; charset=utf-8")], b"404 page not found\n")
             else:
                 ans = self.http.answer(method, target)
@@ -753,7 +761,7 @@ class NativeFront:
         except Exception:  # noqa: BLE001
             log.exception("HTTP %s %s failed", method, target)
             a = (500, [("Content-Type", "text/plain; charset=utf-8")], b"Internal Server Error\n")
-        self.transport.http_respond(rid, a[0], a[1], a[2])
+        self.transport.http_respond(rid, a[0], CORS_HEADERS + a[1], a[2])
 
     # -- bookkeeping ---------------------------------------------------------
 

@@ -4,10 +4,15 @@
 Served twice: on --listen-metrics-urls (brain.metrics.server) and, as
 etcd's connection multiplexer does, on the client port itself (the native
 transport hands plain HTTP requests to ``HttpEndpoints.answer``).  The
-bodies follow etcd 3.6: /version is {"etcdserver", "etcdcluster",
+answers follow etcd 3.6 (tests/integration/test_http_vs_etcd.py compares
+them with a running one): /version is {"etcdserver", "etcdcluster",
 "storage"} as application/json; /health is {"health","reason"} (200 or
-503); /livez and /readyz are text (see health.py); every endpoint takes GET
-only, answering anything else as Go's http.Error does (405, Allow: GET).
+503); /livez and /readyz are text (see health.py); those take GET only,
+answering anything else as Go's http.Error does (405, Allow: GET); /metrics
+answers every method, as Prometheus' Go handler does; paths are exact (no
+trailing slash), and a HEAD answer has no body.  Where brain differs: it
+serves /version on the metrics listener too (etcd only on the client port)
+and /readyz has one more check, ``writable``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 
 from brain.etcd_version import ETCD_CLUSTER_VERSION, ETCD_VERSION, STORAGE_VERSION
 
@@ -26,6 +31,9 @@ from .health import LIVEZ_CHECKS, READYZ_CHECKS, check_health, run_checks
 log = logging.getLogger("brain.metrics")
 
 TEXT = "text/plain; charset=utf-8"
+# What etcd 3.6 (promhttp) says, and what generate_latest writes: the 0.0.4
+# text format, names escaped with underscores (brain's need no escaping).
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8; escaping=underscores"
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
 
@@ -53,17 +61,23 @@ class HttpEndpoints:
         self.registry = registry
 
     def answer(self, method: str, target: str) -> HttpAnswer:
+        a = self._answer(method, target)
+        if method == "HEAD":  # Go's server never sends a body with HEAD
+            a = HttpAnswer(a.status, a.content_type, b"", a.headers)
+        return a
+
+    def _answer(self, method: str, target: str) -> HttpAnswer:
         parts = urlsplit(target)
         query = parse_qs(parts.query, keep_blank_values=True)
-        path = parts.path.rstrip("/") or "/"
-        known = path in ("/metrics", "/health", "/version", "/livez", "/readyz") or path.startswith(
-            ("/livez/", "/readyz/"))
+        path = parts.path
+        if path == "/metrics":
+            return HttpAnswer(200, METRICS_TYPE, b"" if method == "HEAD" else generate_latest(self.registry.registry))
+        root, _, name = path.lstrip("/").partition("/")
+        known = path in ("/health", "/version", "/livez", "/readyz") or (root in ("livez", "readyz") and name)
         if not known:
             return HttpAnswer(404, TEXT, b"404 page not found\n", (NOSNIFF,))
-        if method not in ("GET", "HEAD"):
+        if method != "GET":
             return HttpAnswer(405, TEXT, b"Method Not Allowed\n", (("Allow", "GET"), NOSNIFF))
-        if path == "/metrics":
-            return HttpAnswer(200, CONTENT_TYPE_LATEST, generate_latest(self.registry.registry))
         if path == "/version":
             return HttpAnswer(200, "application/json", version_body())
         if path == "/health":
@@ -89,6 +103,7 @@ class HttpEndpoints:
             names = [n for n in checks if n not in excluded]
         ok, detail = run_checks(self.engine, checks, names)
         if not ok:
-            return HttpAnswer(503, TEXT, (detail + f"{root} check failed\n").encode(), (NOSNIFF,))
+            # etcd 3.6: http.Error(w, reason, 503), which ends the reason with a newline
+            return HttpAnswer(503, TEXT, (detail + "\n").encode(), (NOSNIFF,))
         body = (detail if "verbose" in query else "") + "ok\n"
         return HttpAnswer(200, TEXT, body.encode(), (NOSNIFF,))

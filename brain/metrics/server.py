@@ -22,12 +22,17 @@ log = logging.getLogger("brain.metrics")
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server_version = "brain"
     protocol_version = "HTTP/1.1"
     owner: "MetricsServer"  # set on the per-server subclass
 
     def log_message(self, fmt, *args) -> None:  # route through logging, quietly
         log.debug("%s %s", self.address_string(), fmt % args)
+
+    def send_response(self, code: int, message=None) -> None:
+        """As http.server's, without its Server header (etcd sends none)."""
+        self.log_request(code)
+        self.send_response_only(code, message)
+        self.send_header("Date", self.date_time_string())
 
     def _send(self, code: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
         self.send_response(code)
@@ -46,7 +51,7 @@ class _Handler(BaseHTTPRequestHandler):
         except BrokenPipeError:
             pass
 
-    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
 
 
 class _HTTPServer(ThreadingHTTPServer):
