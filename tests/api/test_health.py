@@ -66,13 +66,13 @@ def _config(front: str, pki, sock_dir, **kw) -> ServerConfig:
     return ServerConfig(data_dir=str(sock_dir / "data"), **kw)
 
 
-def _channel(api: ApiServer, pki) -> grpc.Channel:
+def _channel(api: ApiServer, pki, options=()) -> grpc.Channel:
     ep = api.endpoints[0]
     if ep.startswith("unix://"):
-        return channel("unix:" + ep.removeprefix("unix://"))
+        return channel("unix:" + ep.removeprefix("unix://"), options=options)
     if ep.startswith("https://"):
-        return channel(ep.removeprefix("https://"), pki)
-    return channel(ep.removeprefix("http://"))
+        return channel(ep.removeprefix("https://"), pki, options=options)
+    return channel(ep.removeprefix("http://"), options=options)
 
 
 @pytest.fixture
@@ -165,11 +165,12 @@ def test_many_watch_streams_end_when_cancelled(serve, front):
 
 
 def _hold_the_grace(api: ApiServer, pki, engine) -> tuple[grpc.Channel, object]:
-    """A Snapshot stream whose client reads one message and no more: the
-    server cannot finish it, so stop() waits out its grace period."""
+    """A Snapshot stream whose client reads one message and no more (its
+    flow-control window kept at 64 KiB): the server cannot finish it, so
+    stop() waits out its grace period."""
     for i in range(12):
         engine.put(_put(b"big/%d" % i, b"x" * (1 << 20)))
-    ch = _channel(api, pki)
+    ch = _channel(api, pki, options=[("grpc.http2.bdp_probe", 0)])
     snap = rpc_pb2_grpc.MaintenanceStub(ch).Snapshot(pb.SnapshotRequest(), timeout=60)
     assert next(snap).blob
     return ch, snap

@@ -235,10 +235,12 @@ def test_shutdown_seen_by_a_health_client_of_etcd_36():
 @pytest.mark.parametrize("front", ["native", "grpcio"])
 def test_shutdown_seen_by_a_health_client_of_brain(front):
     """brain's side of the comparison above; its grace is held by a
-    Snapshot stream whose client stops reading."""
+    Snapshot stream whose client stops reading (its flow-control window
+    kept at 64 KiB: the server cannot hand the 12 MiB over)."""
     srv = _brain(front, extra_args=["--shutdown-grace", "30"])
     try:
-        ch = grpc_channel(srv.endpoint, options=[("grpc.max_send_message_length", 8 << 20)])
+        ch = grpc_channel(srv.endpoint, options=[("grpc.max_send_message_length", 8 << 20),
+                                                 ("grpc.http2.bdp_probe", 0)])
         kv = rpc_pb2_grpc.KVStub(ch)
         for i in range(12):
             kv.Put(pb.PutRequest(key=b"big/%d" % i, value=b"x" * (1 << 20)), timeout=30)

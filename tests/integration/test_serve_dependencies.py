@@ -64,17 +64,21 @@ def _serve(env: dict, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def _startup_line(srv: BrainServer, timeout: float = 10.0) -> str:
-    """The "serving client requests" line (logged just after the listeners
-    answer, so a client may be served before it is written)."""
+def _log_line(srv: BrainServer, text: str, timeout: float = 10.0) -> str:
+    """The first log line holding ``text``, waited for: the startup lines
+    are written after the client listeners answer."""
     deadline = time.monotonic() + timeout
     while True:
         for line in srv.log_tail().splitlines():
-            if "serving client requests" in line:
+            if text in line:
                 return line
         if time.monotonic() > deadline:
-            raise AssertionError(f"no startup line in the log:\n{srv.log_tail()}")
+            raise AssertionError(f"no {text!r} line in the log:\n{srv.log_tail()}")
         time.sleep(0.05)
+
+
+def _startup_line(srv: BrainServer) -> str:
+    return _log_line(srv, "serving client requests")
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -111,6 +115,7 @@ def test_the_startup_line_and_metrics_name_the_transport_that_serves(front):
             s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
         line = _startup_line(srv)
         assert re.search(rf"\bgrpc-front={front}\b", line), line
+        _log_line(srv, "serving metrics and health on")  # the metrics listener starts after the client's
         status, body = http_get(metrics + "/metrics")
         assert status == 200
         accepted = re.search(r"^brain_transport_connections_accepted_total (\S+)$", body, re.MULTILINE)
