@@ -227,7 +227,9 @@ class HealthService:
         client goes or end_streams ends it with UNAVAILABLE."""
         updates: queue.SimpleQueue = queue.SimpleQueue()
         cancel = self.watch(request, updates.put, end=lambda: updates.put(_ENDED))
-        context.add_callback(lambda: updates.put(_GONE))
+        if not context.add_callback(lambda: updates.put(_GONE)):
+            cancel()  # the call ended before the callback could be added
+            return
         try:
             while (status := updates.get()) is not _GONE:
                 if status is _ENDED:
@@ -244,6 +246,7 @@ class HealthService:
     # -- polling a replica's state while someone watches ----------------------------------
 
     def _start_monitor(self) -> None:
+        """(lock held) Poll the replica while someone watches ""."""
         if self.problem is None or self._monitor is not None or self._stop.is_set():
             return
         self._monitor = threading.Thread(target=self._poll, name="brain-health", daemon=True)
@@ -251,11 +254,17 @@ class HealthService:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.poll_interval):
-            self.refresh()
+            with self._lock:
+                if not any(w.service == ALL_SERVICES for w in self._watchers):
+                    self._monitor = None  # the next watcher starts another
+                    return
+                self._update()
+                self._publish()
 
     def close(self) -> None:
         self.shutdown()
-        monitor, self._monitor = self._monitor, None
+        with self._lock:
+            monitor, self._monitor = self._monitor, None
         if monitor is not None:
             monitor.join(2)
 

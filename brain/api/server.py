@@ -37,7 +37,8 @@ from brain.api import front as native_front
 from brain.api import preflight
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
-from brain.api.health import HealthService, encode as encode_health, health_handlers, replica_problem
+from brain.api import health as health_api
+from brain.api.health import HealthService, health_handlers, replica_problem
 from brain.api.kv import KVService
 from brain.api.maintenance import MaintenanceService, maintenance_handlers
 from brain.api.lease import LeaseService, lease_handlers
@@ -233,10 +234,10 @@ class ApiServer:
                 ClusterService(self.engine, self.config.name, self.client_urls, self.cluster), recv_limit),
             "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
             "etcdserverpb.Watch": watch_handlers(watch),
-            "grpc.health.v1.Health": health_handlers(health, recv_limit),
+            health_api.SERVICE: health_handlers(health, recv_limit),
         }
         self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps(),
-                       "grpc.health.v1.Health": health.steps()}
+                       health_api.SERVICE: health.steps()}
 
     def _add_services(self, server: grpc.Server) -> None:
         self._make_services()
@@ -250,7 +251,7 @@ class ApiServer:
         reads = {"Range": native_front.read_kind_range, "Txn": native_front.read_kind_txn,
                  "LeaseTimeToLive": native_front.read_kind_always, "LeaseLeases": native_front.read_kind_always}
         streams = {("etcdserverpb.Watch", "Watch"): "watch", ("etcdserverpb.Lease", "LeaseKeepAlive"): "keepalive"}
-        subscriptions = {("grpc.health.v1.Health", "Watch"): (HealthCheckRequest, self.health.watch, encode_health)}
+        subscriptions = {(health_api.SERVICE, "Watch"): (HealthCheckRequest, self.health.watch, health_api.encode)}
         methods = []
         for service, handlers in self._handlers.items():
             steps = self._steps.get(service, {})

@@ -271,3 +271,22 @@ def test_health_service_sends_changes_only():
     svc.end_streams()
     assert ended == ["x"]  # the cancelled watcher is gone
     svc.close()
+
+
+def test_the_replica_is_polled_only_while_someone_watches():
+    calls = []
+    svc = HealthService(lambda: calls.append(1), poll_interval=0.01)
+    time.sleep(0.1)
+    assert calls == [] and svc._monitor is None  # nobody asked
+    cancel = svc.watch(h.HealthCheckRequest(), lambda status: None)
+    time.sleep(0.2)
+    assert len(calls) > 3, "a watcher of '' is not kept informed"
+    cancel()
+    deadline = time.monotonic() + 5
+    while svc._monitor is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert svc._monitor is None, "still polling with nobody watching"
+    n = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == n
+    svc.close()
