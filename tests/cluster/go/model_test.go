@@ -149,3 +149,31 @@ func TestPausesAndRevisionOrder(t *testing.T) {
 		t.Fatalf("violations %d, %v", v, r)
 	}
 }
+
+func TestHeaderOrder(t *testing.T) {
+	// The run 1: client 3's put returned revision 4501, then its
+	// failed CAS on another key reported 4500.
+	inverted := []revOp{
+		{What: "put(k0) -> @4501", Client: 3, Call: 1.0, Ret: 1.2, Rev: 4501},
+		{What: "cas(k2) -> failed", Client: 3, Call: 1.3, Ret: 1.4, Rev: 4500},
+		{What: "get(k1)", Client: 5, Call: 1.25, Ret: 1.5, Rev: 4499}, // another client, after the put too
+	}
+	n, samples := headerOrder(inverted)
+	if n != 2 || len(samples) != 2 {
+		t.Fatalf("inversions %d, samples %q; want 2", n, samples)
+	}
+	ok := []revOp{
+		{What: "put(k0)", Client: 0, Call: 1.0, Ret: 2.0, Rev: 10},
+		{What: "get(k1)", Client: 1, Call: 1.5, Ret: 1.6, Rev: 9},  // overlaps the put: may come before it
+		{What: "get(k0)", Client: 1, Call: 2.5, Ret: 2.6, Rev: 10}, // equal revisions are in order
+		{What: "cas(k1) -> failed", Client: 2, Call: 2.7, Ret: 2.8, Rev: 10},
+		{What: "put(k1)", Client: 2, Call: 2.9, Ret: 3.0, Rev: 11},
+	}
+	if n, samples := headerOrder(ok); n != 0 {
+		t.Fatalf("inversions %d in an ordered history: %q", n, samples)
+	}
+	r := result{}
+	if got := orderInto(r, inverted); got != 2 || r["header_order_violations"] != 2 || r["header_order_checked"] != 3 {
+		t.Fatalf("orderInto %d, %v", got, r)
+	}
+}
