@@ -38,6 +38,7 @@ class Cluster:
         self.name = f"t{next(_names)}x{int(time.time() * 1000) % 100000}"
         self.engine_kw = dict(shards=2, shard_boundaries=[b"m"], checkpoint_interval_seconds=3600) | engine_kw
         self.replicas: list[Replica] = []
+        self.dead: list[Replica] = []  # killed, closed at the end
         for i in range(n):
             self.add(f"r{i}")
         for r in self.replicas:
@@ -76,8 +77,6 @@ class Cluster:
         self.replicas.remove(r)
         self.dead.append(r)
 
-    dead: list = []
-
     def close(self) -> None:
         for r in self.replicas:
             r.close()
@@ -94,7 +93,6 @@ def cluster(nats1, tmp_path):
 
     def make(n=3, **kw):
         c = Cluster(nats1, tmp_path / f"c{len(made)}", n, **kw)
-        c.dead = []
         made.append(c)
         return c
 
@@ -334,11 +332,17 @@ def test_a_replica_whose_records_were_purged_starts_again_from_a_snapshot(cluste
     for r in c.replicas:
         r.engine.wait_linearizable()
         r.engine.checkpoint()
-    # the absent replica's entry is old: only the live ones count
-    leader.membership._me and None
-    time.sleep(2.5)
-    floor = leader.membership.retention_floor(stale_after=1.0)
-    assert floor is not None
+    time.sleep(2.5)  # heartbeats carry the checkpoints; the absent replica's stopped
+    leader.membership.refresh()
+    entries = {m.name: m for m in leader.membership.members()}
+    live = [entries[r.options.name] for r in c.replicas]
+    gone = entries[name]
+    assert all(m.updated > gone.updated + 0.2 for m in live), (gone, live)
+    # only the live replicas count: a floor over the entries heard from
+    # since the absent one stopped is theirs, above the absent one's checkpoint
+    now = time.time()
+    floor = leader.membership.retention_floor(now=now, stale_after=now - gone.updated - 0.2)
+    assert floor == min(m.checkpoint_index for m in live) > gone.checkpoint_index, (floor, gone, live)
     leader.journal.purge(floor + 1)
     back = c.add(name, start=True)
     assert get(back, b"p39") is not None
