@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -175,5 +178,55 @@ func TestHeaderOrder(t *testing.T) {
 	r := result{}
 	if got := orderInto(r, inverted); got != 2 || r["header_order_violations"] != 2 || r["header_order_checked"] != 3 {
 		t.Fatalf("orderInto %d, %v", got, r)
+	}
+}
+
+func TestPerKeyPartition(t *testing.T) {
+	m := kvModel{exclusive: false, keys: 2, initRev: 1}.porcupine()
+	m.Partition = partitionByKey
+	// key 1's read at revision 2 after key 0's write at 3: stale across keys,
+	// which the per-key check cannot see (headerOrder does) ...
+	across := []porcupine.Operation{
+		op(0, 0, 1, put(0, "a"), at(3)),
+		op(1, 2, 3, get(1), absent(2)),
+	}
+	if got := porcupine.CheckOperations(m, across); !got {
+		t.Fatalf("per key: a read of another key is checked against this key")
+	}
+	if n, _ := headerOrder([]revOp{{Rev: 3, Call: 0, Ret: 1}, {Rev: 2, Call: 2, Ret: 3}}); n != 1 {
+		t.Fatalf("header order: %d inversions, want 1", n)
+	}
+	// ... while a stale read of the same key still fails.
+	same := []porcupine.Operation{
+		op(0, 0, 1, put(0, "a"), at(3)),
+		op(1, 2, 3, get(0), absent(3)),
+	}
+	if porcupine.CheckOperations(m, same) {
+		t.Fatalf("per key: a stale read of the key written passed")
+	}
+	if parts := partitionByKey(append(across, same...)); len(parts) != 2 || len(parts[0]) != 3 || len(parts[1]) != 1 {
+		t.Fatalf("partitions %v", parts)
+	}
+}
+
+func TestStopFile(t *testing.T) {
+	c := newFlags("lin", time.Minute)
+	c.stopFile = filepath.Join(t.TempDir(), "stop")
+	deadline := time.Now().Add(time.Minute)
+	c.watchStopFile(deadline)
+	if !c.issuing(deadline) {
+		t.Fatal("stopped before the stop file exists")
+	}
+	if err := os.WriteFile(c.stopFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); c.issuing(deadline); {
+		if time.Now().After(end) {
+			t.Fatal("still issuing 5 s after the stop file appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.issuing(time.Now().Add(time.Hour)) {
+		t.Fatal("issuing again")
 	}
 }

@@ -71,6 +71,7 @@ func runMutex(args []string) (result, error) {
 	var increments, unknown, refused, locks int64
 	start := time.Now()
 	deadline := start.Add(c.duration)
+	c.watchStopFile(deadline)
 	var wg sync.WaitGroup
 	for i := 0; i < *clients; i++ {
 		wg.Add(1)
@@ -93,7 +94,7 @@ func runMutex(args []string) (result, error) {
 					sess.Close()
 				}
 			}()
-			for time.Now().Before(deadline) {
+			for c.issuing(deadline) {
 				if sess != nil {
 					select {
 					case <-sess.Done():
