@@ -90,7 +90,6 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
             # keep=watched: if the watcher's replica leads, the lead is moved first
             lead, t_kill, t_new = cluster.kill_leader(keep=watched)
             kills.append(("brain leader", lead.name, t_kill, t_new - t_kill))
-            assert t_new < writer.started + duration - 10, "the writer's time is running out"
             time.sleep(1.5)
             cluster.restart(lead)
             time.sleep(2.5)
@@ -100,7 +99,6 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
             t_kill = nats.kill9(node)
             nats.wait_stream_leader(stream, exclude=node, timeout=30)
             kills.append(("NATS stream leader", node.name, t_kill, time.time() - t_kill))
-            assert time.time() < writer.started + duration - 5, "the writer's time is running out"
             print(f"  (NATS {node.name} killed at +{t_kill - writer.started:.2f} s)")
             time.sleep(1.0)
             nats.restart(node)
@@ -115,6 +113,11 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
           f"{w['longest_pause_s']:.2f} s, {seen['events']} events watched on {watched.name}):\n"
           + "\n".join(lines))
     print("write pauses over 0.2 s (from, to, seconds after the writer started):", w.get("pauses"))
+    # each pause measured needs writes after it: every kill and its new
+    # leader inside the writer's run, 3 s before its end
+    _inside_window(writer, duration, cluster.kills, 5, margin=3.0)
+    for what, who, t, took in kills[5:]:
+        assert writer.started < t and t + took + 3.0 < writer.started + duration, (what, who, t - writer.started)
     _clean(w)
     _clean(seen)
     _clean(v)
