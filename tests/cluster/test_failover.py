@@ -42,6 +42,10 @@ def brain_cluster(nats_cluster_factory):
 
     def make(size=3, *, nats_size=3, sync_always=True, **kw):
         nats = nats_cluster_factory(nats_size, sync_always=sync_always)
+        # A checkpoint every 3 s: a replica killed every few cycles would
+        # otherwise never live the default 60 s to one, and each restart
+        # would replay the whole journal (cycles grew from 7 s to 30 s).
+        kw.setdefault("extra_args", ("--checkpoint-interval", "3"))
         c = BrainCluster(size, nats, **kw)
         made.append(c)
         c.start()
@@ -60,16 +64,25 @@ def _clean(res: dict) -> None:
     assert res["violations"] == 0, {k: v for k, v in res.items() if k != "stderr_tail"}
 
 
-def _inside_window(run, duration: float, kills: list[dict], planned: int, margin: float = 1.0) -> None:
+def _issuing_until(res: dict) -> float:
+    """When a clustercheck run stopped issuing operations (time.time()): its
+    start plus its own measure of its run (taken after connecting, so this
+    errs early)."""
+    return res["start_unix"] + res["run_seconds"]
+
+
+def _inside_window(run, res: dict, kills: list[dict], planned: int, margin: float = 1.0) -> None:
     """Every planned kill happened, each while the clustercheck run was
-    still issuing operations, with ``margin`` seconds of them left after
-    the new leader's epoch was seen."""
+    issuing operations, with ``margin`` seconds of them left after the new
+    leader's epoch was seen (a kill after the run ended would check
+    nothing)."""
     assert len(kills) == planned, f"{len(kills)} kills of {planned} planned: {kills}"
-    end = run.started + duration
+    end = _issuing_until(res)
     for k in kills:
         assert run.started < k["t_kill"] and k["t_new_epoch"] + margin < end, (
             f"kill of {k['killed']} at +{k['t_kill'] - run.started:.2f} s (new epoch at "
-            f"+{k['t_new_epoch'] - run.started:.2f} s) is outside the run's {duration:.0f} s")
+            f"+{k['t_new_epoch'] - run.started:.2f} s) is outside the run, which issued operations until "
+            f"+{end - run.started:.2f} s")
 
 
 def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clustercheck_bin, tmp_path):
@@ -78,11 +91,14 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
     lead = cluster.wait_leader()
     watched = next(m for m in cluster.members if m is not lead)
     record = tmp_path / "acked.json"
-    duration = 80
+    # a bound (kill cycles measured up to ~9 s for the brain leader, ~13 s
+    # for a NATS stream leader); --stop-file ends both runs after the last
+    stop = tmp_path / "stop"
+    duration = 3 + 5 * 14 + 3 * 20 + 5
     writer = clustercheck.start("write", cluster.endpoints, binary=clustercheck_bin, duration=duration,
-                                rate=300, clients=16, record=record, pause_threshold=0.2)
+                                rate=300, clients=16, record=record, pause_threshold=0.2, stop_file=stop)
     watcher = clustercheck.start("watch", watched.endpoint, binary=clustercheck_bin, duration=duration,
-                                 acked=record, settle="40s", pause_threshold=0.2)
+                                 acked=record, settle="40s", pause_threshold=0.2, stop_file=stop)
     kills = []
     with writer, watcher:
         time.sleep(3)
@@ -103,6 +119,7 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
             time.sleep(1.0)
             nats.restart(node)
             time.sleep(3.0)
+        stop.touch()
         w = writer.result()
         seen = watcher.result()
     v = clustercheck.run("verify", cluster.endpoints, binary=clustercheck_bin, record=record)
@@ -115,9 +132,9 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
     print("write pauses over 0.2 s (from, to, seconds after the writer started):", w.get("pauses"))
     # each pause measured needs writes after it: every kill and its new
     # leader inside the writer's run, 3 s before its end
-    _inside_window(writer, duration, cluster.kills, 5, margin=3.0)
+    _inside_window(writer, w, cluster.kills, 5, margin=3.0)
     for what, who, t, took in kills[5:]:
-        assert writer.started < t and t + took + 3.0 < writer.started + duration, (what, who, t - writer.started)
+        assert writer.started < t and t + took + 3.0 < _issuing_until(w), (what, who, t - writer.started, w)
     _clean(w)
     _clean(seen)
     _clean(v)
@@ -127,9 +144,9 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
 
 # A kill cycle: the new epoch (~2 s: the election timeout, a poll, the
 # promotion), the killed replica down, its restart (which replays the journal
-# since its last checkpoint: slower as a run goes on), settling.  Measured
-# 7-21 s on the 2-core machine; the run's --duration allows 20 s each and
-# --stop-file ends it once the last cycle is done.
+# since its last checkpoint), settling.  Measured 7-14 s on the 2-core
+# machine; the run's --duration allows 20 s each and --stop-file ends it
+# once the last cycle is done.
 LEADER_DOWN = 1.0
 SETTLE = 1.0
 CYCLE_BOUND = 20.0
@@ -191,8 +208,8 @@ def test_no_stale_answers_across_leader_kills(brain_cluster, clustercheck_bin, t
                           f"{k['term_after']} after {k['t_new_epoch'] - k['t_kill']:.2f} s)" for k in done))
         for p in res.get("header_order_problems") or []:
             print("   ", p)
-        _inside_window(run, t_stop - run.started, done, kills)
-        assert res["stopped_early"] and res["run_seconds"] < duration, res
+        _inside_window(run, res, done, kills)
+        assert res["stopped_early"] and _issuing_until(res) <= t_stop + 1.0, res
         _clean(res)
         assert res["check_result"] == "Ok" and res["ok"] > 300, res
 
@@ -208,7 +225,7 @@ def test_mutually_exclusive_across_a_leader_kill(brain_cluster, clustercheck_bin
         m = mutex.result()
     print(f"\nmutex counter across a leader kill: {m['increments']} increments, counter ok: {m['counter_ok']}, "
           f"{m.get('header_order_checked')} answers in real-time order")
-    _inside_window(mutex, duration, cluster.kills, 1)
+    _inside_window(mutex, m, cluster.kills, 1)
     _clean(m)
     assert m["counter_ok"] and m["increments"] > 20, m
-    assert m["header_order_checked"] > 2 * m["increments"], m
+    assert m["header_order_checked"] >= 2 * m["increments"], m
