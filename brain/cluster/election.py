@@ -146,12 +146,17 @@ class Election:
     async def _observe_or_campaign(self) -> None:
         from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-        now = time.monotonic()
         try:
             entry = await self._kv.get(KEY)
             holder, rev = _holder(entry.value), entry.revision
         except KeyNotFoundError:
             holder, rev = 0, 0
+        # Read once the answer is here, not before asking: a revision first
+        # seen in an answer that took long may have been written after the
+        # question was sent, and the holder's lease counts from just before
+        # that write.  Timing it from the question would let this replica
+        # take over while the holder may still read alone (lease_valid).
+        now = time.monotonic()
         if holder == self.member_id and not self._rev and not self._busy and self._candidate:
             # the leader handed the lead to us (MoveLeader): take the key as it
             # is (no lease until it is renewed: the old leader's may run on)
@@ -181,6 +186,7 @@ class Election:
                 return
         elif holder:
             return
+        sent = time.monotonic()  # before the key exists: the lease counts from here
         try:
             rev = await self._kv.create(KEY, json.dumps({"member": f"{self.member_id:x}"}).encode(),
                                         msg_ttl=self.ttl)
@@ -190,8 +196,8 @@ class Election:
             log.debug("campaign: %r", e)
             return
         self._rev = rev
-        self._renewed = now
-        self.lease_until = now + self.timeout * LEASE_FRACTION
+        self._renewed = sent
+        self.lease_until = sent + self.timeout * LEASE_FRACTION
         self.elections += 1
         self._set_leader(self.member_id)
         log.info("won the election (key revision %d); taking the lead", rev)

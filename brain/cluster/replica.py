@@ -49,6 +49,11 @@ class ClusterOptions:
     heartbeat_interval_ms: int = 500
     journal_replicas: int = 0  # 0: 3 when the NATS cluster has 3 servers or more, else 1
     connect_wait: float = 60.0
+    # The leader answers read indexes from memory within its election lease
+    # (brain.cluster.election.Election.lease_valid), which rests on a bound
+    # on clock rates (docs/cluster.md); False: every read index is the
+    # journal's (one JetStream round trip), which rests on no clock.
+    read_lease: bool = True
 
 
 class Replica:
@@ -68,8 +73,9 @@ class Replica:
             on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal))
         engine.forwarder = Forwarder(conn, cluster_name, self.leader_id)
         engine.leader_hint = lambda: self.election.leader_id
-        engine.read_lease = self.election.lease_valid
-        self.read_index = ReadIndexAsker(conn, cluster_name, self.leader_id, engine.member_id, journal)
+        engine.read_lease = self.election.lease_valid if options.read_lease else None
+        self.read_index = ReadIndexAsker(conn, cluster_name, self.leader_id, engine.member_id, journal,
+                                         ask_leader=options.read_lease)
         engine.use_read_index(self.read_index)
         self._stop = threading.Event()
         self._retention: threading.Thread | None = None

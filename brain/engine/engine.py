@@ -618,7 +618,8 @@ class Engine(Replication):
     def _run(self) -> None:
         while True:
             with self._cv:
-                if not self._queue and not self._inbox and not self._completions and not self._stopping:
+                if (not self._queue and not self._inbox and not self._completions and not self._confirmed
+                        and not self._stopping):
                     idle_wait = 0.0 if self.store.compacting else 0.2
                     if idle_wait:
                         self._cv.wait(idle_wait)
@@ -626,6 +627,7 @@ class Engine(Replication):
                 self._queue.clear()
                 records, self._inbox = self._inbox, []
                 completions, self._completions = self._completions, []
+                confirmed, self._confirmed = self._confirmed, []
                 stopping = self._stopping
             controls = [p for p in batch if isinstance(p.request, _Control)]
             if controls:
@@ -634,6 +636,8 @@ class Engine(Replication):
                 self._apply_records(records)
             if completions:
                 self._complete_forwarded(completions)
+            if confirmed:
+                self._settle_confirmed(confirmed)
             if batch:
                 try:
                     if self._role == LEADER:
@@ -687,6 +691,8 @@ class Engine(Replication):
             self.store.changes = []
         index = self._applied_index
         if payload:
+            # the append is fenced on this replica's last record: once it
+            # lands, every decision of the batch was made on the whole journal
             index = self._make_durable(payload, admitted)
             if index is None:
                 return
@@ -700,6 +706,17 @@ class Engine(Replication):
         self._requests += len(admitted)
         if self._leases is not None:
             self._leases.on_commit([p.request for p in admitted], results)
+        if not payload and self._barrier is not None:
+            # Decided from this replica's store with nothing to append (a
+            # failed compare, a delete of nothing, a refused request): no
+            # fence vouches that no other replica leads and wrote meanwhile.
+            self._confirm_unwritten(admitted, results)
+        else:
+            self._settle_results(admitted, results)
+        if self._barrier is not None:
+            self._barrier.applied(self._applied_index)
+
+    def _settle_results(self, admitted: list[_Pending], results: list) -> None:
         for p, res in zip(admitted, results):
             if isinstance(res, errors.EtcdError):
                 self._settle(p, None, res)
@@ -710,8 +727,6 @@ class Engine(Replication):
                 self._compact_waiters.append((p.wait_compact, p))
             else:
                 self._settle(p, res)
-        if self._barrier is not None:
-            self._barrier.applied(self._applied_index)
 
     def _apply(self, admitted: list[_Pending]) -> tuple[list, bytes]:
         """Apply a batch to the store (lock held): requests are decided,

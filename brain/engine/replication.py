@@ -80,6 +80,10 @@ class Replication:
         self._role = LEADER
         self._inbox: list = []  # (index, payload) delivered by the journal
         self._completions: list = []  # (pending batch, forwarded outcome)
+        # ((pending batch, results, term), barrier outcome): answers decided
+        # without a journal record whose confirmation came back
+        self._confirmed: list = []
+        self.unwritten_confirmations = 0  # of them, those that asked the journal
         self._parked: list = []  # heap: (revision, seq, deadline, [(pending, result)])
         self._park_seq = itertools.count()
         self._applied_index = 0
@@ -226,6 +230,61 @@ class Replication:
             self._control(lambda: self._role == LEADER and self._step_down(rebuild=True))
         elif self._role == FOLLOWER and self._behind is None:
             self._behind = (index, time.monotonic())
+
+    # ------------------------------------------------------------------
+    # answers decided without a journal record
+
+    def _confirm_unwritten(self, admitted: list, results: list) -> None:
+        """(committer, leading) Settle a batch that appended nothing (failed
+        compares, deletes of nothing, refused requests) once this replica is
+        known to have decided it on the whole journal.
+
+        A batch that appends is vouched for by the fence on its record.  One
+        that does not was decided on this replica's store alone, and a
+        replica deposed without noticing yet (its key taken over while it was
+        paused) would answer from a store missing the new leader's writes:
+        "compare failed" at a revision below one already acknowledged.  So:
+        at once within the read lease (no other writer can exist), else after
+        a read index no higher than this replica's own last append, asked
+        after the decision, while it still leads in the same term.  Otherwise
+        nothing was applied and the requests are decided again by whoever
+        leads (``_settle_confirmed``)."""
+        lease = self.read_lease
+        if lease is not None and lease():
+            self._settle_results(admitted, results)
+            return
+        item = (admitted, results, self.raft_term)
+        self.unwritten_confirmations += 1
+
+        def passed(exc) -> None:  # on an engine or journal thread
+            with self._cv:
+                self._confirmed.append((item, exc))
+                self._cv.notify()
+
+        self._barrier.request(passed)
+
+    def _settle_confirmed(self, confirmed: list) -> None:
+        for (admitted, results, term), exc in confirmed:
+            if exc is not None:
+                for p in admitted:
+                    self._settle(p, None, exc)
+            elif self._role == LEADER and self.raft_term == term:
+                # the journal ended at or before this replica's own records
+                self._settle_results(admitted, results)
+            else:
+                # another replica led meanwhile: decided on a store that may
+                # have missed its writes, and applied nowhere
+                log.info("%d answers decided in term %d without a journal record are decided again "
+                         "(this replica no longer leads in that term)", len(admitted), term)
+                again = []
+                for p in admitted:
+                    if p.local:
+                        self._settle(p, None, errors.ErrNotLeader)  # its sender forwards it again
+                    else:
+                        again.append(p)
+                if again:
+                    with self._cv:
+                        self._queue.extend(again)
 
     # ------------------------------------------------------------------
     # forwarding a follower's writes
@@ -539,6 +598,11 @@ class Replication:
             self._barrier.fail_all(errors.ErrStopped)
             if self._following:
                 self.journal.stop_following()
+        with self._cv:
+            confirmed, self._confirmed = self._confirmed, []
+        for (admitted, _results, _term), _exc in confirmed:
+            for p in admitted:
+                self._settle(p, None, errors.ErrStopped)
         for item in self._parked:
             for p, _ in item[3]:
                 self._settle(p, None, errors.ErrStopped)

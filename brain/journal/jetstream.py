@@ -275,6 +275,10 @@ class JetStreamJournal:
 
     @property
     def last_index(self) -> int:
+        """The writer's last appended record, from before its first message
+        is sent: a record stored but not yet acknowledged may already be
+        applied by a follower, and the leader's read index (this) must not
+        be below it."""
         return self._last
 
     def begin_writing(self, last_index: int) -> None:
@@ -293,15 +297,19 @@ class JetStreamJournal:
         chunk = self._chunk
         parts = [payload[i:i + chunk] for i in range(0, len(payload), chunk)] or [b""]
         n = len(parts)
+        first = self._last + 1
+        # Before anything is sent (see last_index): once a message is on
+        # its way another thread may see it stored, in the stream or on a
+        # follower, while this one has not yet moved on.
+        self._last = first + n - 1
         for k, data in enumerate(parts, 1):
-            seq = self._last + 1
-            headers = {"Nats-Expected-Last-Sequence": str(self._last), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
+            seq = first + k - 1
+            headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
             if n > 1:
                 headers[PART_HEADER] = f"{k}/{n}"
             pub = _Publish(seq, data, headers)
             self._send(pub)
             self._unacked.append(pub)
-            self._last = seq
         self.appended += 1
         return self._last
 

@@ -24,6 +24,7 @@ from brain.mvcc.requests import (
     TxnRequest,
     CMP_EQUAL,
     CMP_MOD,
+    CMP_VALUE,
 )
 
 _names = itertools.count()
@@ -32,12 +33,14 @@ _names = itertools.count()
 class Cluster:
     """N in-process replicas of cluster ``name`` (their own data dirs)."""
 
-    def __init__(self, nats, tmp_path, n=3, **engine_kw):
+    def __init__(self, nats, tmp_path, n=3, read_lease=True, **engine_kw):
         self.nats = nats
         self.tmp = tmp_path
         self.name = f"t{next(_names)}x{int(time.time() * 1000) % 100000}"
+        self.read_lease = read_lease
         self.engine_kw = dict(shards=2, shard_boundaries=[b"m"], checkpoint_interval_seconds=3600) | engine_kw
         self.replicas: list[Replica] = []
+        self.dead: list[Replica] = []  # killed, closed at the end
         for i in range(n):
             self.add(f"r{i}")
         for r in self.replicas:
@@ -46,7 +49,7 @@ class Cluster:
     def options(self, member: str) -> ClusterOptions:
         return ClusterOptions(journal_url=f"{self.nats.urls[0]}/{self.name}", name=member,
                               client_urls=(f"http://{member}:2379",), election_timeout_ms=1000,
-                              heartbeat_interval_ms=250)
+                              heartbeat_interval_ms=250, read_lease=self.read_lease)
 
     def add(self, member: str, start: bool = False) -> Replica:
         r = Replica.open(self.options(member), EngineConfig(str(self.tmp / member), **self.engine_kw))
@@ -76,8 +79,6 @@ class Cluster:
         self.replicas.remove(r)
         self.dead.append(r)
 
-    dead: list = []
-
     def close(self) -> None:
         for r in self.replicas:
             r.close()
@@ -94,7 +95,6 @@ def cluster(nats1, tmp_path):
 
     def make(n=3, **kw):
         c = Cluster(nats1, tmp_path / f"c{len(made)}", n, **kw)
-        c.dead = []
         made.append(c)
         return c
 
@@ -334,11 +334,17 @@ def test_a_replica_whose_records_were_purged_starts_again_from_a_snapshot(cluste
     for r in c.replicas:
         r.engine.wait_linearizable()
         r.engine.checkpoint()
-    # the absent replica's entry is old: only the live ones count
-    leader.membership._me and None
-    time.sleep(2.5)
-    floor = leader.membership.retention_floor(stale_after=1.0)
-    assert floor is not None
+    time.sleep(2.5)  # heartbeats carry the checkpoints; the absent replica's stopped
+    leader.membership.refresh()
+    entries = {m.name: m for m in leader.membership.members()}
+    live = [entries[r.options.name] for r in c.replicas]
+    gone = entries[name]
+    assert all(m.updated > gone.updated + 0.2 for m in live), (gone, live)
+    # only the live replicas count: a floor over the entries heard from
+    # since the absent one stopped is theirs, above the absent one's checkpoint
+    now = time.time()
+    floor = leader.membership.retention_floor(now=now, stale_after=now - gone.updated - 0.2)
+    assert floor == min(m.checkpoint_index for m in live) > gone.checkpoint_index, (floor, gone, live)
     leader.journal.purge(floor + 1)
     back = c.add(name, start=True)
     assert get(back, b"p39") is not None
@@ -413,3 +419,66 @@ def _try(fn, *args):
         return fn(*args)
     except errors.EtcdError as e:
         return e
+
+
+def _value_is(key: bytes, value: bytes) -> Compare:
+    return Compare(CMP_EQUAL, CMP_VALUE, key, union="value", operand=value)
+
+
+def test_a_deposed_leader_does_not_answer_a_failed_compare_from_its_store(cluster):
+    """A leader paused past its key's timeout still believes it leads; a Txn
+    whose compare fails on its store appends nothing, so no fence stops it.
+    Answered from that store it said "compare failed" at a revision below the
+    new leader's acknowledged write (the issue's cas(k2) -> false @4500 after
+    put @4501).  It must be decided on the whole journal instead: here by the
+    new leader, once the old one found out and stepped down."""
+    c = cluster()
+    old = c.leader()
+    first = old.engine.put(PutRequest(b"k", b"v1"))
+    renew = old.election._renew
+
+    async def paused() -> None:
+        pass
+
+    old.election._renew = paused
+    new = c.leader(exclude=(old,))
+    second = new.engine.put(PutRequest(b"k", b"v2"))
+    assert old.engine.is_leader and old.engine.committed_rev == first.revision  # it has not noticed
+    cas = TxnRequest([_value_is(b"k", b"v2")], [PutRequest(b"k", b"v3")], [RangeRequest(b"k")])
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_try(old.engine.txn, cas)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while old.engine.is_leader and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # it stepped down (the journal is past its last append); its election
+    # wakes up too and learns who leads, so the Txn can be forwarded
+    old.election._renew = renew
+    t.join(20)
+    assert out, "the Txn was not answered"
+    res = out[0]
+    assert not isinstance(res, errors.EtcdError), res
+    assert res.succeeded and res.revision == second.revision + 1, res
+    assert old.engine.unwritten_confirmations >= 1
+    assert get(new, b"k").value == b"v3"
+
+
+def test_without_the_read_lease_every_read_index_is_the_journals(cluster):
+    """read_lease=False: the leader asks the journal before answering a
+    failed compare or a linearizable read, and followers never ask the
+    leader (whose answer rests on the lease's clock bound)."""
+    c = cluster(read_lease=False)
+    lead = c.leader()
+    f = c.followers(lead)[0]
+    put = f.engine.put(PutRequest(b"k", b"v1"))
+    before = lead.engine.unwritten_confirmations
+    res = lead.engine.txn(TxnRequest([_value_is(b"k", b"other")], [PutRequest(b"k", b"x")], [RangeRequest(b"k")]))
+    assert not res.succeeded and res.revision == put.revision
+    assert res.responses[0].kvs[0].value == b"v1"
+    assert lead.engine.unwritten_confirmations == before + 1
+    trips = lead.engine._barrier.round_trips
+    assert get(lead, b"k").value == b"v1"
+    assert lead.engine._barrier.round_trips == trips + 1
+    for r in c.followers(lead):
+        assert get(r, b"k").value == b"v1"
+        assert r.read_index.from_leader == 0 and r.read_index.from_journal >= 1

@@ -8,6 +8,11 @@ the same tests and benchmarks drive both.
         old = cluster.leader()             # asks every replica's Status
         killed, t_kill, t_new = cluster.kill_leader(keep=watcher_replica)
         cluster.restart(killed)
+        cluster.kills[-1]                  # the epochs before and after that kill
+
+A leader kill is confirmed by the journal, not by the replicas' Status: the
+epoch (``raft_term``) the survivors report must rise above every epoch
+reported before the kill, which only a new leader's epoch record does.
 
 Each replica gets its own data dir and ports; every replica of one
 BrainCluster shares one cluster name (the journal's stream and buckets), so
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from typing import Sequence
 
 from tests.support import servers
@@ -68,6 +74,59 @@ class BrainCluster(LedGroup):
         self.name = name or f"bc{os.getpid()}x{next(_seq)}"
         super().__init__("brain-cluster-", lifetime=lifetime, ready_timeout=ready_timeout)
         self.members = [BrainReplica(self, f"b{i + 1}", ready_timeout=ready_timeout) for i in range(size)]
+        # one entry per kill_leader: who, when, the highest epoch before the
+        # kill and the first higher one a survivor reported
+        self.kills: list[dict] = []
+
+    def terms(self, timeout: float = 2.0) -> dict[str, int]:
+        """The epoch (response header raft_term) of every running replica
+        that answers Status, by name."""
+        import grpc
+
+        out = {}
+        for m in self.members:
+            if not m.running:
+                continue
+            try:
+                out[m.name] = m.status(timeout=timeout).header.raft_term
+            except grpc.RpcError:
+                continue
+        return out
+
+    def kill_leader(self, keep=None, timeout: float | None = None):
+        """SIGKILL the leader (moving the lead off ``keep`` first) and wait
+        until a survivor reports an epoch above every epoch seen before the
+        kill: a new leader has appended its epoch record, so the replica
+        killed was the one leading.  Raises if that does not happen within
+        ``timeout``.  Returns (the killed replica, the kill's time.time(),
+        the time the new epoch was seen)."""
+        lead = self.wait_leader()
+        if lead is keep:
+            self.move_leader(next(m for m in self.members if m.running and m is not keep))
+            lead = self.wait_leader()
+        before = self.terms()
+        if len(before) != sum(m.running for m in self.members):
+            time.sleep(0.5)  # a replica did not answer: ask once more
+            before = self.terms()
+        term_before = max(before.values())
+        t_kill = self.kill9(lead)
+        deadline = time.monotonic() + (timeout or self.ready_timeout)
+        while True:
+            after = self.terms()
+            higher = {name: t for name, t in after.items() if t > term_before}
+            if higher:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no survivor reported an epoch above {term_before} within "
+                                     f"{timeout or self.ready_timeout:.0f} s of killing {lead.name} "
+                                     f"(epochs before {before}, now {after}): it may not have been "
+                                     f"the leader\n" + self.logs())
+            time.sleep(0.05)
+        t_new = time.time()
+        self.kills.append({"killed": lead.name, "t_kill": t_kill, "t_new_epoch": t_new,
+                           "terms_before": before, "term_before": term_before,
+                           "term_after": max(higher.values()), "seen_on": sorted(higher)})
+        return lead, t_kill, t_new
 
     def __repr__(self) -> str:
         return f"<BrainCluster {self.name} {self.endpoints} dir={self.root}>"

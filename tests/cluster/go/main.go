@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -116,8 +117,10 @@ type common struct {
 	dialTimeout time.Duration
 	spread      bool
 	verbose     bool
+	stopFile    string
 
-	fs *flag.FlagSet
+	fs      *flag.FlagSet
+	stopped atomic.Bool
 }
 
 // newFlags: the default --prefix is /clustercheck/<name>/, so that modes run
@@ -135,7 +138,31 @@ func newFlags(name string, defDuration time.Duration) *common {
 	c.fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the first connection")
 	c.fs.BoolVar(&c.spread, "spread", false, "give client i the single endpoint i mod len(endpoints) instead of all of them")
 	c.fs.BoolVar(&c.verbose, "verbose", false, "log the etcd client's warnings to stderr")
+	c.fs.StringVar(&c.stopFile, "stop-file", "", "stop issuing operations once this file exists, before --duration is up (the caller's faults are done)")
 	return c
+}
+
+// issuing says whether operations may still be issued: before the deadline
+// and before --stop-file appeared (watchStopFile polls it).
+func (c *common) issuing(deadline time.Time) bool {
+	return time.Now().Before(deadline) && !c.stopped.Load()
+}
+
+// watchStopFile polls --stop-file until it exists or the deadline passes.
+func (c *common) watchStopFile(deadline time.Time) {
+	if c.stopFile == "" {
+		return
+	}
+	go func() {
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(c.stopFile); err == nil {
+				c.stopped.Store(true)
+				fmt.Fprintf(os.Stderr, "%8.3f %s exists: stopping\n", since(time.Now()), c.stopFile)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 }
 
 func (c *common) parse(args []string) error {

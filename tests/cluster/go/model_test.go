@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -147,5 +150,83 @@ func TestPausesAndRevisionOrder(t *testing.T) {
 	}
 	if v := revisionOrder(r, acked); v != 3 || r["revisions_backwards"] != 2 || r["duplicate_revisions"] != 1 {
 		t.Fatalf("violations %d, %v", v, r)
+	}
+}
+
+func TestHeaderOrder(t *testing.T) {
+	// The run 1: client 3's put returned revision 4501, then its
+	// failed CAS on another key reported 4500.
+	inverted := []revOp{
+		{What: "put(k0) -> @4501", Client: 3, Call: 1.0, Ret: 1.2, Rev: 4501},
+		{What: "cas(k2) -> failed", Client: 3, Call: 1.3, Ret: 1.4, Rev: 4500},
+		{What: "get(k1)", Client: 5, Call: 1.25, Ret: 1.5, Rev: 4499}, // another client, after the put too
+	}
+	n, samples := headerOrder(inverted)
+	if n != 2 || len(samples) != 2 {
+		t.Fatalf("inversions %d, samples %q; want 2", n, samples)
+	}
+	ok := []revOp{
+		{What: "put(k0)", Client: 0, Call: 1.0, Ret: 2.0, Rev: 10},
+		{What: "get(k1)", Client: 1, Call: 1.5, Ret: 1.6, Rev: 9},  // overlaps the put: may come before it
+		{What: "get(k0)", Client: 1, Call: 2.5, Ret: 2.6, Rev: 10}, // equal revisions are in order
+		{What: "cas(k1) -> failed", Client: 2, Call: 2.7, Ret: 2.8, Rev: 10},
+		{What: "put(k1)", Client: 2, Call: 2.9, Ret: 3.0, Rev: 11},
+	}
+	if n, samples := headerOrder(ok); n != 0 {
+		t.Fatalf("inversions %d in an ordered history: %q", n, samples)
+	}
+	r := result{}
+	if got := orderInto(r, inverted); got != 2 || r["header_order_violations"] != 2 || r["header_order_checked"] != 3 {
+		t.Fatalf("orderInto %d, %v", got, r)
+	}
+}
+
+func TestPerKeyPartition(t *testing.T) {
+	m := kvModel{exclusive: false, keys: 2, initRev: 1}.porcupine()
+	m.Partition = partitionByKey
+	// key 1's read at revision 2 after key 0's write at 3: stale across keys,
+	// which the per-key check cannot see (headerOrder does) ...
+	across := []porcupine.Operation{
+		op(0, 0, 1, put(0, "a"), at(3)),
+		op(1, 2, 3, get(1), absent(2)),
+	}
+	if got := porcupine.CheckOperations(m, across); !got {
+		t.Fatalf("per key: a read of another key is checked against this key")
+	}
+	if n, _ := headerOrder([]revOp{{Rev: 3, Call: 0, Ret: 1}, {Rev: 2, Call: 2, Ret: 3}}); n != 1 {
+		t.Fatalf("header order: %d inversions, want 1", n)
+	}
+	// ... while a stale read of the same key still fails.
+	same := []porcupine.Operation{
+		op(0, 0, 1, put(0, "a"), at(3)),
+		op(1, 2, 3, get(0), absent(3)),
+	}
+	if porcupine.CheckOperations(m, same) {
+		t.Fatalf("per key: a stale read of the key written passed")
+	}
+	if parts := partitionByKey(append(across, same...)); len(parts) != 2 || len(parts[0]) != 3 || len(parts[1]) != 1 {
+		t.Fatalf("partitions %v", parts)
+	}
+}
+
+func TestStopFile(t *testing.T) {
+	c := newFlags("lin", time.Minute)
+	c.stopFile = filepath.Join(t.TempDir(), "stop")
+	deadline := time.Now().Add(time.Minute)
+	c.watchStopFile(deadline)
+	if !c.issuing(deadline) {
+		t.Fatal("stopped before the stop file exists")
+	}
+	if err := os.WriteFile(c.stopFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); c.issuing(deadline); {
+		if time.Now().After(end) {
+			t.Fatal("still issuing 5 s after the stop file appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.issuing(time.Now().Add(time.Hour)) {
+		t.Fatal("issuing again")
 	}
 }

@@ -31,7 +31,8 @@ import (
 // Also reported: pairs of clients whose held intervals (from Lock returning
 // to Unlock being called) overlap in real time while both increments were
 // acknowledged: two clients that each held the mutex at one instant, a
-// violation by itself.
+// violation by itself; and the counter's reads and writes whose header
+// revisions are out of real-time order (order.go).
 
 type holdInterval struct {
 	client     int
@@ -66,9 +67,11 @@ func runMutex(args []string) (result, error) {
 	var errs errLog
 	var mu sync.Mutex
 	var holds []holdInterval
+	var revs revLog
 	var increments, unknown, refused, locks int64
 	start := time.Now()
 	deadline := start.Add(c.duration)
+	c.watchStopFile(deadline)
 	var wg sync.WaitGroup
 	for i := 0; i < *clients; i++ {
 		wg.Add(1)
@@ -91,7 +94,7 @@ func runMutex(args []string) (result, error) {
 					sess.Close()
 				}
 			}()
-			for time.Now().Before(deadline) {
+			for c.issuing(deadline) {
 				if sess != nil {
 					select {
 					case <-sess.Done():
@@ -122,7 +125,7 @@ func runMutex(args []string) (result, error) {
 				mu.Lock()
 				locks++
 				mu.Unlock()
-				done := incrementOnce(c, cli, m, counterKey, *fenced, &errs)
+				done := incrementOnce(c, cli, id, m, counterKey, *fenced, &errs, &revs)
 				held.end = time.Now()
 				held.ok = done == incOK
 				mu.Lock()
@@ -186,7 +189,7 @@ func runMutex(args []string) (result, error) {
 	}
 	overlaps, overlapSample := overlappingHolds(holds)
 	countOK := counter >= increments && counter <= increments+unknown
-	violations := overlaps
+	violations := overlaps + orderInto(r, revs.ops)
 	if !countOK {
 		violations++
 	}
@@ -207,15 +210,19 @@ const (
 	incRefused                   // --fenced: the write was refused, the lock was lost
 )
 
-// incrementOnce reads the counter and writes it back plus one.
-func incrementOnce(c *common, cli *clientv3.Client, m *concurrency.Mutex, key string, fenced bool, errs *errLog) incOutcome {
+// incrementOnce reads the counter and writes it back plus one; the answered
+// calls go to revs with their header revisions.
+func incrementOnce(c *common, cli *clientv3.Client, id int, m *concurrency.Mutex, key string, fenced bool,
+	errs *errLog, revs *revLog) incOutcome {
 	ctx, cancel := c.ctx()
 	defer cancel()
+	call := time.Now()
 	r, err := cli.Get(ctx, key)
 	if err != nil {
 		errs.add("get", err)
 		return incFailed
 	}
+	revs.add(revOp{What: "get(counter)", Client: id, Call: since(call), Ret: since(time.Now()), Rev: r.Header.Revision})
 	var n int64
 	if len(r.Kvs) > 0 {
 		if n, err = strconv.ParseInt(string(r.Kvs[0].Value), 10, 64); err != nil {
@@ -225,21 +232,28 @@ func incrementOnce(c *common, cli *clientv3.Client, m *concurrency.Mutex, key st
 	}
 	val := strconv.FormatInt(n+1, 10)
 	if fenced {
+		call = time.Now()
 		tr, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut(key, val)).Commit()
 		if err != nil {
 			errs.add("put", err)
 			return incUnknown
 		}
+		revs.add(revOp{What: fmt.Sprintf("txn(if owner: put counter %s) -> %v", val, tr.Succeeded), Client: id,
+			Call: since(call), Ret: since(time.Now()), Rev: tr.Header.Revision})
 		if !tr.Succeeded {
 			errs.add("put", fmt.Errorf("refused: this client no longer owns the lock"))
 			return incRefused
 		}
 		return incOK
 	}
-	if _, err := cli.Put(ctx, key, val); err != nil {
+	call = time.Now()
+	pr, err := cli.Put(ctx, key, val)
+	if err != nil {
 		errs.add("put", err)
 		return incUnknown
 	}
+	revs.add(revOp{What: "put(counter " + val + ")", Client: id, Call: since(call), Ret: since(time.Now()),
+		Rev: pr.Header.Revision})
 	return incOK
 }
 

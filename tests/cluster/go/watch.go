@@ -82,11 +82,16 @@ func runWatch(args []string) (result, error) {
 		return n
 	}
 	settleEnd := stopAt.Add(*settle)
+	c.watchStopFile(stopAt)
 	var failure error
 	responses := 0
 loop:
 	for {
 		now := time.Now()
+		if c.stopped.Load() && now.Before(stopAt) {
+			// --stop-file: the writer is done too; its record comes next
+			stopAt, settleEnd = now, now.Add(*settle)
+		}
 		if !now.Before(stopAt) {
 			if *acked == "" {
 				break

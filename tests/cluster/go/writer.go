@@ -134,6 +134,7 @@ func runWrite(args []string) (result, error) {
 
 	start := time.Now()
 	deadline := start.Add(c.duration)
+	c.watchStopFile(deadline)
 	var wg sync.WaitGroup
 	skipped := 0
 	if *rate > 0 {
@@ -143,7 +144,7 @@ func runWrite(args []string) (result, error) {
 		// not when the requests stuck on the dead member timed out.
 		interval := time.Duration(float64(time.Second) / *rate)
 		sem := make(chan struct{}, *maxInflight)
-		for i, next := 0, start; next.Before(deadline); i, next = i+1, next.Add(interval) {
+		for i, next := 0, start; next.Before(deadline) && c.issuing(deadline); i, next = i+1, next.Add(interval) {
 			time.Sleep(time.Until(next))
 			select {
 			case sem <- struct{}{}:
@@ -162,7 +163,7 @@ func runWrite(args []string) (result, error) {
 			wg.Add(1)
 			go func(cli *clientv3.Client) {
 				defer wg.Done()
-				for time.Now().Before(deadline) {
+				for c.issuing(deadline) {
 					put(cli)
 				}
 			}(conns[i])
