@@ -152,11 +152,15 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "(default %(default)s)"),
     ("--heartbeat-interval", "heartbeat_interval", _int,
      "cluster: milliseconds between the leader's heartbeats (default %(default)s)"),
+    ("--read-lease", "read_lease", _bool,
+     "cluster: the leader answers linearizable reads without a journal round trip while its election "
+     "lease holds (the clock bound is in docs/cluster.md); false: every linearizable read is confirmed "
+     "by the journal (default %(default)s)"),
     ("--journal-replicas", "journal_replicas", _int,
      "cluster: JetStream replicas of a journal this replica creates; 0 means 3 when the NATS cluster "
      "has 3 servers or more, else 1 (default %(default)s)"),
 ]
-_BOOL_DESTS = {"client_cert_auth", "socket_reuse_port"}
+_BOOL_DESTS = {"client_cert_auth", "socket_reuse_port", "read_lease"}
 
 
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:

@@ -133,6 +133,8 @@ class ServerConfig:
     election_timeout: int = 2000  # ms
     heartbeat_interval: int = 500  # ms
     journal_replicas: int = 0  # 0: by the NATS cluster's size
+    # the leader reads alone within its election lease (docs/cluster.md, "Reads")
+    read_lease: bool = True
 
     def __post_init__(self) -> None:
         if not self.data_dir:

@@ -474,7 +474,7 @@ def _open_replica(config: ServerConfig, engine_config):
         journal_url=config.journal_url, name=config.name,
         client_urls=tuple(config.advertise_client_urls or config.listen_client_urls),
         election_timeout_ms=config.election_timeout, heartbeat_interval_ms=config.heartbeat_interval,
-        journal_replicas=config.journal_replicas)
+        journal_replicas=config.journal_replicas, read_lease=config.read_lease)
     return Replica.open(options, engine_config)
 
 

@@ -83,6 +83,26 @@ def test_equals_form_and_bool_values():
     assert c.data_dir == "/x" and c.client_cert_auth is False
 
 
+def test_read_lease_flag_reaches_the_cluster_options(monkeypatch):
+    from brain.api import server
+    import brain.cluster as cluster
+
+    assert parse().read_lease is True
+    seen = {}
+
+    class FakeReplica:
+        @classmethod
+        def open(cls, options, engine_config):
+            seen["read_lease"] = options.read_lease
+            return cls()
+
+    monkeypatch.setattr(cluster, "Replica", FakeReplica)
+    for argv, want in ((["--read-lease=false"], False), (["--read-lease"], True), ([], True)):
+        c = parse("--journal-url", "nats://127.0.0.1:4222/t", *argv)
+        server._open_replica(c, None)
+        assert seen.pop("read_lease") is want, argv
+
+
 def test_env_vars_etcd_and_brain_prefixes():
     env = {"ETCD_DATA_DIR": "/etcd", "ETCD_MAX_TXN_OPS": "7", "ETCD_NAME": "envname"}
     c = parse(env=env)
