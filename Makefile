@@ -33,13 +33,13 @@ cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NAT
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
-bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine (plaintext, mutual TLS), brain vs etcd 3.6 clusters, ~70 min: benchmarks/results/<date>.md, plots, README table
+bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, ~1 h 45 min (estimated): benchmarks/results/<date>.md, plots, README table
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh
 	$(PYTHON) -m benchmarks.run
 
-bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (~5 min; what the pytest in tests/benchmarks runs)
+bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (6-10 min; what the pytest in tests/benchmarks runs)
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh

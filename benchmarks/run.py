@@ -1,6 +1,6 @@
 """Benchmark brain against etcd 3.4, 3.6 and 3.7 and kine (sqlite) on loopback.
 
-    python -m benchmarks.run            # the full run (make bench), ~2 h
+    python -m benchmarks.run            # the full run (make bench), ~1 h 45 min (estimated)
     python -m benchmarks.run --smoke    # every workload for a second or two (make bench-smoke)
 
 One server at a time, each start on a fresh data dir and free ports.  For
