@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: serve test deps deps-python deps-system deps-etcd36 proto proto-check test-full e2e clean distclean native
+.PHONY: serve test deps deps-python deps-system deps-etcd36 deps-etcd37 proto proto-check test-full e2e clean distclean native
 
 serve: deps-python            ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain)
 	$(PYTHON) -m brain serve
@@ -11,11 +11,11 @@ serve: deps-python            ## run brain on its defaults (http://localhost:237
 # with its reason (under CI=true a missing tool or service fails instead).
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider -rfEs --durations=25 -m "not k8s"
 
-test: deps deps-etcd36 cluster-tools  ## everything CI runs (tests/k8s is `make e2e`)
+test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k8s is `make e2e`)
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTEST)
 
-test-full: deps deps-etcd36 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds
 	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTEST)
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
@@ -33,13 +33,13 @@ cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NAT
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
-bench: deps                   ## brain vs etcd 3.4, etcd 3.6 and kine (plaintext, mutual TLS), brain vs etcd 3.6 clusters, ~70 min: benchmarks/results/<date>.md, plots, README table
+bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, ~1 h 45 min (estimated): benchmarks/results/<date>.md, plots, README table
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh
 	$(PYTHON) -m benchmarks.run
 
-bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (~5 min; what the pytest in tests/benchmarks runs)
+bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (6-10 min; what the pytest in tests/benchmarks runs)
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh
@@ -49,6 +49,9 @@ deps: deps-system deps-python
 
 deps-etcd36:                  ## etcd 3.6.16, the second differential oracle (benchmarks/build.sh; cold ~4 min, cached < 1 s)
 	bash benchmarks/build.sh etcd-3.6 >/dev/null
+
+deps-etcd37:                  ## etcd 3.7.3, the third differential oracle (benchmarks/build.sh; cold ~1-4 min, cached < 1 s)
+	bash benchmarks/build.sh etcd-3.7 >/dev/null
 
 # pip builds brain._transport (native/, Rust) with maturin as part of the
 # editable install: cargo fetches crates, builds into .cache/cargo-target

@@ -8,8 +8,10 @@
 #   brainload    our load tool    benchmarks/go/brainload
 #   etcdutl-3.6  etcdutl          go.etcd.io/etcd/etcdutl/v3     (benchmarks/go/etcdutl36)
 #   etcd-3.5, etcdctl-3.5, etcdutl-3.5                           (benchmarks/go/etcd35)
+#   etcd-3.7, etcdctl-3.7                                        (benchmarks/go/etcd37)
 #
-# (etcdutl and etcd 3.5 are for the migration tests: files real etcds wrote.)
+# (etcdutl and etcd 3.5 are for the migration tests: files real etcds wrote;
+# etcd 3.7 is a benchmarked server and the third differential oracle.)
 #
 # The versions are pinned in the go.mod of each wrapper module (one place to
 # change them); separate modules because kine needs etcd 3.7 and grpc/otel
@@ -37,7 +39,7 @@ wanted=()
 for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         -*) echo "build.sh: unknown option $arg" >&2; exit 2 ;;
         *) wanted+=("$arg") ;;
     esac
@@ -53,7 +55,9 @@ kine_version="$(modver kine github.com/k3s-io/kine)"
 client_version="$(modver brainload go.etcd.io/etcd/client/v3)"
 etcdutl_version="$(modver etcdutl36 go.etcd.io/etcd/etcdutl/v3)"
 etcd35_version="$(modver etcd35 go.etcd.io/etcd/server/v3)"
-for v in etcd_version etcdctl_version bench_version kine_version client_version etcdutl_version etcd35_version; do
+etcd37_version="$(modver etcd37 go.etcd.io/etcd/server/v3)"
+for v in etcd_version etcdctl_version bench_version kine_version client_version etcdutl_version etcd35_version \
+         etcd37_version; do
     if [[ -z "${!v}" ]]; then
         echo "build.sh: cannot read $v from the wrapper go.mod files" >&2
         exit 2
@@ -87,7 +91,9 @@ group_bins_etcdutl36=(etcdutl-3.6)
 group_pkgs_etcdutl36=(go.etcd.io/etcd/etcdutl/v3)
 group_bins_etcd35=(etcd-3.5 etcdctl-3.5 etcdutl-3.5)
 group_pkgs_etcd35=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
-groups=(etcd36 kine brainload etcdutl36 etcd35)
+group_bins_etcd37=(etcd-3.7 etcdctl-3.7)
+group_pkgs_etcd37=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3)
+groups=(etcd36 kine brainload etcdutl36 etcd35 etcd37)
 
 stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files
     # Worktrees sharing BRAIN_BENCH_CACHE agree on a stamp unless the build itself differs.
@@ -189,5 +195,5 @@ for g in "${groups[@]}"; do
     done
     unset -n names
 done
-echo "build.sh: etcd $etcd_version, etcdctl $etcdctl_version, benchmark $bench_version, kine $kine_version, brainload on client $client_version, etcdutl $etcdutl_version, etcd $etcd35_version" >&2
+echo "build.sh: etcd $etcd_version, etcdctl $etcdctl_version, benchmark $bench_version, kine $kine_version, brainload on client $client_version, etcdutl $etcdutl_version, etcd $etcd35_version, etcd $etcd37_version" >&2
 echo "$bin"

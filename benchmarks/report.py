@@ -7,13 +7,20 @@ brain's median over the peer's (for throughput higher is better, for times,
 latencies, CPU and memory lower is better: the table says which).  A cell
 backed by fewer successful runs than the workload was run for says so
 ("(2/3)"), and a target is only called met when brain and the peer both have
-every run.
+every run.  Under mutual TLS a ratio against etcd 3.6 or 3.7 divides by the
+better of its two configurations (default and -fast, see
+benchmarks/servers.py).  Restart rows are samples of starts: the cell is
+their median and worst, the target is judged on the worst, and on no fewer
+than MIN_RESTART_SAMPLES samples.
 
     python -m benchmarks.report FULL.json --merge RERUN.json [--merge RERUN2.json] --out NEW.json
 
 writes NEW.json (and its report) with FULL's runs, except for the (server,
-workload) pairs a re-run measured, which come from it; the header names
-every run.
+workload) pairs a re-run measured, which come from it.  Every run record
+keeps the file it came from ("source"); a ratio is shown only when both of
+its cells come from one run ("n/a (runs differ)" otherwise), a target
+resting on cells of different runs is n/a, and the header lists every run
+with its machine and load.
 """
 
 from __future__ import annotations
@@ -24,8 +31,12 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-SERVERS = ["brain", "etcd-3.6", "etcd-3.4", "kine"]
-PEERS = ["etcd-3.6", "etcd-3.4", "kine"]
+SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
+PEERS = ["etcd-3.6", "etcd-3.7", "etcd-3.4", "kine"]
+# etcd's fast gRPC configuration of a peer (mutual TLS only): a ratio there uses the better of the two.
+FAST_CONFIG = {"etcd-3.6": "etcd-3.6-fast", "etcd-3.7": "etcd-3.7-fast"}
+# A restart target is judged on the worst of at least this many starts.
+MIN_RESTART_SAMPLES = 3
 README_BEGIN = "<!-- bench:begin -->"
 README_END = "<!-- bench:end -->"
 
@@ -44,6 +55,9 @@ class Workload:
     # samples, the largest); "sum" of the metric over every run that reported it, failed ones too
     # (acknowledged writes lost must not hide in a failed run).
     agg: str = "median"
+    # A restart row: the result key of the list of its samples (starts); the value is their median,
+    # "worst" their largest.  A run without the list (before samples were taken) is one sample.
+    samples: str = ""
 
 
 # The rows of each mode; the plain rows are the ones before the mutual TLS ones.
@@ -79,13 +93,15 @@ WORKLOADS: dict[str, Workload] = {
     "check-perf": Workload("etcdctl check perf --load {check_perf_load}", "writes_per_s", "writes/s"),
     "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
                         "linearizable count over them answers (count checked)",
-                        "ready_after_s", "s", higher_better=False, latency=""),
+                        "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
     "restart-kill9": Workload("the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
                               "tail just under its 128 MiB checkpoint threshold to replay)",
-                              "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart"),
+                              "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart",
+                              samples="ready_after_kill9_s_samples"),
     "rss": Workload("resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
                     higher_better=False, latency="", source="restart", scale=1 / 1024),
-    # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one.
+    # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one
+    # (etcd 3.6 and 3.7 in two configurations each, default and -fast).
     "mtls-put-c64": Workload("mutual TLS: put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
     "mtls-put-c256": Workload("mutual TLS: put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
     "mtls-txn-put-c64": Workload("mutual TLS: txn-put, 64 clients", "ops_per_s", "ops/s"),
@@ -257,6 +273,8 @@ def aggregate(data: dict) -> dict:
         for s, cell in by_server.items():
             runs = cell["runs"]
             res = [r.get("result", {}) for r in runs]
+            # The run(s) the cell comes from: a merged report's runs carry their file.
+            cell["sources"] = sorted({r.get("source") or "" for r in runs + cell["failures"]})
             cell["n"] = len(runs)
             cell["planned"] = planned_runs(w, data["meta"].get("settings"))
             cell["value"] = _median([metric_of(r, w) for r in runs])
@@ -268,6 +286,16 @@ def aggregate(data: dict) -> dict:
                 cell["samples"] = samples
                 cell["value"] = nearest_rank(samples, 0.99)
                 cell["p50"], cell["p99"] = _median(samples), cell["value"]
+            elif meta.samples:
+                samples = []
+                for r in runs:
+                    xs = (r.get("result") or {}).get(meta.samples)
+                    one = metric_of(r, w)
+                    samples += [x for x in xs if _num(x) is not None] if isinstance(xs, list) and xs else (
+                        [one] if one is not None else [])
+                cell["samples"] = cell["values"] = samples
+                cell["value"] = _median(samples)
+                cell["worst"] = (max(samples) if meta.higher_better is False else min(samples)) if samples else None
             elif meta.agg == "sum":
                 every = [_num(_raw(r, w)) for r in runs + cell["failures"]]
                 every = [x * meta.scale if meta.scale != 1 else x for x in every if x is not None]
@@ -293,6 +321,11 @@ def aggregate(data: dict) -> dict:
                 v = _median([_num((x.get(key) or {}).get("p99")) for x in res])
                 if v is not None:
                     extra[key + "_p99"] = v
+            for key in ("cpu_to_ready_s_samples", "cpu_to_ready_kill9_s_samples", "ready_after_s_samples",
+                        "ready_after_kill9_s_samples"):
+                xs = [x for r in res for x in (r.get(key) or []) if _num(x) is not None]
+                if xs:
+                    extra[key] = xs
             if any("pass" in x for x in res):
                 extra["pass"] = all(x.get("pass") for x in res)
             partial = [r.get("partial") for r in runs if r.get("partial")]
@@ -302,16 +335,61 @@ def aggregate(data: dict) -> dict:
     return out
 
 
-def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
-    """brain's median over the peer's; None when either is missing or a partial (capped) run."""
+@dataclass(frozen=True)
+class Ratio:
+    """brain's cell over a peer's: ``value`` (None when there is none, ``why`` says why), the
+    peer server whose cell was used (under mutual TLS the better of etcd's two configurations)."""
+
+    value: float | None
+    peer: str = ""
+    why: str = ""            # "runs differ", "partial", or "" (a cell missing)
+    default_only: bool = False  # a mutual TLS row whose etcd fast gRPC configuration was not measured
+
+
+def same_run(a: dict, b: dict) -> bool:
+    """Two cells (aggregate entries) come from one run: every run of both has the same source."""
+    return len(set(a.get("sources") or [""]) | set(b.get("sources") or [""])) == 1
+
+
+def _lower_better(workload: str, key: str) -> bool:
+    return key in ("p99", "p50", "cpu_us_per_op") or not WORKLOADS[workload].higher_better
+
+
+def compare(agg: dict, workload: str, peer: str, key: str = "value") -> Ratio:
+    """brain's ``key`` over the peer's, for one workload.  Only cells of one run are compared;
+    under mutual TLS the peer is the better of etcd's default and fast gRPC configurations
+    (better at ``key``: the higher throughput, the lower latency or CPU)."""
     cells = agg.get(workload, {})
-    bc, pc = cells.get("brain") or {}, cells.get(peer) or {}
-    b, p = bc.get(key), pc.get(key)
-    if b is None or p is None or p == 0:
-        return None
-    if (bc.get("extra") or {}).get("partial") or (pc.get("extra") or {}).get("partial"):
-        return None
-    return b / p
+    bc = cells.get("brain") or {}
+    names = [peer]
+    if mode_of(workload) == "mtls" and peer in FAST_CONFIG:
+        names.append(FAST_CONFIG[peer])
+    b = bc.get(key)
+    found = [(n, cells[n]) for n in names if n in cells and cells[n].get(key) is not None]
+    if b is None or not found:
+        return Ratio(None)
+    if (bc.get("extra") or {}).get("partial") or any((c.get("extra") or {}).get("partial") for _, c in found):
+        return Ratio(None, why="partial")
+    if not all(same_run(bc, c) for _, c in found):
+        return Ratio(None, why="runs differ")
+    pick = min if _lower_better(workload, key) else max
+    name, cell = pick(found, key=lambda nc: nc[1][key])
+    p = cell[key]
+    if p == 0:
+        return Ratio(None, name)
+    return Ratio(b / p, name, default_only=len(names) > 1 and len(found) < len(names))
+
+
+def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
+    """brain's median over the peer's; None when either is missing, a partial (capped) run, or
+    the two cells come from different runs."""
+    return compare(agg, workload, peer, key).value
+
+
+def _ratio_cell(r: Ratio) -> str:
+    if r.value is not None:
+        return f"{r.value:.2f}" + (" (default only)" if r.default_only else "")
+    return "n/a (runs differ)" if r.why == "runs differ" else "–"
 
 
 def _extra(agg, w, s, k):
@@ -328,17 +406,31 @@ def short_of_runs(agg: dict, workload: str, servers) -> list[str]:
     return out
 
 
+def _from(cell: dict) -> str:
+    """The run(s) a cell came from, as a note names them."""
+    return ", ".join(x or "the base run" for x in cell.get("sources") or [""])
+
+
+def _cells_note(agg: dict, workload: str, servers) -> str:
+    """Which run each cell came from, for a target that compares cells of different runs."""
+    cells = agg.get(workload, {})
+    return "runs differ: " + "; ".join(f"{s} from {_from(cells[s])}" for s in servers if s in cells)
+
+
 def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     """The issue's targets, each: target, value, goal, status (pass / miss / n/a) and a note.
 
     A target whose workload failed on brain is a miss (the note carries the error); one whose
-    peer did not run, or whose restart load was cut short, is n/a."""
+    peer did not run, whose restart load was cut short, whose cells come from different runs, or
+    (mutual TLS) whose etcd fast gRPC configuration was not measured and the default alone would
+    pass, is n/a."""
     t: list[dict] = []
     keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
     issue = "5"
 
-    def add(name, value, ok, goal, workload=None, note="", peer=None, also=()):
-        """``also``: further (workload, server) cells the value rests on, whose runs count too."""
+    def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na=""):
+        """``also``: further (workload, server) cells the value rests on, whose runs count too;
+        ``na``: a reason the value cannot be called met (a miss stays a miss)."""
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
         short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
         for w2, s2 in also:
@@ -347,9 +439,11 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
             status, note = "miss", "brain failed: " + _oneline(b["error"], 160)
         elif value is None or note.startswith("partial"):
             status = "n/a"
-        elif ok and short:
-            # Not called met on fewer runs than planned.
-            status, note = "n/a", "only " + ", ".join(short) + " runs succeeded"
+        elif ok and (short or na):
+            # Not called met on fewer runs than planned, nor against a configuration not measured.
+            status = "n/a"
+            note = "; ".join(x for x in (note, na, ("only " + ", ".join(short) + " runs succeeded") if short
+                                         else "") if x)
         else:
             status = "pass" if ok else "miss"
             if short:
@@ -357,70 +451,79 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note, "issue": issue,
                   "ran": workload in agg})
 
+    def add_ratio(name, w, peer, goal_text, ok, key="value"):
+        """A ratio target: brain over ``peer`` (under mutual TLS, the better etcd configuration)."""
+        r = compare(agg, w, peer, key)
+        note, na = "", ""
+        if r.why == "runs differ":
+            note = _cells_note(agg, w, ["brain", peer, FAST_CONFIG.get(peer, "")])
+        elif r.why == "partial":
+            note = "partial: a capped run"
+        elif r.default_only:
+            na = f"{FAST_CONFIG[peer]} (fast gRPC) not measured: against the default configuration alone"
+        elif r.peer and r.peer != peer:
+            note = f"against {r.peer}, the better configuration"
+        add(name, r.value, r.value is not None and ok(r.value), goal_text, w, note, peer=r.peer or peer, na=na)
+
     for w in ("put-c64", "put-c256", "txn-put-c64", "txn-put-c256", "range-l-c64", "range-l-c256"):
-        r = ratio(agg, w, "etcd-3.6")
-        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 1.5, ">= 1.5", w, peer="etcd-3.6")
+        add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 1.5", lambda r: r >= 1.5)
     for w in ("list", "count"):
-        r = ratio(agg, w, "etcd-3.6")
-        add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 3, ">= 3", w, peer="etcd-3.6")
+        add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 3", lambda r: r >= 3)
     for w in ("watch", "watch-shared"):
-        r = ratio(agg, w, "etcd-3.6")
-        add(f"{w}: brain/etcd-3.6 delivered events/s", r, r is not None and r >= 1, ">= 1", w, peer="etcd-3.6")
-        r = ratio(agg, w, "etcd-3.6", "p99")
-        add(f"{w}: brain/etcd-3.6 p99 delivery latency", r, r is not None and r <= 1, "<= 1", w, peer="etcd-3.6")
+        add_ratio(f"{w}: brain/etcd-3.6 delivered events/s", w, "etcd-3.6", ">= 1", lambda r: r >= 1)
+        add_ratio(f"{w}: brain/etcd-3.6 p99 delivery latency", w, "etcd-3.6", "<= 1", lambda r: r <= 1, "p99")
     b = agg.get("restart", {}).get("brain") or {}
     partial = (b.get("extra") or {}).get("partial")
     pnote = f"partial load: {_oneline(partial, 160)}" if partial else ""
-    v = b.get("value")
-    add(f"restart (SIGTERM) with {keys}: brain seconds", v, v is not None and v <= 10, "<= 10 s", "restart", pnote)
-    v = _extra(agg, "restart", "brain", "ready_after_kill9_s")
-    add(f"restart (kill -9) with {keys}: brain seconds", v, v is not None and v <= 10, "<= 10 s", "restart", pnote)
+    for what, w in (("SIGTERM", "restart"), ("kill -9", "restart-kill9")):
+        c = agg.get(w, {}).get("brain") or {}
+        v, n = c.get("worst"), len(c.get("samples") or [])
+        few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
+        note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
+        add(f"restart ({what}) with {keys}: brain seconds, worst sample", v, v is not None and v <= 10, "<= 10 s",
+            "restart", note, na=few)
     for peer in ("etcd-3.6", "etcd-3.4"):
-        r = ratio(agg, "rss", peer)
+        r = compare(agg, "rss", peer)
         note = pnote or ("partial load on " + peer if _extra(agg, "restart", peer, "partial") else "")
-        add(f"RSS after loading {keys}: brain/{peer}", r, r is not None and r <= 1, "<= 1", "rss", note, peer=peer)
+        if r.why == "runs differ":
+            note = _cells_note(agg, "rss", ["brain", peer])
+        add(f"RSS after loading {keys}: brain/{peer}", r.value, r.value is not None and r.value <= 1, "<= 1", "rss",
+            note, peer=peer)
     for w in ("put-c1", "put-c64", "put-c256"):
-        r = ratio(agg, w, "kine")
-        add(f"{w}: brain/kine throughput", r, r is not None and r >= 10, ">= 10", w, peer="kine")
+        add_ratio(f"{w}: brain/kine throughput", w, "kine", ">= 10", lambda r: r >= 10)
     p = _extra(agg, "check-perf", "brain", "pass")
     add("etcdctl check perf --load l on brain", None if p is None else (1.0 if p else 0.0), bool(p), "PASS",
         "check-perf", "" if p is None else ("PASS" if p else "FAIL"))
 
-    # Issue 10: mutual TLS, brain / etcd 3.6.
+    # Issue 10: mutual TLS, brain / etcd 3.6 (the better of its default and fast gRPC configurations).
     issue = "10"
     if any(w.startswith(MTLS) for w in agg):
         for w in ("mtls-put-c64", "mtls-put-c256", "mtls-txn-put-c64", "mtls-txn-put-c256", "mtls-range-l-c64",
                   "mtls-range-l-c256"):
-            r = ratio(agg, w, "etcd-3.6")
-            add(f"{w}: brain/etcd-3.6 throughput", r, r is not None and r >= 1.5, ">= 1.5", w, peer="etcd-3.6")
-            c = ratio(agg, w, "etcd-3.6", "cpu_us_per_op")
-            add(f"{w}: brain/etcd-3.6 server CPU per op", c, c is not None and c < 1, "< 1", w, peer="etcd-3.6")
+            add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 1.5", lambda r: r >= 1.5)
+            add_ratio(f"{w}: brain/etcd-3.6 server CPU per op", w, "etcd-3.6", "< 1", lambda r: r < 1,
+                      "cpu_us_per_op")
         for w in ("mtls-watch", "mtls-watch-shared"):
-            r = ratio(agg, w, "etcd-3.6")
-            add(f"{w}: brain/etcd-3.6 delivered events/s", r, r is not None and r >= 1, ">= 1", w, peer="etcd-3.6")
-            r = ratio(agg, w, "etcd-3.6", "p99")
-            add(f"{w}: brain/etcd-3.6 p99 delivery latency", r, r is not None and r <= 1, "<= 1", w,
-                peer="etcd-3.6")
-        r = ratio(agg, "mtls-keepalive", "etcd-3.6")
-        add("mtls-keepalive: brain/etcd-3.6 keep-alives/s, nothing expired", r, r is not None and r >= 1, ">= 1",
-            "mtls-keepalive", peer="etcd-3.6")
+            add_ratio(f"{w}: brain/etcd-3.6 delivered events/s", w, "etcd-3.6", ">= 1", lambda r: r >= 1)
+            add_ratio(f"{w}: brain/etcd-3.6 p99 delivery latency", w, "etcd-3.6", "<= 1", lambda r: r <= 1, "p99")
+        add_ratio("mtls-keepalive: brain/etcd-3.6 keep-alives/s, nothing expired", "mtls-keepalive", "etcd-3.6",
+                  ">= 1", lambda r: r >= 1)
 
     # Issue 9: the clusters.
     issue = "9"
     if any(w.startswith(CLUSTER) for w in agg):
         for w in ("cluster-put-c64", "cluster-put-c256", "cluster-txn-put-c64", "cluster-txn-put-c256"):
-            r = ratio(agg, w, "etcd-3.6")
-            add(f"{w}: brain cluster/etcd-3.6 cluster throughput", r, r is not None and r >= 1.0, ">= 1.0", w,
-                peer="etcd-3.6")
+            add_ratio(f"{w}: brain cluster/etcd-3.6 cluster throughput", w, "etcd-3.6", ">= 1.0",
+                      lambda r: r >= 1.0)
         for w in ("cluster-range-l-c64", "cluster-range-l-c256"):
             single = w[len(CLUSTER):]
-            bc = (agg.get(w, {}).get("brain") or {}).get("value")
-            bs = (agg.get(single, {}).get("brain") or {}).get("value")
+            bcell = agg.get(w, {}).get("brain") or {}
+            scell = agg.get(single, {}).get("brain") or {}
+            bc, bs = bcell.get("value"), scell.get("value")
             r = bc / bs if bc is not None and bs else None
-            files = (settings or {}).get("file_of_merged") or {}
             note = ""
-            if files.get(w) != files.get(single):  # measured in different runs: not comparable
-                r, note = None, f"the single brain was not measured in {files.get(w) or 'the base run'}; see its report"
+            if r is not None and not same_run(bcell, scell):  # measured in different runs: not comparable
+                r, note = None, f"runs differ: the cluster from {_from(bcell)}, the single brain from {_from(scell)}"
             add(f"{w}: brain cluster/single brain ({single}) throughput", r, r is not None and r >= 1.5, ">= 1.5",
                 w, note, also=[(single, "brain")])
         for w, goal, what in (("cluster-pause-leader", 3.0, "brain's leader"),
@@ -460,42 +563,67 @@ MODE_TITLES = {"plain": "plaintext, one server", "mtls": "mutual TLS, one server
                "cluster": "clusters: 3 brains on 3 nats-servers (brain) vs 3 etcd 3.6 members (etcd-3.6)"}
 
 
+def run_labels(data: dict) -> dict[str, str]:
+    """A letter per run of a merged report ({file: "A", ...}, base run first); {} for a single run."""
+    files = []
+    for x in data["meta"].get("sources") or []:
+        if x["file"] not in files:
+            files.append(x["file"])
+    return {f: chr(ord("A") + i) for i, f in enumerate(files)} if len(files) > 1 else {}
+
+
+def _run_mark(cell: dict, labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return " [" + ",".join(labels.get(x, "?") for x in cell.get("sources") or [""]) + "]"
+
+
+def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
+    """A summary cell: the median ("(n/N)" when short of runs), a restart row's worst and sample
+    count, and (merged reports) the letter of the run it comes from."""
+    if c is None:
+        return "–"
+    if c["value"] is None:
+        return f"error (0/{c['planned']})" + _run_mark(c, labels) if c.get("error") else "–"
+    cell = _fmt(c["value"])
+    if "worst" in c:
+        n = len(c.get("samples") or [])
+        cell += (f" (worst {_fmt(c['worst'])}, {n} samples)" if n > 1 else " (1 sample)")
+    if c["n"] < c["planned"]:
+        cell += f" ({c['n']}/{c['planned']})"
+    if (c.get("extra") or {}).get("partial"):
+        cell += " (partial)"
+    return cell + _run_mark(c, labels)
+
+
 def summary_table(data: dict, agg: dict, mode: str = "plain") -> list[str]:
     """One row per workload of ``mode``: the planned runs per server, each server's
-    median (with "(n/N)" when only n of the N runs succeeded) and brain's ratios.
-    Only the servers that ran a workload of the mode get a column."""
+    median (with "(n/N)" when only n of the N runs succeeded) and brain's ratios,
+    which compare cells of one run only.  Only the servers that ran a workload of
+    the mode get a column; under mutual TLS the ratio against etcd 3.6 / 3.7 uses
+    the better of its two configurations."""
     ran = {s for w in agg if mode_of(w) == mode for s in agg[w]}
     servers = [s for s in _servers_in(data) if s in ran]
     peers = [p for p in PEERS if p in servers]
-    head = ["workload", "unit", "runs"] + servers + [f"brain/{p}" for p in peers]
+    labels = run_labels(data)
+    best = " (better config)" if mode == "mtls" else ""
+    head = ["workload", "unit", "runs"] + servers + [f"brain/{p}" + (best if p in FAST_CONFIG else "")
+                                                     for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     settings = data["meta"].get("settings")
     for w, meta in WORKLOADS.items():
         if w not in agg or mode_of(w) != mode:
             continue
         row = [w, meta.unit + ("" if meta.higher_better else " (lower is better)"), str(planned_runs(w, settings))]
-        for s in servers:
-            c = agg[w].get(s)
-            if c is None:
-                row.append("–")
-            elif c["value"] is None:
-                row.append(f"error (0/{c['planned']})" if c.get("error") else "–")
-            else:
-                cell = _fmt(c["value"])
-                if c["n"] < c["planned"]:
-                    cell += f" ({c['n']}/{c['planned']})"
-                if (c.get("extra") or {}).get("partial"):
-                    cell += " (partial)"
-                row.append(cell)
-        for p in peers:
-            r = ratio(agg, w, p)
-            row.append(f"{r:.2f}" if r is not None else "–")
+        row += [_value_cell(agg[w].get(s), labels) for s in servers]
+        row += [_ratio_cell(compare(agg, w, p)) for p in peers]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
 def detail_tables(data: dict, agg: dict) -> list[str]:
     servers = _servers_in(data)
+    labels = run_labels(data)
     out: list[str] = []
     for w, meta in WORKLOADS.items():
         if w not in agg or meta.source:
@@ -513,8 +641,7 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
                    _fmt(c["cpu_us_per_op"]), str(c["op_errors"])]
             for p in PEERS:
                 if p in servers:
-                    r = ratio(agg, w, p) if s == "brain" else None
-                    row.append(f"{r:.2f}" if r is not None else "")
+                    row.append(_ratio_cell(compare(agg, w, p)) if s == "brain" else "")
             out.append("| " + " | ".join(row) + " |")
         notes = []
         for s in servers:
@@ -526,12 +653,16 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
             for k, v in ex.items():
                 if k == "partial":
                     continue
-                if k.endswith("_kb"):
+                if isinstance(v, list):  # a restart's samples, in the order they were taken
+                    bits.append(f"{k} {', '.join(_fmt(x) for x in v)}")
+                elif k.endswith("_kb"):
                     bits.append(f"{k[:-3]} {v / 1024:,.0f} MiB")
                 else:
                     bits.append(f"{k} {_fmt(v) if not isinstance(v, bool) else ('PASS' if v else 'FAIL')}")
             if ex.get("partial"):
                 bits.append(f"partial: {ex['partial']}")
+            if len(c.get("sources") or []) == 1 and labels:
+                bits.append(f"run {_run_mark(c, labels).strip()} `{c['sources'][0]}`")
             if c.get("error"):
                 bits.append(f"{len(c['failures'])} failed run(s), first error: `{_oneline(c['error'], 300)}`")
             if bits:
@@ -566,7 +697,8 @@ def header(data: dict) -> list[str]:
     lines = [
         f"# brain benchmarks, {m.get('started', '?')[:10]} ({st.get('name', '?')} run)",
         "",
-        f"Machine: {mach.get('nproc')} CPUs ({mach.get('cpu')}), {mach.get('memory_gib')} GiB RAM, "
+        ("Base run's machine" if m.get("merged") else "Machine")
+        + f": {mach.get('nproc')} CPUs ({mach.get('cpu')}), {mach.get('memory_gib')} GiB RAM, "
         f"kernel {mach.get('kernel')}, data dirs on {mach.get('data_dir_fs')}; "
         f"load generators run on the same machine as the server.  "
         f"Started {m.get('started')}, took {m.get('elapsed_s', 0) / 60:.1f} min."
@@ -615,17 +747,49 @@ def header(data: dict) -> list[str]:
         # A merged run's workloads the base had are re-measurements; the others are new rows.
         added = merged.get("added", [])
         what = ("**Added** on {} ({}; {})" if added and len(added) == len(merged["workloads"])
-                else "**Re-measured** on {} with the corrected harness ({}; {})")
+                else "**Re-measured** on {} ({}; {})")
         lines += ["", what.format(merged['started'][:16].replace('T', ' '), merged['brain'], merged['order_rule'])
                       + f": {', '.join(merged['workloads'])} "
-                      f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}`, on "
-                      f"{merged.get('machine', '?')} (load average {merged.get('load', '?')} from other work on "
-                      f"the machine at its end); later re-measurements replace earlier ones.  All servers of a "
-                      f"row ran in the same run, so each row's ratios compare like with like; rows from "
-                      f"different runs do not."]
+                      f"on {', '.join(merged.get('servers', []))}, from `{merged['file']}`; later "
+                      f"re-measurements replace earlier ones."]
+    lines += runs_section(data)
     notes = m.get("notes") or []
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    return lines
+
+
+def _load(x) -> str:
+    return x if x else "not recorded"
+
+
+def runs_section(data: dict) -> list[str]:
+    """A merged report's runs: each one's machine and load, and the cells it supplies; then the rule
+    that ratios and targets compare cells of one run only."""
+    labels = run_labels(data)
+    if not labels:
+        return []
+    supplied: dict[str, dict[str, set]] = {}
+    for r in data["runs"]:
+        supplied.setdefault(r.get("source") or "", {}).setdefault(r["server"], set()).add(r["workload"])
+    lines = ["", "This report merges runs made at different times, on different machines or under different load:",
+             "", "| run | file | started | machine | load average (1, 5, 15 min) at start | at end "
+                 "| cells it supplies |", "|---|---|---|---|---|---|---|"]
+    seen = set()
+    for x in data["meta"].get("sources") or []:
+        if x["file"] in seen:
+            continue
+        seen.add(x["file"])
+        by_server = supplied.get(x["file"], {})
+        cells = "; ".join(f"{s}: {', '.join(_ranges([w for w in WORKLOADS if w in by_server[s]]))}"
+                          for s in SERVERS if s in by_server) or "none (every cell re-measured later)"
+        lines.append(f"| {labels[x['file']]} | `{x['file']}` | {x.get('started', '?')[:16].replace('T', ' ')} | "
+                     f"{x.get('machine', '?')} | {_load(x.get('load_start'))} | {_load(x.get('load_end'))} | "
+                     f"{cells} |")
+    lines += ["", "Every cell names the run it comes from ([A], [B], ...).  A ratio is given only when both of its "
+                  "cells come from the same run, and reads \"n/a (runs differ)\" otherwise; a target resting on "
+                  "cells of different runs is n/a.  Cells of different runs can still be read as absolute "
+                  "figures of their own run."]
     return lines
 
 
@@ -682,7 +846,8 @@ def markdown(data: dict, plots: list[str]) -> str:
 # Plots
 # ---------------------------------------------------------------------------
 
-COLORS = {"brain": "#d62728", "etcd-3.6": "#1f77b4", "etcd-3.4": "#7f7f7f", "kine": "#2ca02c"}
+COLORS = {"brain": "#d62728", "etcd-3.6": "#1f77b4", "etcd-3.6-fast": "#aec7e8", "etcd-3.7": "#9467bd",
+          "etcd-3.7-fast": "#c5b0d5", "etcd-3.4": "#7f7f7f", "kine": "#2ca02c"}
 
 
 def plots(data: dict, out_dir: Path, base: str) -> list[str]:
@@ -755,7 +920,8 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
             ax.tick_params(axis="y", labelsize=7)
         for ax in list(axes.flat)[len(ws):]:
             ax.axis("off")
-        fig.suptitle(f"{title_}: median per server (bars: min-max over rounds)")
+        spread = "rounds; restart rows: over samples" if any(WORKLOADS[w].samples for w in ws) else "rounds"
+        fig.suptitle(f"{title_}: median per server (bars: min-max over {spread})")
         fig.tight_layout()
         name = f"{base}-{suffix[mode]}.png"
         fig.savefig(out_dir / name, dpi=100)
@@ -780,26 +946,34 @@ def readme_block(data: dict, md_rel: str) -> str:
         if not any(t["ran"] for t in rows):
             continue
         passed = sum(1 for t in rows if t["status"] == "pass")
+        unknown = sum(1 for t in rows if t["status"] == "n/a")
         missed = [t["target"] for t in rows if t["status"] == "miss"]
-        tally.append(f"Targets ({heading}): {passed} of {len(rows)} met"
+        tally.append(f"Targets ({heading}): {passed} of {len(rows)} met, {unknown} n/a"
                      + (f"; missed: {', '.join(missed)}." if missed else "."))
-    merged = m.get("merged", [])
-    rerun = ""
-    for verb, pick in (("re-measured", lambda x: [w for w in x["workloads"] if w not in x.get("added", [])]),
-                       ("added", lambda x: x.get("added", []))):
-        runs = [x for x in merged if pick(x)]
-        if not runs:
-            continue
-        ws = [w for w in WORKLOADS if any(w in pick(x) for x in runs)]
-        days = sorted({x["started"][:10] for x in runs})
-        where = sorted({x.get("machine", "?") for x in runs})
-        how = " by the corrected harness" if verb == "re-measured" else ""
-        rerun += f"; {', '.join(_ranges(ws))} {verb} {', '.join(days)}{how} on {', '.join(where)}"
+    labels = run_labels(data)
+    if labels:
+        parts, seen = [], set()
+        for x in m["sources"]:
+            if x["file"] not in seen:
+                seen.add(x["file"])
+                load = (f"load average {_load(x.get('load_start'))} at the start, {_load(x.get('load_end'))} at "
+                        f"the end" if x.get("load_start") or x.get("load_end") else "load average not recorded")
+                parts.append(f"[{labels[x['file']]}] {x['started'][:10]} on {x.get('machine', '?')}, {load}")
+        runs = "; ".join(parts)
+        intro = (f"Benchmark results merged from several runs ({runs}).  Each cell names its run; a brain/X "
+                 f"ratio is given only when both cells come from the same run (\"n/a (runs differ)\" "
+                 f"otherwise), and a target resting on cells of different runs is n/a.  Medians of the "
+                 f"successful runs out of the row's runs, \"(2/3)\" where fewer succeeded; full report: "
+                 f"[{md_rel}]({md_rel}):")
+    else:
+        load = (f", load average {mach['load_average_start']} at the start and "
+                f"{mach.get('load_average_end', '?')} at the end" if mach.get("load_average_start") else "")
+        intro = (f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs "
+                 f"{mach.get('cpu')}{load}; medians of the successful runs out of the row's runs, \"(2/3)\" "
+                 f"where fewer succeeded; full report: [{md_rel}]({md_rel})):")
     lines = [
         README_BEGIN,
-        f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs {mach.get('cpu')}{rerun}; "
-        f"medians of the successful runs out of the row's runs, \"(2/3)\" where fewer succeeded; "
-        f"full report: [{md_rel}]({md_rel})):",
+        intro,
         "",
         *summary_tables(data, agg, level="####"),
         "",
@@ -831,17 +1005,36 @@ def update_readme(readme: Path, block: str) -> None:
     readme.write_text(text)
 
 
-def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mtls", "cluster")) -> dict:
+def _run_entry(meta: dict, name: str) -> dict:
+    """One run as a merged report lists it: its file, start, machine and load averages."""
+    mach = meta.get("machine") or {}
+    return {"file": name, "started": meta.get("started", "?"),
+            "machine": f"{mach.get('nproc')} CPUs {mach.get('cpu')}",
+            "load_start": mach.get("load_average_start"), "load_end": mach.get("load_average_end"),
+            "brain": (meta.get("servers", {}).get("brain") or {}).get("version") or "brain"}
+
+
+def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mtls", "cluster"),
+          base_name: str = "base.json") -> dict:
     """``base`` with the runs of every (server, workload) ``rerun`` measured replaced by ``rerun``'s.
 
-    ``modes``: only the rerun's workloads of these modes are taken (a cluster run's single-brain
-    baseline rows stay out of a table whose other servers ran elsewhere)."""
-    rerun = dict(rerun, runs=[r for r in rerun["runs"] if mode_of(r["workload"]) in modes])
+    Every run record keeps its file in "source" (the base's runs ``base_name``, unless already
+    tagged by an earlier merge), and meta["sources"] lists each run's machine and load, so that
+    the report compares cells of one run only.  ``modes``: only the rerun's workloads of these
+    modes are taken (a cluster run's single-brain baseline rows can be left out of a table whose
+    other servers ran elsewhere)."""
+    rerun = dict(rerun, runs=[dict(r, source=rerun_name) for r in rerun["runs"] if mode_of(r["workload"]) in modes])
     measured = {r["workload"] for r in rerun["runs"]}
     pairs = {(r["server"], r["workload"]) for r in rerun["runs"]}
     derived = {w for w, meta in WORKLOADS.items() if meta.source in measured}
-    runs = [r for r in base["runs"] if (r["server"], r["workload"]) not in pairs] + list(rerun["runs"])
+    kept = [r if r.get("source") else dict(r, source=base_name) for r in base["runs"]
+            if (r["server"], r["workload"]) not in pairs]
+    runs = kept + list(rerun["runs"])
     meta = json.loads(json.dumps(base["meta"]))
+    if not meta.get("sources"):
+        meta["sources"] = [_run_entry(base["meta"], base_name)]
+        meta["notes"] = [f"{base_name}: {n}" for n in meta.get("notes") or []]
+    meta["sources"].append(_run_entry(rerun["meta"], rerun_name))
     for k, v in rerun["meta"].get("settings", {}).items():
         meta.setdefault("settings", {}).setdefault(k, v)
     rounds = meta["settings"].setdefault("rounds_of_merged", {})
@@ -852,14 +1045,13 @@ def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mt
     rm = rerun["meta"]
     before = {r["workload"] for r in base["runs"]}
     before |= {w for w, meta in WORKLOADS.items() if meta.source in before}
+    entry = _run_entry(rm, rerun_name)
     meta.setdefault("merged", []).append({
         "file": rerun_name, "started": rm.get("started", "?"),
         "workloads": sorted(measured | derived, key=list(WORKLOADS).index),
         "added": sorted((measured | derived) - before, key=list(WORKLOADS).index),
         "servers": sorted({s for s, _ in pairs}, key=lambda s: SERVERS.index(s) if s in SERVERS else 99),
-        "brain": (rm.get("servers", {}).get("brain") or {}).get("version") or "brain",
-        "load": (rm.get("machine") or {}).get("load_average_end", "?"),
-        "machine": f"{(rm.get('machine') or {}).get('nproc')} CPUs {(rm.get('machine') or {}).get('cpu')}",
+        "brain": entry["brain"], "load": entry["load_end"] or "?", "machine": entry["machine"],
         "order_rule": rm.get("order_rule", ""),
     })
     for key in ("restart_rule", "mtls_rule", "cluster_rule", "failover_rule"):
@@ -867,10 +1059,12 @@ def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mt
             meta[key] = rm[key]
     if rm.get("clusters"):
         meta.setdefault("clusters", {}).update(rm["clusters"])
+    for name, server in (rm.get("servers") or {}).items():
+        if server.get("selected") and not (meta.get("servers", {}).get(name) or {}).get("selected"):
+            meta.setdefault("servers", {})[name] = server  # a server the base run did not have
     for name, tool in (rm.get("tools") or {}).items():
         meta.setdefault("tools", {}).setdefault(name, tool)
-    meta.setdefault("notes", [])
-    meta["notes"] = meta["notes"] + [f"re-run: {n}" for n in rm.get("notes", [])]
+    meta["notes"] = meta.get("notes", []) + [f"{rerun_name}: {n}" for n in rm.get("notes", [])]
     return {"meta": meta, "runs": runs}
 
 
@@ -904,7 +1098,7 @@ def main(argv=None) -> int:
         merged = json.loads(a.json.read_text())
         modes = tuple(x.strip() for x in a.merge_modes.split(","))
         for rerun in a.merge:
-            merged = merge(merged, json.loads(rerun.read_text()), rerun.name, modes)
+            merged = merge(merged, json.loads(rerun.read_text()), rerun.name, modes, base_name=a.json.name)
         a.out.write_text(json.dumps(merged, indent=1) + "\n")
         src = a.out
     md = src.with_suffix(".md")

@@ -1,4 +1,14 @@
-"""The servers under benchmark: etcd 3.4, etcd 3.6, kine (sqlite) and brain.
+"""The servers under benchmark: etcd 3.4, 3.6 and 3.7, kine (sqlite) and brain.
+
+etcd 3.6 and 3.7 come in two client-listener configurations.  The default
+(``etcd-3.6``, ``etcd-3.7``) is one ``--listen-client-urls`` serving gRPC
+and HTTP on one port, as kubeadm deploys it; under TLS etcd then serves gRPC
+through Go's net/http handler (grpc-go's ServeHTTP), a known slow path
+(etcd-io/etcd#15402).  "Fast gRPC" (``etcd-3.6-fast``, ``etcd-3.7-fast``)
+adds ``--listen-client-http-urls`` on a second port, which leaves the client
+port to grpc-go's own server; the load generators use the client port.  In
+plaintext both configurations reach grpc-go's server (cmux hands it HTTP/2),
+so the fast ones run only in the mutual TLS groups (``tls_only``).
 
 Each start gets a fresh data directory under the run's temporary root, free
 loopback ports, its stdout/stderr in ``server.log`` beside the data dir, and
@@ -167,6 +177,8 @@ class Flavor:
     name = "server"
     #: process whose RSS/CPU is measured (for documentation in the report)
     process_note = ""
+    #: run only in the mutual TLS groups (a configuration that differs from another flavor's only under TLS)
+    tls_only = False
 
     def binary(self) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -210,10 +222,15 @@ def _first_line(cmd: list[str]) -> str:
 
 
 class Etcd(Flavor):
-    def __init__(self, name: str, binary_name: str, from_path: bool):
+    """A single etcd member.  ``fast_grpc``: HTTP on a port of its own (--listen-client-http-urls),
+    so the client port is grpc-go's own server also under TLS."""
+
+    def __init__(self, name: str, binary_name: str, from_path: bool, fast_grpc: bool = False):
         self.name = name
         self._binary_name = binary_name
         self._from_path = from_path
+        self.fast_grpc = fast_grpc
+        self.tls_only = fast_grpc
         self.process_note = "the etcd process"
 
     def binary(self) -> str | None:
@@ -243,6 +260,9 @@ class Etcd(Flavor):
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"bench={peer}",
         ]
+        if self.fast_grpc:
+            # A port taken meanwhile fails the start with "address already in use": Server.start retries.
+            cmd += ["--listen-client-http-urls", f"{opts.scheme}://127.0.0.1:{free_port()}"]
         if opts.big_quota:
             cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
         if opts.tls:
@@ -250,7 +270,13 @@ class Etcd(Flavor):
         return cmd
 
     def flags_note(self) -> str:
-        return "single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run)"
+        note = "single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run)"
+        if self.fast_grpc:
+            return ("fast gRPC: " + note + " plus --listen-client-http-urls on a second port, the load on the "
+                    "gRPC-only client port (mutual TLS groups only)")
+        if not self._from_path:
+            return note + "; one client listener for gRPC and HTTP (as kubeadm deploys it)"
+        return note
 
 
 class Kine(Flavor):
@@ -344,7 +370,11 @@ class Brain(Flavor):
 
 
 def all_flavors() -> list[Flavor]:
-    return [Etcd("etcd-3.4", "etcd", from_path=True), Etcd("etcd-3.6", "etcd-3.6", from_path=False),
+    return [Etcd("etcd-3.4", "etcd", from_path=True),
+            Etcd("etcd-3.6", "etcd-3.6", from_path=False),
+            Etcd("etcd-3.6-fast", "etcd-3.6", from_path=False, fast_grpc=True),
+            Etcd("etcd-3.7", "etcd-3.7", from_path=False),
+            Etcd("etcd-3.7-fast", "etcd-3.7", from_path=False, fast_grpc=True),
             Kine(), Brain()]
 
 

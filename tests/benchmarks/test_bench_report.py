@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 from benchmarks import report
 from benchmarks.run import parse_benchmark, parse_check_perf
@@ -99,11 +100,7 @@ def test_fewer_runs_than_planned_are_shown_and_met_targets_need_every_run():
     assert t["status"] == "n/a" and "kine 2/3" in t["note"]
     md = report.markdown(data, [])
     assert "| put-c256 | ops/s | 3 | 300 | – | 20.0 (2/3) |" in md
-    assert "| restart | s (lower is better) | 1 | 3.00 | 4.00 | – | 0.75 |" in md
-    assert "| restart-kill9 | s (lower is better) | 1 | 4.00 | 5.00 |" in md
     assert "| rss | MiB (lower is better) | 1 | 1.00 | 2.00 |" in md
-    restart = {x["target"]: x for x in report.targets(agg)}["restart (kill -9) with 1,000,000 keys: brain seconds"]
-    assert restart["status"] == "pass"  # one run planned, one run made
 
 
 def test_all_runs_failed_is_an_error_cell():
@@ -129,7 +126,8 @@ def test_merge_replaces_the_rerun_workloads():
     assert merged["meta"]["settings"]["restart_tail"] == 5
     md = report.markdown(merged, [])
     assert "**Re-measured** on 2026-02-02" in md and "rerun.json" in md
-    assert "re-measured 2026-02-02" in report.readme_block(merged, "x.md")
+    assert "[B] 2026-02-02" in report.readme_block(merged, "x.md")
+    assert {r["source"] for r in merged["runs"]} == {"base.json", "rerun.json"}
 
 
 def test_server_order_rotates_per_round_and_group():
@@ -162,3 +160,163 @@ def test_write_all_from_json(tmp_path):
     path.write_text(json.dumps(_data([_run("brain", "put-c1", 10.0), _run("etcd-3.6", "put-c1", 5.0)])))
     report.write_all(path, tmp_path / "r.md")
     assert "put-c1" in (tmp_path / "r.md").read_text()
+
+
+# ---------------------------------------------------------------------------
+# A merged report compares cells of one run only
+# ---------------------------------------------------------------------------
+
+
+def _meta(started, cpu, load_start=None, load_end=None):
+    machine = {"nproc": 2, "cpu": cpu}
+    if load_start:
+        machine.update(load_average_start=load_start, load_average_end=load_end)
+    return {"started": started, "settings": {"rounds": 3, "name": "full"}, "machine": machine,
+            "servers": {}, "tools": {}, "order_rule": "rotating"}
+
+
+def _base_and_rerun():
+    """A base run of brain, etcd-3.6 and kine; a re-run of brain and etcd-3.6 on another machine."""
+    base = {"meta": _meta("2026-01-01T00:00:00", "AMD EPYC"),
+            "runs": [_run(s, "put-c64", v, i) for s, v in (("brain", 100.0), ("etcd-3.6", 90.0), ("kine", 5.0))
+                     for i in (1, 2, 3)]}
+    rerun = {"meta": _meta("2026-02-02T00:00:00", "Intel Xeon", "0.15, 0.46, 0.98", "3.28, 1.82, 1.42"),
+             "runs": [_run(s, "put-c64", v, i) for s, v in (("brain", 80.0), ("etcd-3.6", 40.0)) for i in (1, 2, 3)]}
+    return report.merge(base, rerun, "rerun.json", base_name="base.json")
+
+
+def test_merged_ratio_is_given_only_for_cells_of_one_run():
+    merged = _base_and_rerun()
+    agg = report.aggregate(merged)
+    assert report.ratio(agg, "put-c64", "etcd-3.6") == 2.0          # both from the re-run
+    assert report.ratio(agg, "put-c64", "kine") is None             # brain re-run, kine base: 16 across runs
+    assert report.compare(agg, "put-c64", "kine").why == "runs differ"
+    md = report.markdown(merged, [])
+    assert "| put-c64 | ops/s | 3 | 80.0 [B] | 40.0 [B] | 5.00 [A] | 2.00 | n/a (runs differ) |" in md
+    # The target would pass (80 / 5 = 16 >= 10) if runs were mixed: it is n/a, and says why.
+    t = {x["target"]: x for x in report.targets(agg)}["put-c64: brain/kine throughput"]
+    assert t["status"] == "n/a" and t["value"] is None
+    assert "runs differ" in t["note"] and "rerun.json" in t["note"] and "base.json" in t["note"]
+
+
+def test_merged_header_lists_every_runs_machine_and_load():
+    md = report.markdown(_base_and_rerun(), [])
+    assert "| A | `base.json` | 2026-01-01 00:00 | 2 CPUs AMD EPYC | not recorded | not recorded |" in md
+    assert "| B | `rerun.json` | 2026-02-02 00:00 | 2 CPUs Intel Xeon | 0.15, 0.46, 0.98 | 3.28, 1.82, 1.42 |" in md
+    assert "All servers of a row ran in the same run" not in md
+    assert "only when both of its cells come from the same run" in md
+
+
+def test_a_second_merge_keeps_the_sources_of_the_first():
+    merged = _base_and_rerun()
+    third = {"meta": _meta("2026-03-03T00:00:00", "Intel Xeon", "1.00, 1.00, 1.00", "2.00, 2.00, 2.00"),
+             "runs": [_run("kine", "put-c64", 8.0, i) for i in (1, 2, 3)]}
+    merged = report.merge(merged, third, "third.json", base_name="ignored.json")
+    assert {r["source"] for r in merged["runs"]} == {"rerun.json", "third.json"}  # kine's base runs replaced
+    assert [x["file"] for x in merged["meta"]["sources"]] == ["base.json", "rerun.json", "third.json"]
+    assert report.ratio(report.aggregate(merged), "put-c64", "kine") is None
+
+
+def test_a_single_run_report_has_no_run_marks():
+    runs = [_run(s, "put-c64", v, i) for s, v in (("brain", 10.0), ("kine", 1.0)) for i in (1, 2, 3)]
+    md = report.markdown(_data(runs), [])
+    assert "| put-c64 | ops/s | 3 | 10.0 | 1.00 | 10.00 |" in md and "[A]" not in md
+
+
+# ---------------------------------------------------------------------------
+# Mutual TLS: etcd at its best (the better of its two listener configurations)
+# ---------------------------------------------------------------------------
+
+
+def _mtls_runs(fast: bool):
+    runs = [_run("brain", "mtls-put-c64", 7000.0, i) for i in (1, 2, 3)]
+    runs += [_run("etcd-3.6", "mtls-put-c64", 3000.0, i) for i in (1, 2, 3)]
+    if fast:
+        runs += [dict(_run("etcd-3.6-fast", "mtls-put-c64", 6000.0, i), cpu_us_per_op=500.0) for i in (1, 2, 3)]
+    return runs
+
+
+def test_mtls_target_is_judged_against_the_faster_etcd_configuration():
+    agg = report.aggregate(_data(_mtls_runs(fast=True)))
+    r = report.compare(agg, "mtls-put-c64", "etcd-3.6")
+    assert r.peer == "etcd-3.6-fast" and abs(r.value - 7000 / 6000) < 1e-9 and not r.default_only
+    by_name = {t["target"]: t for t in report.targets(agg)}
+    assert by_name["mtls-put-c64: brain/etcd-3.6 throughput"]["status"] == "miss"   # 1.17 < 1.5
+    cpu = by_name["mtls-put-c64: brain/etcd-3.6 server CPU per op"]
+    assert cpu["value"] == 2.0 and cpu["status"] == "miss"  # brain 1000 µs/op against the fast config's 500
+    md = report.markdown(_data(_mtls_runs(fast=True)), [])
+    assert "| mtls-put-c64 | ops/s | 3 | 7,000 | 3,000 | 6,000 | 1.17 |" in md   # both cells shown
+
+
+def test_mtls_target_without_the_fast_configuration_is_not_called_met():
+    agg = report.aggregate(_data(_mtls_runs(fast=False)))
+    r = report.compare(agg, "mtls-put-c64", "etcd-3.6")
+    assert r.default_only and abs(r.value - 7000 / 3000) < 1e-9
+    t = {x["target"]: x for x in report.targets(agg)}["mtls-put-c64: brain/etcd-3.6 throughput"]
+    assert t["status"] == "n/a" and "etcd-3.6-fast" in t["note"]
+    assert "2.33 (default only)" in report.markdown(_data(_mtls_runs(fast=False)), [])
+
+
+def test_plaintext_rows_do_not_use_the_fast_configuration():
+    runs = [_run("brain", "put-c64", 100.0), _run("etcd-3.6", "put-c64", 50.0),
+            _run("etcd-3.6-fast", "put-c64", 200.0)]
+    assert report.ratio(report.aggregate(_data(runs)), "put-c64", "etcd-3.6") == 2.0
+
+
+# ---------------------------------------------------------------------------
+# Restart: samples, their median and worst; the target on the worst
+# ---------------------------------------------------------------------------
+
+
+def _restart(server, sigterm, kill9):
+    return _run(server, "restart", statistics.median(sigterm), ready_after_s_samples=sigterm,
+                ready_after_kill9_s=statistics.median(kill9), ready_after_kill9_s_samples=kill9,
+                cpu_to_ready_s_samples=[1.5] * len(sigterm), rss_after_load_kb=1024)
+
+
+def _restart_targets(runs):
+    tg = {t["target"]: t for t in report.targets(report.aggregate(_data(runs)))}
+    return (tg["restart (SIGTERM) with 1,000,000 keys: brain seconds, worst sample"],
+            tg["restart (kill -9) with 1,000,000 keys: brain seconds, worst sample"])
+
+
+def test_restart_row_gives_median_and_worst_and_the_target_takes_the_worst():
+    runs = [_restart("brain", [6.0, 6.5, 7.0], [7.2, 25.6, 7.0]),
+            _restart("etcd-3.6", [5.0, 5.5, 6.0], [6.4, 6.5, 6.6])]
+    agg = report.aggregate(_data(runs))
+    cell = agg["restart-kill9"]["brain"]
+    assert cell["value"] == 7.2 and cell["worst"] == 25.6 and cell["samples"] == [7.2, 25.6, 7.0]
+    sigterm, kill9 = _restart_targets(runs)
+    assert sigterm["status"] == "pass" and sigterm["value"] == 7.0
+    assert kill9["status"] == "miss" and kill9["value"] == 25.6   # the median (7.2) would have passed
+    md = report.markdown(_data(runs), [])
+    assert ("| restart-kill9 | s (lower is better) | 1 | 7.20 (worst 25.6, 3 samples) "
+            "| 6.50 (worst 6.60, 3 samples) |") in md
+    assert "cpu_to_ready_s_samples 1.50, 1.50, 1.50" in md
+
+
+def test_restart_target_on_fewer_samples_is_not_called_met():
+    # A run from before samples were taken: one start, under the goal, is not enough ...
+    sigterm, kill9 = _restart_targets([_run("brain", "restart", 3.0, ready_after_kill9_s=4.0)])
+    assert sigterm["status"] == kill9["status"] == "n/a" and "1 sample, 3 needed" in kill9["note"]
+    # ... but one start over the goal is a miss.
+    _, kill9 = _restart_targets([_run("brain", "restart", 3.0, ready_after_kill9_s=12.0)])
+    assert kill9["status"] == "miss"
+    md = report.markdown(_data([_run("brain", "restart", 3.0, ready_after_kill9_s=4.0)]), [])
+    assert "| restart | s (lower is better) | 1 | 3.00 (1 sample) |" in md
+
+
+def test_summarise_restart_keeps_every_sample_and_its_cpu_time():
+    from benchmarks.run import _summarise_restart
+
+    out: dict = {}
+    sigterm = [{"ready_after_s": t, "cpu_to_ready_s": c, "stop_seconds": 1.0} for t, c in ((6.0, 4.0), (9.0, 4.5),
+                                                                                            (7.0, 4.2))]
+    kill9 = [{"ready_after_kill9_s": t, "cpu_to_ready_kill9_s": 5.0, "tail_writes": w, "journal_tail_bytes": j,
+              "checkpoints_during_tail": 0} for t, w, j in ((7.0, 500, 10), (8.0, 499, 12), (30.0, 500, 11))]
+    _summarise_restart(out, sigterm, kill9)
+    assert out["ready_after_s_samples"] == [6.0, 9.0, 7.0] and out["ready_after_s"] == 7.0
+    assert out["ready_after_s_worst"] == 9.0 and out["cpu_to_ready_s_samples"] == [4.0, 4.5, 4.2]
+    assert out["ready_after_kill9_s"] == 8.0 and out["ready_after_kill9_s_worst"] == 30.0
+    assert out["cpu_to_ready_kill9_s_samples"] == [5.0, 5.0, 5.0]
+    assert out["tail_writes"] == 499 and out["journal_tail_bytes"] == 10 and out["checkpoints_during_tail"] == 0

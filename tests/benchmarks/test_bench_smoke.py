@@ -1,7 +1,9 @@
 """``make bench-smoke`` as a test: every benchmark workload for about a second
-on etcd 3.4, etcd 3.6, kine and brain (plaintext and mutual TLS), and on a
+on etcd 3.4, 3.6 and 3.7, kine and brain (plaintext and mutual TLS; under
+mutual TLS also etcd 3.6 and 3.7 with the fast gRPC listener), and on a
 3-replica brain cluster against a 3-member etcd 3.6 cluster (load and a
-leader kill each), through the real harness.
+leader kill each), through the real harness; the restart group takes its
+samples (SIGTERM and kill -9 starts, each with its CPU time).
 
 The Go binaries come from ``benchmarks/build.sh`` (cached in .cache/bench;
 the first build takes a few minutes, later runs under a second).  Skipped
@@ -27,7 +29,9 @@ from tests.support import servers as _servers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD = REPO_ROOT / "benchmarks" / "build.sh"
-BINARIES = ("etcd-3.6", "etcdctl-3.6", "benchmark", "kine", "brainload")
+BINARIES = ("etcd-3.6", "etcdctl-3.6", "etcd-3.7", "etcdctl-3.7", "benchmark", "kine", "brainload")
+SERVERS = ("etcd-3.4", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "kine", "brain")
+FAST = ("etcd-3.6-fast", "etcd-3.7-fast")  # mutual TLS groups only
 
 pytestmark = [pytest.mark.etcd, pytest.mark.timeout(1800)]
 
@@ -63,7 +67,7 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     data = json.loads(json_path.read_text())
     meta = data["meta"]
     assert meta.get("finished"), "the run did not finish"
-    for name in ("etcd-3.4", "etcd-3.6", "kine", "brain"):
+    for name in SERVERS:
         assert meta["servers"][name]["available"], f"{name}: {meta['servers'][name]['reason']}"
 
     for name in ("etcd-3.6", "brain"):
@@ -74,11 +78,14 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     seen: dict[str, dict[str, dict]] = {}
     for run in data["runs"]:
         seen.setdefault(run["server"], {})[run["workload"]] = run
-    for server in ("etcd-3.4", "etcd-3.6", "kine", "brain"):
-        # Clusters: brain's against etcd 3.6's only.
-        expected = every if server in ("etcd-3.6", "brain") else every - clustered
+    mtls = {w for w in every if report.mode_of(w) == "mtls"}
+    for server in SERVERS:
+        # Clusters: brain's against etcd 3.6's only; etcd's fast gRPC configurations: mutual TLS only.
+        expected = mtls if server in FAST else every if server in ("etcd-3.6", "brain") else every - clustered
         missing = expected - set(seen.get(server, {}))
         assert not missing, f"{server}: no record for {sorted(missing)}"
+        if server in FAST:
+            assert set(seen[server]) == mtls, f"{server} ran outside the mutual TLS groups: {sorted(seen[server])}"
     for w in sorted(every):
         run = seen["brain"][w]
         assert run["ok"], f"brain {w}: {run['error']}"
@@ -88,8 +95,15 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     for server in ("etcd-3.6", "brain"):
         res = seen[server]["cluster-failover"]["result"]
         assert res["kills"] and res["lost"] == 0, f"{server} failover: {res}"
+    # Restart: every sample of both kinds was taken, each with the server's CPU time to ready.
+    samples = meta["settings"]["restart_samples"]
+    for server in ("etcd-3.6", "etcd-3.7", "brain"):
+        res = seen[server]["restart"]["result"]
+        for key in ("ready_after_s", "cpu_to_ready_s", "ready_after_kill9_s", "cpu_to_ready_kill9_s"):
+            assert len(res[key + "_samples"]) == samples >= 3, f"{server} restart {key}: {res[key + '_samples']}"
+        assert res["ready_after_kill9_s_worst"] == max(res["ready_after_kill9_s_samples"])
     # The references ran too (kine may reject some workloads; etcd must not).
-    for server in ("etcd-3.4", "etcd-3.6"):
+    for server in ("etcd-3.4", "etcd-3.6", "etcd-3.7", *FAST):
         failed = {w: run["error"] for w, run in seen[server].items() if not run["ok"]}
         assert not failed, f"{server} failed: {failed}"
 

@@ -19,7 +19,8 @@ if __package__ in (None, ""):  # allow "python tests/differential/run.py"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     __package__ = "tests.differential"
 
-from tests.support.servers import ETCD_VERSIONS, kv_stub, start_brain, start_etcd  # noqa: E402
+from tests.support.etcd_tools import ORACLE_VERSIONS, start_oracle  # noqa: E402
+from tests.support.servers import kv_stub, start_brain  # noqa: E402
 
 from .compare import render  # noqa: E402
 from .harness import run_differential  # noqa: E402
@@ -37,8 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--brain", help="endpoint under test; default: start a fresh brain; "
                                     "'etcd': start a second fresh etcd")
     ap.add_argument("--shards", type=int, default=1, help="shards for a brain started here")
-    ap.add_argument("--etcd-version", choices=ETCD_VERSIONS, default="3.4",
-                    help="version of the etcds started here (3.6 is built by benchmarks/build.sh)")
+    ap.add_argument("--etcd-version", choices=ORACLE_VERSIONS, default="3.4",
+                    help="version of the etcds started here (3.6 and 3.7 are built by benchmarks/build.sh)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every op and result")
     args = ap.parse_args(argv)
     seeds = args.seed or [1]
@@ -53,13 +54,13 @@ def main(argv=None) -> int:
             if args.etcd:
                 ref_ep = args.etcd
             else:
-                srv = start_etcd(version=args.etcd_version)
+                srv = start_oracle(args.etcd_version)
                 started.append(srv)
                 ref_ep = srv.endpoint
             if args.brain and args.brain != "etcd":
                 other_ep = args.brain
             else:
-                srv = start_etcd(version=args.etcd_version) if args.brain == "etcd" else start_brain(args.shards)
+                srv = start_oracle(args.etcd_version) if args.brain == "etcd" else start_brain(args.shards)
                 started.append(srv)
                 other_ep = srv.endpoint
 

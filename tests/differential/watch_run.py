@@ -20,7 +20,8 @@ if __package__ in (None, ""):  # allow "python tests/differential/watch_run.py"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     __package__ = "tests.differential"
 
-from tests.support.servers import ETCD_VERSIONS, start_brain, start_etcd  # noqa: E402
+from tests.support.etcd_tools import ORACLE_VERSIONS, start_oracle  # noqa: E402
+from tests.support.servers import start_brain  # noqa: E402
 
 from .watch_generator import AVOIDABLE  # noqa: E402
 from .watch_harness import run_watch_differential  # noqa: E402
@@ -33,8 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, action="append", help="seed (repeatable)")
     ap.add_argument("--ops", type=int, default=100, help="operations per seed")
     ap.add_argument("--shards", type=int, default=1, help="brain shard setting")
-    ap.add_argument("--etcd-version", choices=ETCD_VERSIONS, default="3.4",
-                    help="version of the etcds started here (3.6 is built by benchmarks/build.sh)")
+    ap.add_argument("--etcd-version", choices=ORACLE_VERSIONS, default="3.4",
+                    help="version of the etcds started here (3.6 and 3.7 are built by benchmarks/build.sh)")
     ap.add_argument("--brain", choices=["brain", "etcd"], default="brain",
                     help="what to compare etcd with ('etcd': a second etcd, to check the harness)")
     ap.add_argument("--streams", type=int, default=3, help="watch streams per server")
@@ -65,9 +66,9 @@ def main(argv=None) -> int:
     for seed in args.seed or [1]:
         started = []
         try:
-            ref = start_etcd(version=args.etcd_version)
+            ref = start_oracle(args.etcd_version)
             started.append(ref)
-            other = start_etcd(version=args.etcd_version) if args.brain == "etcd" else start_brain(args.shards)
+            other = start_oracle(args.etcd_version) if args.brain == "etcd" else start_brain(args.shards)
             started.append(other)
             res = run_watch_differential(
                 ref.endpoint, other.endpoint, seed, args.ops, labels=("etcd", other_label),
