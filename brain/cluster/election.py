@@ -64,6 +64,7 @@ class Election:
         self.ttl = max(2, math.ceil(2 * self.timeout))  # the backstop: whole seconds for JetStream
         self.renew_interval = max(0.05, min(renew_interval, self.timeout / 2))
         self._seen = (0, 0.0)  # (key revision, when it was first seen)
+        self._observed = time.monotonic()  # the last answer about the key (None counts too)
         self._announced = 0  # the stale key revision a takeover was logged for
         self.on_elected = on_elected
         self.on_lost = on_lost
@@ -151,6 +152,16 @@ class Election:
             holder, rev = _holder(entry.value), entry.revision
         except KeyNotFoundError:
             holder, rev = 0, 0
+        except Exception:
+            # NATS cannot say who holds the key (no quorum, no connection).
+            # The holder cannot renew it either, so after an election timeout
+            # without an answer no leader is known (etcd_server_has_leader 0,
+            # the health service NOT_SERVING), as an etcd member's follower
+            # forgets its leader after an election timeout without heartbeats.
+            if time.monotonic() - self._observed > self.timeout:
+                self._set_leader(0)
+            raise
+        self._observed = time.monotonic()
         # Read once the answer is here, not before asking: a revision first
         # seen in an answer that took long may have been written after the
         # question was sent, and the holder's lease counts from just before
@@ -278,6 +289,8 @@ class Election:
         log.warning("lost the lead: %s", why)
         self.lease_until = 0.0
         self._rev = 0
+        self._observed = time.monotonic()  # who leads next: the next answers say
+        self._set_leader(0)
         if self.leading:
             self.leading = False
             self._busy = True

@@ -118,3 +118,45 @@ def test_the_lease_of_a_won_election_counts_from_before_the_key_was_created(cloc
     poll(e)
     assert e._rev == 3 and bucket.created_at == 100.7
     assert e.lease_until == pytest.approx(100.7 + 2.0 * election_mod.LEASE_FRACTION)
+
+
+def test_no_answer_about_the_key_for_an_election_timeout_means_no_leader(clock):
+    """NATS without a quorum answers no question about the key: the
+    follower that knew leader A forgets it once an election timeout has
+    passed without an answer (not before), and learns the holder again from
+    the next answer."""
+    bucket = Bucket(clock, holder=0xA, revision=7)
+    e = candidate(bucket)
+    e.set_candidate(False)  # observe only
+    poll(e)
+    assert e.leader_id == 0xA
+
+    class NoQuorum(Exception):
+        pass
+
+    async def refused(key):
+        clock.now += 0.5
+        raise NoQuorum
+
+    bucket.get = refused
+    for _ in range(3):  # 0.5 s each: 1.5 s without an answer, under the 2 s timeout
+        with pytest.raises(NoQuorum):
+            poll(e)
+    assert e.leader_id == 0xA
+    with pytest.raises(NoQuorum):
+        poll(e)  # 2.0 s
+    with pytest.raises(NoQuorum):
+        poll(e)  # 2.5 s
+    assert e.leader_id == 0
+    del bucket.get  # answers again
+    bucket.entry = Entry(bucket.entry.value, 9)
+    poll(e)
+    assert e.leader_id == 0xA
+
+
+def test_a_leader_that_loses_its_key_knows_no_leader(clock):
+    e = candidate(Bucket(clock, holder=0xB, revision=7))
+    e._set_leader(0xB)
+    e._rev = 7
+    e._lose("the test says so")
+    assert e.leader_id == 0 and not e._rev and e.lease_until == 0.0

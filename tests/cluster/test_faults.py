@@ -4,6 +4,9 @@ what `brain serve --journal-url` refuses.
 - NATS loses its quorum: writes fail with etcd's texts (request timed
   out / no leader), serializable reads keep answering from every replica,
   nothing acknowledged is lost, and writes work again once NATS is back;
+  the gRPC health service says NOT_SERVING on every replica meanwhile (a
+  load balancer sends clients elsewhere), to open Watch streams too, and
+  SERVING again afterwards;
 - a stream with settings that would drop journal records is refused with a
   message that says which and what to do.
 """
@@ -13,12 +16,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
+from brain.api.pb.grpc.health.v1 import health_pb2 as health
+from brain.api.pb.grpc.health.v1 import health_pb2_grpc
 from tests.support import servers
 from tests.support.brain_cluster import BrainCluster
 
@@ -40,6 +46,49 @@ def _get(endpoint: str, key: bytes, serializable: bool, timeout: float = 10.0):
         return st.kv.Range(pb.RangeRequest(key=key, serializable=serializable), timeout=timeout)
 
 
+def _health(endpoint: str) -> int:
+    with grpc.insecure_channel(endpoint) as ch:
+        return health_pb2_grpc.HealthStub(ch).Check(health.HealthCheckRequest(), timeout=5).status
+
+
+def _wait_health(cluster, want: int, within: float) -> float:
+    """Seconds until every replica's Check("") answers ``want``."""
+    t0 = time.monotonic()
+    pending = {m.name: m.endpoint for m in cluster.members}
+    while pending:
+        for name, endpoint in list(pending.items()):
+            if _health(endpoint) == want:
+                del pending[name]
+        if pending:
+            assert time.monotonic() - t0 < within, (
+                f"health of {sorted(pending)} not {health.HealthCheckResponse.ServingStatus.Name(want)} "
+                f"after {within}s\n{cluster.logs()}")
+            time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+class _HealthWatch:
+    """A Watch("") stream read on a thread: the statuses it delivered."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.statuses: list[int] = []
+        self._ch = grpc.insecure_channel(endpoint)
+        self._call = health_pb2_grpc.HealthStub(self._ch).Watch(health.HealthCheckRequest(), timeout=300)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for msg in self._call:
+                self.statuses.append(msg.status)
+        except grpc.RpcError:
+            pass
+
+    def close(self) -> None:
+        self._call.cancel()
+        self._ch.close()
+
+
 def test_nats_quorum_loss_fails_writes_keeps_serializable_reads(nats_cluster_factory):
     nats = nats_cluster_factory(3, sync_always=True)
     cluster = BrainCluster(3, nats, lifetime=600.0)
@@ -49,10 +98,16 @@ def test_nats_quorum_loss_fails_writes_keeps_serializable_reads(nats_cluster_fac
         for i, m in enumerate(cluster.members * 4):
             key = b"q%d" % i
             acked[key] = _put(m.endpoint, key, b"v").header.revision
+        _wait_health(cluster, health.HealthCheckResponse.SERVING, within=10)
+        watch = _HealthWatch(cluster.members[0].endpoint)
         down = nats.nodes[:2]
         for n in down:
             nats.kill9(n)
         t0 = time.monotonic()
+        # the leader's key goes unrenewed: no replica knows a leader after
+        # the election timeout (2 s) and a poll
+        took = _wait_health(cluster, health.HealthCheckResponse.NOT_SERVING, within=15)
+        print(f"\nevery replica NOT_SERVING {took:.1f}s after NATS lost its quorum")
         for m in cluster.members:
             with pytest.raises(grpc.RpcError) as e:
                 _put(m.endpoint, b"during", b"x", timeout=20)
@@ -76,6 +131,16 @@ def test_nats_quorum_loss_fails_writes_keeps_serializable_reads(nats_cluster_fac
                 assert time.monotonic() < deadline, "writes did not come back after NATS did\n" + cluster.logs()
                 time.sleep(0.5)
         print(f"writes back {time.monotonic() - t0:.1f}s after the quorum loss began")
+        _wait_health(cluster, health.HealthCheckResponse.SERVING, within=30)
+        deadline = time.monotonic() + 5
+        while watch.statuses[-1:] != [health.HealthCheckResponse.SERVING] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watch.close()
+        # SERVING, NOT_SERVING (perhaps more than once), SERVING again
+        statuses = [k for i, k in enumerate(watch.statuses) if i == 0 or k != watch.statuses[i - 1]]
+        assert statuses[0] == health.HealthCheckResponse.SERVING, watch.statuses
+        assert health.HealthCheckResponse.NOT_SERVING in statuses[1:], watch.statuses
+        assert statuses[-1] == health.HealthCheckResponse.SERVING, watch.statuses
         for m in cluster.members:
             try:
                 for key, rev in acked.items():
