@@ -24,7 +24,7 @@ under a feature gate changes it):
   answered there, so a load balancer should send clients elsewhere.
 
 The cluster's state is read through one function, ``problem()`` (None:
-serving; else why not), polled every POLL_INTERVAL while Watch streams are
+serving; else why not: brain.cluster.Replica.serving_problem), polled every POLL_INTERVAL while Watch streams are
 open: the election, too, learns of a lost leader by polling.
 """
 
@@ -60,20 +60,6 @@ _GONE = object()  # ... the call is over (the client went away)
 def unknown_service() -> EtcdError:
     """grpc-go's answer to Check for a name it does not know."""
     return EtcdError("NOT_FOUND", "unknown service")
-
-
-def replica_problem(replica) -> str | None:
-    """Why a cluster replica (brain.cluster.Replica) cannot serve, or None.
-
-    Read from the replica's public state: its NATS connection (the journal,
-    the election and forwarding all go through it) and the election's view
-    of the leader, which turns 0 once the leader's key has gone unrenewed
-    for the election timeout."""
-    if not replica.conn.is_connected:
-        return "journal unreachable"
-    if not replica.election.leader_id:
-        return "no leader"
-    return None
 
 
 def encode(status: int) -> bytes:

@@ -38,7 +38,7 @@ from brain.api import preflight
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api import health as health_api
-from brain.api.health import HealthService, health_handlers, replica_problem
+from brain.api.health import HealthService, health_handlers
 from brain.api.kv import KVService
 from brain.api.maintenance import MaintenanceService, maintenance_handlers
 from brain.api.lease import LeaseService, lease_handlers
@@ -225,7 +225,7 @@ class ApiServer:
         watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
         maintenance = MaintenanceService(self.engine, self.cluster)
         cluster = self.cluster
-        health = self.health = HealthService(None if cluster is None else lambda: replica_problem(cluster))
+        health = self.health = HealthService(None if cluster is None else cluster.serving_problem)
         self._services = {"kv": kv, "lease": lease, "watch": watch, "maintenance": maintenance}
         self._handlers = {
             "etcdserverpb.KV": kv_handlers(kv, recv_limit),

@@ -153,6 +153,20 @@ class Replica:
     def leader_id(self) -> int:
         return self.election.leader_id or self.engine.store.leader_id
 
+    def serving_problem(self) -> str | None:
+        """Why this replica cannot answer writes and linearizable reads now,
+        or None (the health service says NOT_SERVING while there is one).
+
+        Its NATS connection carries the journal, the election and
+        forwarding; the election's view of the leader turns 0 once the
+        leader's key has gone unrenewed, or unanswered, for the election
+        timeout."""
+        if not self.conn.is_connected:
+            return "journal unreachable"
+        if not self.election.leader_id:
+            return "no leader"
+        return None
+
     def members(self) -> list[Member]:
         self.membership.set_applied(self.engine.statistics().applied_index)
         return self.membership.members()

@@ -3,7 +3,7 @@ kind, over a real engine: the answers grpc-go's health server gives (what
 etcd serves; tests/integration/test_health_vs_etcd.py compares with a real
 etcd), NOT_SERVING told to watchers at shutdown while new Checks are
 refused, and a cluster replica's leader and journal read through the one
-interface the service uses (``replica_problem``)."""
+interface the service uses (``Replica.serving_problem``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from brain.api import front as native_front
-from brain.api.health import HealthService, replica_problem
+from brain.api.health import HealthService
+from brain.cluster.replica import Replica
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.pb.grpc.health.v1 import health_pb2 as h
@@ -206,22 +207,25 @@ def test_shutdown_tells_watchers_not_serving_and_refuses_new_checks(serve, engin
 
 
 class _FakeReplica:
-    """The two things replica_problem reads from a brain.cluster.Replica."""
+    """A brain.cluster.Replica's connection and election, which its
+    serving_problem reads."""
 
     def __init__(self) -> None:
         self.conn = SimpleNamespace(is_connected=True)
         self.election = SimpleNamespace(leader_id=0x1234)
 
+    serving_problem = Replica.serving_problem
 
-def test_replica_problem_reads_the_leader_and_the_journal():
+
+def test_serving_problem_reads_the_leader_and_the_journal():
     r = _FakeReplica()
-    assert replica_problem(r) is None
+    assert r.serving_problem() is None
     r.election.leader_id = 0
-    assert replica_problem(r) == "no leader"
+    assert r.serving_problem() == "no leader"
     r.conn.is_connected = False
-    assert replica_problem(r) == "journal unreachable"
+    assert r.serving_problem() == "journal unreachable"
     r.election.leader_id = 7
-    assert replica_problem(r) == "journal unreachable"
+    assert r.serving_problem() == "journal unreachable"
 
 
 def test_a_replica_without_leader_or_journal_is_not_serving(serve):
