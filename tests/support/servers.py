@@ -38,6 +38,8 @@ from typing import Sequence
 
 import grpc
 
+from tests.support import leaks
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ETCD_BIN = os.environ.get("ETCD_BIN", "/usr/bin/etcd")
 ETCD_VERSIONS = ("3.4", "3.6")
@@ -304,6 +306,9 @@ class _Server:
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self._starts = 0
+        # Who made this server (tests.support.leaks): a restart by a later test
+        # still belongs to the fixture or test that created it.
+        self.marks = leaks.current_marks()
 
     # -- addresses --------------------------------------------------------
     @property
@@ -321,6 +326,7 @@ class _Server:
 
     def _env(self) -> dict:
         env = dict(os.environ)
+        env.update(self.marks)
         env.update(self.extra_env)
         return env
 

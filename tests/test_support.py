@@ -1,0 +1,89 @@
+"""tests.support itself: the session check of tests/conftest.py names and
+kills the processes a test leaves behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.support import leaks, servers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_marked_processes_finds_this_runs_processes_only(tmp_path):
+    token = "leak-test-" + os.urandom(4).hex()
+    env = dict(os.environ, **{leaks.RUN: token, leaks.TEST_ID: "t::one", leaks.SCOPE: "function"})
+    ours = subprocess.Popen(["sleep", "60"], env=env)
+    other = subprocess.Popen(["sleep", "60"], env=dict(env, **{leaks.RUN: token + "-other"}))
+    try:
+        found = leaks.marked_processes(token)
+        assert [p.pid for p in found] == [ours.pid]
+        assert found[0].marks[leaks.TEST_ID] == "t::one" and found[0].cmdline == "sleep 60"
+        assert "started by t::one: sleep 60" in found[0].describe()
+        leaks.kill(found)
+        assert ours.wait(10) == -9
+        assert other.poll() is None  # not this run's: left alone
+        assert leaks.survivors(lambda: leaks.marked_processes(token), grace=5) == []
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait(10)
+
+
+_LEAKY_TESTS = textwrap.dedent('''
+    import subprocess
+    import pytest
+
+    # at import (collection): no test owns it, the session's end finds it
+    subprocess.Popen(["sleep", "61"])
+
+    @pytest.fixture(scope="module")
+    def leaky_module_fixture():
+        subprocess.Popen(["sleep", "62"])
+        yield
+
+    def test_leaves_one_behind():
+        subprocess.Popen(["sleep", "63"])
+
+    def test_cleans_up():
+        p = subprocess.Popen(["sleep", "64"])
+        p.kill()
+        p.wait()
+
+    def test_uses_the_module_fixture(leaky_module_fixture):
+        pass
+''')
+
+
+def test_the_session_check_names_each_process_left_behind(tmp_path):
+    """An inner pytest session with tests/conftest.py as its plugin: each
+    process left behind is an error of the test (or fixture) that started
+    it, the one started outside any test fails the session at its end, and
+    all of them are killed."""
+    (tmp_path / "test_leaky.py").write_text(_LEAKY_TESTS)
+    env = dict(os.environ, BRAIN_TEST_LEAK_GRACE="0.5",
+               PYTHONPATH=str(servers.REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                        "-p", "no:randomly", str(tmp_path / "test_leaky.py")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = r.stdout
+    assert r.returncode == 1, out + r.stderr
+    assert "3 passed, 2 errors" in out, out
+    assert "ERROR at teardown of test_leaves_one_behind" in out, out
+    assert "started by test_leaky.py::test_leaves_one_behind: sleep 63" in out, out
+    assert "ERROR at teardown of test_uses_the_module_fixture" in out, out
+    assert ("started by fixture leaky_module_fixture (module scope) of "
+            "test_leaky.py::test_uses_the_module_fixture: sleep 62") in out, out
+    assert "processes left behind" in out and "started by <no test: started outside any test>: sleep 61" in out, out
+    assert "sleep 64" not in out, out
+    pids = [int(line.split("pid ", 1)[1].split()[0]) for line in out.splitlines() if "sleep 6" in line]
+    assert len(pids) == 3 and not any(_alive(p) for p in pids), out
