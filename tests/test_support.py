@@ -1,5 +1,5 @@
-"""tests.support itself: the session check of tests/conftest.py names and
-kills the processes a test leaves behind."""
+"""tests.support itself: a server is never started twice, and the session
+check of tests/conftest.py names and kills the processes a test leaves behind."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from tests.support import leaks, servers
 
@@ -17,6 +19,34 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except FileNotFoundError:
         return False
+
+
+def test_start_refuses_a_server_that_is_running():
+    servers.require_brain()
+    srv = servers.start_brain()
+    try:
+        pid = srv.proc.pid
+        with pytest.raises(servers.ServerRunningError, match="running already"):
+            srv.start()
+        assert srv.proc.pid == pid and srv.running  # still the first process, still tracked
+    finally:
+        srv.cleanup()
+    assert not _alive(pid)
+
+
+def test_with_on_a_started_server_is_refused_and_stops_it():
+    """``with start_brain() as srv`` used to start a second process; the
+    first one, forgotten, outlived the test and its deleted data dir."""
+    servers.require_brain()
+    srv = servers.start_brain()
+    pid = srv.proc.pid
+    try:
+        with pytest.raises(servers.ServerRunningError):
+            with srv:
+                pass
+    finally:
+        srv.cleanup()
+    assert not _alive(pid) and not srv.root.exists()
 
 
 def test_marked_processes_finds_this_runs_processes_only(tmp_path):
