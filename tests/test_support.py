@@ -94,17 +94,34 @@ _LEAKY_TESTS = textwrap.dedent('''
 ''')
 
 
+def _inner_session(directory, test_file: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, BRAIN_TEST_LEAK_GRACE="0.5",
+               PYTHONPATH=str(servers.REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                           str(directory / test_file)], cwd=directory, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_process_left_at_the_sessions_end_fails_a_passing_run(tmp_path):
+    (tmp_path / "test_left.py").write_text(textwrap.dedent('''
+        import subprocess
+        subprocess.Popen(["sleep", "65"])
+
+        def test_passes():
+            pass
+    '''))
+    r = _inner_session(tmp_path, "test_left.py")
+    assert r.returncode == 1 and "1 passed" in r.stdout, r.stdout + r.stderr
+    assert "processes left behind" in r.stdout and ": sleep 65" in r.stdout, r.stdout
+
+
 def test_the_session_check_names_each_process_left_behind(tmp_path):
     """An inner pytest session with tests/conftest.py as its plugin: each
     process left behind is an error of the test (or fixture) that started
     it, the one started outside any test fails the session at its end, and
     all of them are killed."""
     (tmp_path / "test_leaky.py").write_text(_LEAKY_TESTS)
-    env = dict(os.environ, BRAIN_TEST_LEAK_GRACE="0.5",
-               PYTHONPATH=str(servers.REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                        "-p", "no:randomly", str(tmp_path / "test_leaky.py")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    r = _inner_session(tmp_path, "test_leaky.py")
     out = r.stdout
     assert r.returncode == 1, out + r.stderr
     assert "3 passed, 2 errors" in out, out
