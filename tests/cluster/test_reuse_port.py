@@ -17,10 +17,10 @@ from tests.support import servers
 
 def test_two_replicas_share_one_port(nats1, tmp_path):
     port = servers.free_port()
-    procs = []
+    procs, logs = [], []
     try:
         for i in range(2):
-            log = open(tmp_path / f"b{i}.log", "wb")
+            logs.append(log := open(tmp_path / f"b{i}.log", "wb"))
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "brain", "serve", "--name", f"b{i}", "--data-dir", str(tmp_path / f"d{i}"),
                  "--listen-client-urls", f"http://127.0.0.1:{port}", "--socket-reuse-port",
@@ -51,11 +51,17 @@ def test_two_replicas_share_one_port(nats1, tmp_path):
         for p in procs:
             p.terminate()
         for p in procs:
-            p.wait(30)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        for log in logs:
+            log.close()
 
 
 def test_without_the_flag_a_taken_port_is_refused(tmp_path):
-    with servers.start_brain() as first:
+    with servers.BrainServer() as first:
         port = first.port
         out = subprocess.run([sys.executable, "-m", "brain", "serve", "--data-dir", str(tmp_path / "d"),
                               "--listen-client-urls", f"http://127.0.0.1:{port}"],

@@ -417,6 +417,14 @@ class Run:
     def pods(self, ns: str) -> list[dict]:
         return self.kjson("get", "pods", "-n", ns)["items"]
 
+    def stored(self, resource: str, ns: str) -> int:
+        """How many objects of ``resource`` in ``ns`` the storage itself holds
+        (a count-only Range, not the apiserver's view)."""
+        return self.store.count_prefix(f"/registry/{resource}/{ns}/".encode())[0]
+
+    def kwok_nodes(self) -> set[str]:
+        return {f"kwok-node-{i}" for i in range(self.p.nodes)}
+
     def metrics(self) -> list[promstats.Sample]:
         code, body = self.cp.http_get("/metrics", timeout=30)
         if code != 200:
@@ -611,11 +619,19 @@ class Run:
         nodes = {p["spec"].get("nodeName") for p in pods}
         self.facts["pod_startup_p50_s"] = _pct(startup, 0.5)
         self.facts["pod_startup_p99_s"] = _pct(startup, 0.99)
-        self.check(f"Deployment of {r} replicas fully Running on kwok nodes", True,
-                   f"{took:.1f}s to all Running, spread over {len(nodes)} nodes, pod startup "
+        self.kubectl("rollout", "status", "deployment/web", "-n", "e2e-apps", "--timeout=120s", timeout=150)
+        status = self.kjson("get", "deployment", "web", "-n", "e2e-apps").get("status", {})
+        stored = self.stored("pods", "e2e-apps")
+        strays = sorted(str(n) for n in nodes - self.kwok_nodes())
+        self.check(f"Deployment of {r} replicas fully Running on kwok nodes",
+                   not strays and status.get("updatedReplicas") == r and status.get("availableReplicas") == r
+                   and stored == r,
+                   f"{took:.1f}s to all Running, spread over {len(nodes)} nodes"
+                   + (f" (not kwok nodes: {strays[:3]})" if strays else "")
+                   + f", Deployment status {status.get('updatedReplicas')} updated / "
+                   f"{status.get('availableReplicas')} available, {stored} pods stored, pod startup "
                    f"p50 {self.facts['pod_startup_p50_s']}s p99 {self.facts['pod_startup_p99_s']}s "
                    f"(SLO p99 <= 5s, 1 s timestamp resolution)")
-        self.kubectl("rollout", "status", "deployment/web", "-n", "e2e-apps", "--timeout=120s", timeout=150)
 
     def object_lists(self) -> dict[str, dict[str, str]]:
         return {
@@ -833,10 +849,16 @@ class Run:
         def scaled():
             pods = self.pods("e2e-apps")
             running = [p for p in pods if p["status"].get("phase") == "Running"]
-            return (len(pods) == s and len(running) == s) or f"{len(pods)} pods, {len(running)} Running"
+            return (len(pods) == s and len(running) == s and pods) or f"{len(pods)} pods, {len(running)} Running"
 
-        self.wait_until(f"scale down to {s}", scaled, self.p.rollout_timeout)
-        self.check(f"scaled {r} -> {s}", True, f"{time.monotonic() - t0:.1f}s")
+        pods = self.wait_until(f"scale down to {s}", scaled, self.p.rollout_timeout)
+        took = time.monotonic() - t0
+        rs_replicas = [x["spec"]["replicas"] for x in self.kjson("get", "replicasets", "-n", "e2e-apps")["items"]]
+        stored = self.stored("pods", "e2e-apps")
+        on_kwok = all(p["spec"].get("nodeName") in self.kwok_nodes() for p in pods)
+        self.check(f"scaled {r} -> {s}", rs_replicas == [s] and stored == s and on_kwok,
+                   f"{took:.1f}s; ReplicaSet spec.replicas {rs_replicas}, {stored} pods stored, "
+                   f"{'all' if on_kwok else 'not all'} on kwok nodes")
         t0 = time.monotonic()
         self.kubectl("set", "env", "deployment/web", "-n", "e2e-apps", "ROLL=2")
         self.kubectl("rollout", "status", "deployment/web", "-n", "e2e-apps",
@@ -847,11 +869,22 @@ class Run:
             pods = self.pods("e2e-apps")
             new = [x for x in rs if x["status"].get("readyReplicas", 0) == s and x["spec"]["replicas"] == s]
             old = [x for x in rs if x["spec"]["replicas"] == 0]
-            return (len(rs) == 2 and len(new) == 1 and len(old) == 1 and len(pods) == s) or \
-                f"{len(rs)} ReplicaSets, {len(pods)} pods"
+            return (len(rs) == 2 and len(new) == 1 and len(old) == 1 and len(pods) == s and (new[0], old[0], pods)) \
+                or f"{len(rs)} ReplicaSets, {len(pods)} pods"
 
-        self.wait_until("rolling update settled", rolled, self.p.rollout_timeout)
-        self.check("rolling update", True, f"{time.monotonic() - t0:.1f}s, new ReplicaSet {s}/{s} ready, old at 0")
+        new, old, pods = self.wait_until("rolling update settled", rolled, self.p.rollout_timeout)
+        took = time.monotonic() - t0
+
+        def roll(rs) -> list:
+            return [e.get("value") for c in rs["spec"]["template"]["spec"]["containers"]
+                    for e in c.get("env", []) if e.get("name") == "ROLL"]
+
+        owners = sorted({ref["name"] for p in pods for ref in p["metadata"].get("ownerReferences", [])})
+        stored = self.stored("replicasets", "e2e-apps")
+        self.check("rolling update", roll(new) == ["2"] and roll(old) == [] and owners == [new["metadata"]["name"]]
+                   and stored == 2,
+                   f"{took:.1f}s, new ReplicaSet {s}/{s} ready with ROLL={roll(new)}, old at 0 with ROLL={roll(old)}, "
+                   f"the pods owned by {owners}, {stored} ReplicaSets stored")
         t0 = time.monotonic()
         self.kubectl("delete", "deployment", "web", "-n", "e2e-apps", "--timeout=120s", timeout=150)
 
@@ -861,7 +894,10 @@ class Run:
             return (not pods and not rs) or f"{len(pods)} pods, {len(rs)} ReplicaSets left"
 
         self.wait_until("Deployment, ReplicaSets and pods deleted", gone, 180)
-        self.check("Deployment deleted with its ReplicaSets and pods", True, f"{time.monotonic() - t0:.1f}s")
+        took = time.monotonic() - t0
+        left = {kind: self.stored(kind, "e2e-apps") for kind in ("deployments", "replicasets", "pods")}
+        self.check("Deployment deleted with its ReplicaSets and pods", not any(left.values()),
+                   f"{took:.1f}s; left in {self.store.label}: {left}")
         total_pods = r + s  # the first ReplicaSet, then the rolled one
         self.facts["pods_created"] = total_pods
         w = self.pod_watch
@@ -916,8 +952,22 @@ class Run:
         left = self.cp_started_wall + 2 * interval + slack - time.time()
         value = self.wait_until("the apiserver's compaction", compacted, max(left, 0) + interval + slack)
         self.facts["compact_rev"] = int(value)
-        self.check(f"the apiserver compacted {self.store.label} (compact_rev_key)", True,
-                   f"compact_rev_key={value.decode()}")
+        # The apiserver writes the revision it compacts to under compact_rev_key,
+        # then compacts: the storage must refuse reads below it and serve it.
+        # Read once more when it does not: the read may have fallen between
+        # the write and the Compact call (or a next tick moved both).
+        try:
+            for _ in range(2):
+                rev = int(self.store.get(b"compact_rev_key"))
+                below, at = self.compacted(rev - 1), self.compacted(rev)
+                if below and not at:
+                    break
+                time.sleep(2)
+            self.check(f"the apiserver compacted {self.store.label} at compact_rev_key's revision",
+                       below and not at, f"compact_rev_key={rev}: a read at {rev - 1} "
+                       f"{'refused as compacted' if below else 'served'}, at {rev} {'refused' if at else 'served'}")
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            self.check(f"the apiserver compacted {self.store.label} at compact_rev_key's revision", False, repr(e))
         try:
             from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
             with self.store.channel() as ch:
@@ -926,6 +976,22 @@ class Run:
         except Exception as e:  # noqa: BLE001 - the expected error
             self.check("a read at revision 1 is refused as compacted", "compacted" in str(e),
                        str(getattr(e, "details", lambda: e)()))
+
+    def compacted(self, revision: int) -> bool:
+        """True when the storage refuses a read at ``revision`` as compacted."""
+        import grpc
+
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        try:
+            with self.store.channel() as ch:
+                rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=b"compact_rev_key", revision=revision),
+                                              timeout=10)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in (e.details() or ""):
+                return True
+            raise
+        return False
 
     def metrics_summary(self) -> None:
         now = self.metrics()

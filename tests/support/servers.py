@@ -38,6 +38,8 @@ from typing import Sequence
 
 import grpc
 
+from tests.support import leaks
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ETCD_BIN = os.environ.get("ETCD_BIN", "/usr/bin/etcd")
 ETCD_VERSIONS = ("3.4", "3.6")
@@ -48,6 +50,10 @@ _LOG_TAIL_BYTES = 20000
 
 class ServerStartError(RuntimeError):
     """A server did not become ready; the message includes its log tail."""
+
+
+class ServerRunningError(RuntimeError):
+    """``start()`` of a server whose process is running already."""
 
 
 def _executable(path: str | os.PathLike) -> bool:
@@ -304,6 +310,9 @@ class _Server:
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self._starts = 0
+        # Who made this server (tests.support.leaks): a restart by a later test
+        # still belongs to the fixture or test that created it.
+        self.marks = leaks.current_marks()
 
     # -- addresses --------------------------------------------------------
     @property
@@ -321,6 +330,7 @@ class _Server:
 
     def _env(self) -> dict:
         env = dict(os.environ)
+        env.update(self.marks)
         env.update(self.extra_env)
         return env
 
@@ -339,7 +349,10 @@ class _Server:
         """Start the process and wait until it answers a gRPC Range.
 
         A failure to bind (a port taken between picking and binding) on the
-        very first start is retried with fresh ports.
+        very first start is retried with fresh ports.  A server that is
+        running already is refused (``ServerRunningError``): a second process
+        on its port and data dir would die, while the first one, answering the
+        readiness probe in its place, would be forgotten and outlive the test.
         """
         attempts = 3 if self._starts == 0 else 1
         last_err: Exception | None = None
@@ -359,7 +372,13 @@ class _Server:
         assert last_err is not None
         raise last_err
 
+    def _refuse_if_running(self) -> None:
+        if self.running:
+            raise ServerRunningError(f"{self!r} is running already (pid {self.proc.pid}); stop it before "
+                                     f"starting it again")
+
     def _spawn(self) -> None:
+        self._refuse_if_running()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)
         cmd = self.wrapper + self._command()
@@ -471,7 +490,14 @@ class _Server:
         return kv_stub(self.endpoint)
 
     def __enter__(self):
-        return self.start()
+        """``with BrainServer(...) as srv``: started here, cleaned up at the
+        end.  When the start fails (a server started already included:
+        ``with start_brain()`` is refused) it is cleaned up at once."""
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
