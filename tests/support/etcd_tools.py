@@ -8,8 +8,7 @@ points at prebuilt binaries instead.  A test that needs a tool that cannot
 be had is skipped, or fails under $CI.
 
 etcd 3.7 is also the differential tests' third oracle: ``start_oracle``
-starts a fresh etcd of any of ORACLE_VERSIONS (3.4 and 3.6 through
-tests.support.servers, 3.7 through ``Etcd37Server``).
+starts a fresh etcd of any of ORACLE_VERSIONS (through tests.support.servers).
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.servers import (REPO_ROOT, EtcdServer, ServerStartError, free_port, in_ci, require_etcd,
-                                  start_etcd)
+from tests.support.servers import ETCD_VERSIONS, REPO_ROOT, in_ci, require_etcd, start_etcd
 
 BUILD = REPO_ROOT / "benchmarks" / "build.sh"
 
@@ -62,61 +60,15 @@ def etcd_tool(name: str) -> str:
     return got
 
 
-# ---------------------------------------------------------------------------
-# etcd 3.7: the third differential oracle
-# ---------------------------------------------------------------------------
-
-# tests.support.servers knows etcd 3.4 and 3.6; 3.7 (benchmarks/build.sh
-# etcd-3.7) is started through the subclass below, with the same flags.
-ORACLE_VERSIONS = ("3.4", "3.6", "3.7")
-
-
-def etcd37_binary() -> str | None:
-    """etcd-3.7 from the build cache ($ETCD37_BIN overrides), built on first use; None when it cannot be had."""
-    explicit = os.environ.get("ETCD37_BIN")
-    if explicit:
-        return explicit if os.access(explicit, os.X_OK) else None
-    got = _build("etcd-3.7")
-    return None if got.startswith("!") else got
-
-
-def etcd37_missing_reason() -> str:
-    explicit = os.environ.get("ETCD37_BIN")
-    if explicit:
-        return f"ETCD37_BIN={explicit} is not an executable file"
-    return _build("etcd-3.7")[1:]
+# The differential tests' oracles: every etcd tests.support.servers starts.
+ORACLE_VERSIONS = ETCD_VERSIONS
 
 
 def require_oracle(version: str) -> None:
     """Skip the calling test when etcd ``version`` is missing (fail under $CI)."""
-    if version != "3.7":
-        require_etcd(version)
-    elif etcd37_binary() is None:
-        _unavailable(f"etcd 3.7 unavailable: {etcd37_missing_reason()}")
-
-
-class Etcd37Server(EtcdServer):
-    """A single-member etcd 3.7 on loopback, with the flags EtcdServer gives 3.4 and 3.6."""
-
-    def __init__(self, *, extra_args=(), **kw):
-        self.version = "3.7"
-        self.binary = etcd37_binary()
-        if self.binary is None:
-            raise ServerStartError(f"etcd 3.7 is not available: {etcd37_missing_reason()}")
-        self.extra_args = list(extra_args)
-        # EtcdServer.__init__ looks its binary up by version (3.4 and 3.6 only): go to the base class.
-        super(EtcdServer, self).__init__(**kw)
-        self.peer_port = free_port()
+    require_etcd(version)
 
 
 def start_oracle(version: str = "3.4", **kw):
     """A started fresh etcd of ``version`` (3.4, 3.6 or 3.7); the caller cleans it up."""
-    if version != "3.7":
-        return start_etcd(version=version, **kw)
-    srv = Etcd37Server(**kw)
-    try:
-        srv.start()
-    except BaseException:
-        srv.cleanup()
-        raise
-    return srv
+    return start_etcd(version=version, **kw)

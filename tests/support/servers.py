@@ -14,6 +14,7 @@ Environment knobs:
   ETCD_BIN          path of the etcd 3.4 binary (default /usr/bin/etcd)
   ETCD36_BIN        path of an etcd 3.6 binary (default: benchmarks/build.sh's
                     etcd-3.6, under $BRAIN_BENCH_CACHE or <repo>/.cache/bench)
+  ETCD37_BIN        the same for etcd 3.7 (etcd-3.7)
   TEST_TMPDIR       parent directory for server temp dirs (default: /dev/shm
                     when it exists, else the system temp dir)
   TEST_DISK_TMPDIR  parent directory for servers that must keep their data on a
@@ -24,6 +25,7 @@ Environment knobs:
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -42,7 +44,7 @@ from tests.support import leaks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ETCD_BIN = os.environ.get("ETCD_BIN", "/usr/bin/etcd")
-ETCD_VERSIONS = ("3.4", "3.6")
+ETCD_VERSIONS = ("3.4", "3.6", "3.7")
 
 DEFAULT_READY_TIMEOUT = 20.0
 _LOG_TAIL_BYTES = 20000
@@ -69,33 +71,39 @@ _build_errors: dict[str, str] = {}
 
 
 def etcd_binary(version: str = "3.4") -> str | None:
-    """The etcd binary of ``version`` ("3.4" or "3.6"), or None.
+    """The etcd binary of ``version`` (one of ETCD_VERSIONS), or None.
 
-    3.6 is built by benchmarks/build.sh on first use (once per session; Go's
-    module and build caches make later builds a cache hit)."""
+    3.4 is Debian's; 3.6 and 3.7 are built by benchmarks/build.sh on first
+    use (once per session; Go's module and build caches make later builds a
+    cache hit).  $ETCD36_BIN / $ETCD37_BIN name prebuilt ones instead."""
     if version == "3.4":
         return ETCD_BIN if etcd_available() else None
-    if version != "3.6":
+    if version not in ETCD_VERSIONS:
         raise ValueError(f"unknown etcd version {version!r}; known: {ETCD_VERSIONS}")
-    explicit = os.environ.get("ETCD36_BIN")
+    env = "ETCD%s_BIN" % version.replace(".", "")
+    explicit = os.environ.get(env)
     if explicit:
-        return explicit if _executable(explicit) else None
-    if "3.6" not in _built:
+        if not _executable(explicit):
+            _build_errors[version] = f"{env}={explicit} is not an executable file"
+            return None
+        return explicit
+    name = f"etcd-{version}"
+    if version not in _built:
         from benchmarks.servers import bin_dir
 
         build = REPO_ROOT / "benchmarks" / "build.sh"
         if shutil.which("go") is None:
-            cached = bin_dir() / "etcd-3.6"
-            _built["3.6"] = str(cached) if _executable(cached) else ""
-            _build_errors["3.6"] = "go is not on PATH and etcd-3.6 is not built"
+            cached = bin_dir() / name
+            _built[version] = str(cached) if _executable(cached) else ""
+            _build_errors[version] = f"go is not on PATH and {name} is not built"
         else:
-            r = subprocess.run(["bash", str(build), "etcd-3.6"], cwd=REPO_ROOT, capture_output=True, text=True,
+            r = subprocess.run(["bash", str(build), name], cwd=REPO_ROOT, capture_output=True, text=True,
                                timeout=1800)
             lines = r.stdout.strip().splitlines()
-            path = Path(lines[-1]) / "etcd-3.6" if r.returncode == 0 and lines else None
-            _built["3.6"] = str(path) if path is not None and _executable(path) else ""
-            _build_errors["3.6"] = f"benchmarks/build.sh etcd-3.6 failed (exit {r.returncode}): {r.stderr[-1500:]}"
-    return _built["3.6"] or None
+            path = Path(lines[-1]) / name if r.returncode == 0 and lines else None
+            _built[version] = str(path) if path is not None and _executable(path) else ""
+            _build_errors[version] = f"benchmarks/build.sh {name} failed (exit {r.returncode}): {r.stderr[-1500:]}"
+    return _built[version] or None
 
 
 def brain_available() -> bool:
@@ -132,7 +140,7 @@ def require_etcd(version: str = "3.4") -> None:
         return
     if version == "3.4":
         unavailable(f"etcd binary not found at {ETCD_BIN} (apt-get install etcd-server etcd-client)")
-    unavailable(f"etcd {version} unavailable: {_build_errors.get(version, 'ETCD36_BIN is not executable')}")
+    unavailable(f"etcd {version} unavailable: {_build_errors.get(version, 'not built')}")
 
 
 def require_brain() -> None:
@@ -240,7 +248,9 @@ def shared_pki():
     if _PKI is None:
         from tests.support.tls import make_test_pki
 
-        _PKI = make_test_pki(Path(tempfile.mkdtemp(prefix="brain-test-pki-", dir=_tmp_parent())))
+        where = tempfile.mkdtemp(prefix="brain-test-pki-", dir=_tmp_parent())
+        atexit.register(shutil.rmtree, where, ignore_errors=True)  # /dev/shm is memory: leave nothing there
+        _PKI = make_test_pki(Path(where))
     return _PKI
 
 
@@ -507,7 +517,7 @@ class _Server:
 
 
 class EtcdServer(_Server):
-    """A single-member etcd (3.4 or 3.6) on loopback."""
+    """A single-member etcd (3.4, 3.6 or 3.7) on loopback."""
 
     kind = "etcd"
 
