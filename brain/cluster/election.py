@@ -80,6 +80,10 @@ class Election:
         self._task = None
         self._stop = threading.Event()
         self._busy = False  # on_elected / on_lost running
+        # held (on the connection's loop) around every publish that moves the
+        # key on its revision: a hand-over must not race a renewal, or it
+        # names a revision the renewal just replaced (10071, and MoveLeader fails)
+        self._key_lock = asyncio.Lock()
         self._candidate = True
 
     # -- lifecycle ------------------------------------------------------------
@@ -239,8 +243,14 @@ class Election:
         self._busy = False
 
     async def _renew(self) -> None:
+        async with self._key_lock:
+            await self._renew_locked()
+
+    async def _renew_locked(self) -> None:
         from nats.js.errors import APIError
 
+        if not self._rev:
+            return  # handed over while this renewal waited for the lock
         now = time.monotonic()  # before the publish: the lease counts from here
         last_renewed = self._renewed
         rev = self._rev
@@ -266,24 +276,28 @@ class Election:
     def hand_over(self, target: int, timeout: float = 5.0) -> None:
         """(not on the loop) Give the key to ``target`` (MoveLeader): it
         takes it at its next poll; this replica stops leading now."""
-        rev = self._rev
-        if not rev:
-            raise RuntimeError("this replica does not hold the election key")
-        self.lease_until = 0.0  # before the key says anyone else's name
-        self._rev = 0
-        value = json.dumps({"member": f"{target:x}"}).encode()
-        headers = {"Nats-Expected-Last-Subject-Sequence": str(rev), "Nats-TTL": f"{self.ttl}s"}
-        try:
-            self.conn.run(self.conn.js.publish(f"$KV.{self.bucket}.{KEY}", value, headers=headers), timeout)
-        except Exception:
-            self._rev = rev  # still ours
-            raise
+        self.conn.run(self._hand_over(target), timeout)
         log.info("handed the lead to %x", target)
         self._set_leader(target)
         if self.leading:
             self.leading = False
             self._busy = True
             self._lost()
+
+    async def _hand_over(self, target: int) -> None:
+        async with self._key_lock:  # after any renewal in flight: its revision is the one to name
+            rev = self._rev
+            if not rev:
+                raise RuntimeError("this replica does not hold the election key")
+            self.lease_until = 0.0  # before the key says anyone else's name
+            self._rev = 0
+            value = json.dumps({"member": f"{target:x}"}).encode()
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(rev), "Nats-TTL": f"{self.ttl}s"}
+            try:
+                await self.conn.js.publish(f"$KV.{self.bucket}.{KEY}", value, headers=headers)
+            except BaseException:
+                self._rev = rev  # still ours
+                raise
 
     def _lose(self, why: str) -> None:
         log.warning("lost the lead: %s", why)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -160,3 +161,52 @@ def test_a_leader_that_loses_its_key_knows_no_leader(clock):
     e._rev = 7
     e._lose("the test says so")
     assert e.leader_id == 0 and not e._rev and e.lease_until == 0.0
+
+
+def test_a_hand_over_waits_for_a_renewal_in_flight():
+    """MoveLeader while the leader's renewal is on its way: the key's
+    revision moves when the renewal lands, so a hand-over naming the
+    revision it saw before would be refused (10071: MoveLeader failed with
+    an internal error in CI).  It waits for the renewal and names the new
+    revision."""
+    import threading
+
+    from nats.js.errors import APIError
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    landed = asyncio.Event()
+    release = threading.Event()
+
+    class Stream:
+        seq = 7
+
+        async def publish(self, subject, value, headers=None, timeout=None):
+            if int(headers["Nats-Expected-Last-Subject-Sequence"]) != self.seq:
+                raise APIError(code=400, err_code=10071, description=f"wrong last sequence: {self.seq}")
+            self.seq += 1
+            self.last = json.loads(value)["member"]
+            if self.last == "b":  # the renewal: stored, its ack still on the way
+                landed.set()
+                await asyncio.get_running_loop().run_in_executor(None, release.wait)
+            return type("Ack", (), {"seq": self.seq})()
+
+    class Conn:
+        js = Stream()
+
+        def run(self, coro, timeout=None):
+            return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    e = Election(Conn(), "t", member_id=0xB, ttl=2.0, renew_interval=0.5,
+                 on_elected=lambda: True, on_lost=lambda: None)
+    e._rev = 7
+    renewal = asyncio.run_coroutine_threadsafe(e._renew(), loop)
+    asyncio.run_coroutine_threadsafe(landed.wait(), loop).result(5)
+    handed = threading.Thread(target=e.hand_over, args=(0xA,))
+    handed.start()
+    time.sleep(0.2)  # the hand-over is waiting for the renewal
+    release.set()
+    renewal.result(5)
+    handed.join(5)
+    assert Conn.js.last == "a" and Conn.js.seq == 9 and e._rev == 0 and e.leader_id == 0xA
+    loop.call_soon_threadsafe(loop.stop)
