@@ -542,10 +542,28 @@ def run(config: ServerConfig) -> int:
             close()
             return 0
         api = ApiServer(engine, config, cluster=replica)
+        # Metrics and health listen before the client port: whoever sees the
+        # client port accept can rely on /health being there too.
+        metrics = None
+        if config.listen_metrics_urls:
+            from brain.metrics import MetricsServer
+
+            metrics = MetricsServer(engine, config.listen_metrics_urls, grpc_stats=api.grpc_stats,
+                                    transport_stats=api.transport_stats,
+                                    cert_file=config.cert_file, key_file=config.key_file)
+            try:
+                metrics.start()
+            except (ConfigError, OSError, ValueError) as e:
+                log.error("%s", e)
+                close()
+                return 1
+            log.info("serving metrics and health on %s", ",".join(metrics.endpoints))
         try:
             api.start()
         except (ListenError, ConfigError) as e:
             log.error("%s", e)
+            if metrics is not None:
+                metrics.stop()
             close()
             return 1
         if replica is not None:
@@ -569,21 +587,6 @@ def run(config: ServerConfig) -> int:
                 }
             },
         )
-        metrics = None
-        if config.listen_metrics_urls:
-            from brain.metrics import MetricsServer
-
-            metrics = MetricsServer(engine, config.listen_metrics_urls, grpc_stats=api.grpc_stats,
-                                    transport_stats=api.transport_stats,
-                                    cert_file=config.cert_file, key_file=config.key_file)
-            try:
-                metrics.start()
-            except (ConfigError, OSError, ValueError) as e:
-                log.error("%s", e)
-                api.stop(None)
-                close()
-                return 1
-            log.info("serving metrics and health on %s", ",".join(metrics.endpoints))
         while not stop.wait(1.0):
             pass
         if metrics is not None:

@@ -92,6 +92,22 @@ def test_startup_line_and_restart_keeps_data(brain):
     assert r.kvs[0].value == b"1" and r.header.revision == rev
 
 
+def test_metrics_listen_before_the_client_port(brain):
+    """A probe that saw the client port accept finds /health there too: the
+    metrics listeners are up before the client port (CI once asked /health
+    right after the client port answered, and it was not listening yet)."""
+    metrics = f"http://127.0.0.1:{free_port()}"
+    brain.extra_args = [*brain.extra_args, "--listen-metrics-urls", metrics]
+    brain.start()
+    import urllib.request
+
+    with urllib.request.urlopen(metrics + "/health", timeout=10) as r:  # no retry: it must be up already
+        assert r.status == 200 and json.loads(r.read())["health"] == "true"
+    lines = brain.log_tail().splitlines()
+    order = [i for i, l in enumerate(lines) if "serving metrics and health" in l or "serving client requests" in l]
+    assert ["serving metrics and health" in lines[i] for i in order] == [True, False], lines
+
+
 def test_no_subcommand_serves_and_json_logs(brain):
     brain._command = lambda: [sys.executable, "-m", "brain", "--data-dir", str(brain.data_dir),
                               "--listen-client-urls", brain.client_url, "--log-format", "json"]
