@@ -1,8 +1,8 @@
 """The gRPC server: listeners, options, services, graceful shutdown.
 
 ``ApiServer`` binds the etcd v3 services of one engine to every
---listen-client-urls entry; ``run(config)`` is `brain serve`: open the
-engine, serve until SIGTERM/SIGINT, drain in-flight calls, close the engine.
+--listen-client-urls entry, on the native transport or grpcio, and drains
+in-flight calls when stopped (brain.cli.serve wires it to the engine).
 
 Options mirror etcd's server where clients can tell the difference:
 
@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import stat
-import sys
 import threading
 from concurrent import futures
 
@@ -34,7 +32,6 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from brain.api import front as native_front
-from brain.api import preflight
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api import health as health_api
@@ -45,7 +42,9 @@ from brain.api.lease import LeaseService, lease_handlers
 from brain.api.watch import WatchService, watch_handlers
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.pb.grpc.health.v1.health_pb2 import HealthCheckRequest
-from brain.config import ConfigError, ListenURL, ServerConfig, format_key
+from brain.config import ConfigError, ListenURL, ServerConfig
+from brain.metrics import build_registry
+from brain.metrics.http import HttpEndpoints
 
 log = logging.getLogger("brain.api.server")
 
@@ -180,19 +179,6 @@ def check_front(config: ServerConfig) -> None:
         raise ConfigError(native_front.unavailable_message())
 
 
-def check_modules(config: ServerConfig) -> None:
-    """Every module the configuration needs imports, before anything is
-    bound or created: the transport, and a cluster replica's NATS client."""
-    check_front(config)
-    if config.journal_url:
-        from brain.journal.natsio import NatsClientMissing, import_nats
-
-        try:
-            import_nats()
-        except NatsClientMissing as e:
-            raise ConfigError(str(e)) from None
-
-
 class ApiServer:
     """The etcd v3 gRPC services of one engine, on the configured listeners."""
 
@@ -279,9 +265,6 @@ class ApiServer:
         the metrics registry hooks into the engine)."""
         with self._http_lock:
             if self._http is None:
-                from brain.metrics import build_registry
-                from brain.metrics.http import HttpEndpoints
-
                 self._http = HttpEndpoints(self.engine, build_registry(self.engine, self.grpc_stats,
                                                                        self.transport_stats))
             return self._http
@@ -433,170 +416,3 @@ class _LazyHttp:
 
     def answer(self, method: str, target: str):
         return self.api.http_endpoints().answer(method, target)
-
-
-def _engine_config(config: ServerConfig):
-    from brain.engine import EngineConfig
-
-    kw = dict(
-        data_dir=config.data_dir,
-        name=config.name,
-        max_txn_ops=config.max_txn_ops,
-        quota_backend_bytes=config.quota_backend_bytes,
-        auto_compaction_mode=config.auto_compaction_mode,
-        auto_compaction_retention=config.auto_compaction_retention,
-    )
-    shards = config.effective_shards()
-    if shards is not None:
-        kw["shards"] = shards
-    if config.shard_boundaries is not None:
-        kw["shard_boundaries"] = list(config.shard_boundaries)
-    if config.backend is not None:
-        kw["backend"] = config.backend
-    for field, value in (
-        ("checkpoint_interval_seconds", config.checkpoint_interval),
-        ("checkpoint_journal_bytes", config.checkpoint_journal_bytes),
-        ("checkpoint_memtable_records", config.checkpoint_memtable_records),
-        ("segment_bytes", config.journal_segment_bytes),
-        ("watch_progress_notify_interval", config.watch_progress_notify_interval),
-        ("watch_queue_events", config.watch_queue_events),
-    ):
-        if value is not None:
-            kw[field] = value
-    return EngineConfig(**kw)
-
-
-def _open_replica(config: ServerConfig, engine_config):
-    """A cluster replica (brain.cluster) for --journal-url."""
-    from brain.cluster import ClusterOptions, Replica
-
-    options = ClusterOptions(
-        journal_url=config.journal_url, name=config.name,
-        client_urls=tuple(config.advertise_client_urls or config.listen_client_urls),
-        election_timeout_ms=config.election_timeout, heartbeat_interval_ms=config.heartbeat_interval,
-        journal_replicas=config.journal_replicas, read_lease=config.read_lease)
-    return Replica.open(options, engine_config)
-
-
-def _describe_layout(engine_config) -> str:
-    from brain.mvcc.shard import default_boundaries
-
-    shards = engine_config.shards
-    bounds = engine_config.shard_boundaries
-    if bounds is None:
-        try:
-            bounds = default_boundaries(shards)
-        except ValueError:
-            bounds = []
-    if not bounds:
-        return f"{shards} shard"
-    return f"{shards} shards split at [{', '.join(format_key(b) for b in bounds)}]"
-
-
-def run(config: ServerConfig) -> int:
-    """`brain serve`: returns the process exit code."""
-    from brain import __version__
-    from brain.engine import Engine
-
-    try:
-        config.validate()
-        engine_config = _engine_config(config)
-    except (ConfigError, ValueError, TypeError) as e:
-        log.error("invalid configuration: %s", e)
-        return 2
-    try:
-        check_modules(config)
-        preflight.check_before_data_dir(config)  # listeners and TLS files, then the data dir
-    except (preflight.StartupError, ConfigError) as e:
-        log.error("%s", e)
-        return 1
-
-    stop = threading.Event()
-    replica = None
-
-    def on_signal(signum, _frame) -> None:
-        name = signal.Signals(signum).name
-        if stop.is_set():
-            log.warning("received %s again, exiting without draining", name)
-            os._exit(1)
-        log.info("received %s, shutting down", name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        try:
-            if config.journal_url:
-                replica = _open_replica(config, engine_config)
-                engine = replica.engine
-            else:
-                engine = Engine.open(engine_config)
-        except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
-            # expected refusals (dir locked, layout mismatch, I/O) need no traceback
-            from brain.journal import JournalError
-
-            expected = isinstance(e, (OSError, ValueError, RuntimeError, JournalError))
-            log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=not expected)
-            return 1
-        close = replica.close if replica is not None else engine.close
-        if stop.is_set():  # told to stop while recovering
-            close()
-            return 0
-        api = ApiServer(engine, config, cluster=replica)
-        # Metrics and health listen before the client port: whoever sees the
-        # client port accept can rely on /health being there too.
-        metrics = None
-        if config.listen_metrics_urls:
-            from brain.metrics import MetricsServer
-
-            metrics = MetricsServer(engine, config.listen_metrics_urls, grpc_stats=api.grpc_stats,
-                                    transport_stats=api.transport_stats,
-                                    cert_file=config.cert_file, key_file=config.key_file)
-            try:
-                metrics.start()
-            except (ConfigError, OSError, ValueError) as e:
-                log.error("%s", e)
-                close()
-                return 1
-            log.info("serving metrics and health on %s", ",".join(metrics.endpoints))
-        try:
-            api.start()
-        except (ListenError, ConfigError) as e:
-            log.error("%s", e)
-            if metrics is not None:
-                metrics.stop()
-            close()
-            return 1
-        if replica is not None:
-            replica.on_removed = stop.set
-            replica.start()
-        log.info(
-            "brain %s serving client requests",
-            __version__,
-            extra={
-                "fields": {
-                    "name": config.name,
-                    "data-dir": os.path.abspath(config.data_dir),
-                    "endpoints": ",".join(api.endpoints),
-                    "grpc-front": api.front_kind,
-                    "advertise": ",".join(config.advertise_client_urls) or "-",
-                    "layout": _describe_layout(engine_config),
-                    "cluster-id": f"{engine.cluster_id:x}",
-                    "member-id": f"{engine.member_id:x}",
-                    "pid": os.getpid(),
-                    "python": sys.version.split()[0],
-                }
-            },
-        )
-        while not stop.wait(1.0):
-            pass
-        if metrics is not None:
-            metrics.stop()
-        log.info("stopping gRPC server (grace %.1fs)", config.shutdown_grace)
-        api.stop(config.shutdown_grace)
-        log.info("closing engine")
-        close()
-        log.info("stopped")
-        return 0
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
