@@ -31,7 +31,7 @@ from concurrent import futures
 import grpc
 from google.protobuf.message import DecodeError
 
-from brain.api import front as native_front
+from brain.api import native_front
 from brain.api.cluster import ClusterService, cluster_handlers
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api import health as health_api

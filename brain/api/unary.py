@@ -7,7 +7,7 @@ A call is split into a *step* that runs at once and, for writes, a
     step(request) -> Deferred(write, finish)   (writes: finish(result) once
                                                 the journal record is synced)
 
-The split lets the batching front (brain.api.front) hand a whole batch of
+The split lets the batching front (brain.api.native_front) hand a whole batch of
 writes to the engine without a thread per call, while the grpcio servicers
 run the same steps and simply wait on the write's future.
 

@@ -50,7 +50,7 @@ from brain.api.convert import txn_is_readonly, txn_reads_serializable
 from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
 from brain.api.unary import SHUTTING_DOWN, Deferred, status_of
 
-log = logging.getLogger("brain.api.front")
+log = logging.getLogger("brain.api.native_front")
 
 try:  # built by maturin with the package (pip install . needs cargo)
     _transport = importlib.import_module("brain._transport")  # its own error text, not from-import's
