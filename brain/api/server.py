@@ -29,19 +29,17 @@ import threading
 from concurrent import futures
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from brain.api import native_front
-from brain.api.cluster import ClusterService, cluster_handlers
+from brain.api.cluster import ClusterService
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
-from brain.api import health as health_api
-from brain.api.health import HealthService, health_handlers
+from brain.api.health import HealthService
 from brain.api.kv import KVService
-from brain.api.maintenance import MaintenanceService, maintenance_handlers
-from brain.api.lease import LeaseService, lease_handlers
-from brain.api.watch import WatchService, watch_handlers
-from brain.api.pb.etcdserverpb import rpc_pb2
-from brain.api.pb.grpc.health.v1.health_pb2 import HealthCheckRequest
+from brain.api.lease import LeaseService
+from brain.api.maintenance import MaintenanceService
+from brain.api.rpc_table import SERVER_STREAM, UNARY, ServiceTable
+from brain.api.unary import call_on_bytes
+from brain.api.watch import WatchService
 from brain.config import ConfigError, ListenURL, ServerConfig
 from brain.metrics import build_registry
 from brain.metrics.http import HttpEndpoints
@@ -135,41 +133,32 @@ def _bind_failure_reason(lu: ListenURL) -> str:
     return "bind failed"
 
 
-def unary_handler(method, request_cls, response_cls, recv_limit: int) -> grpc.RpcMethodHandler:
+def unary_handler(call, request_cls, response_cls, recv_limit: int) -> grpc.RpcMethodHandler:
     """A unary handler that receives raw bytes, applies the receive limit
-    with grpc-go's wording, parses, and calls ``method(request, context)``."""
-    parse = request_cls.FromString
-
-    def handle(raw: bytes, context: grpc.ServicerContext):
-        if len(raw) > recv_limit:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"grpc: received message larger than max ({len(raw)} vs. {recv_limit})",
-            )
-        try:
-            request = parse(raw)
-        except DecodeError as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
-        return method(request, context)
-
+    with grpc-go's wording, parses, and calls ``call(request, context)``."""
     return grpc.unary_unary_rpc_method_handler(
-        handle, request_deserializer=None, response_serializer=response_cls.SerializeToString
-    )
+        call_on_bytes(call, request_cls, recv_limit), request_deserializer=None,
+        response_serializer=response_cls.SerializeToString)
+
+
+def grpc_handlers(table: ServiceTable, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
+    """grpcio's handlers for one service's table (brain.api.rpc_table)."""
+    handlers = {}
+    for rpc in table.rpcs:
+        if rpc.shape == UNARY:
+            handlers[rpc.name] = unary_handler(rpc.call, rpc.request, rpc.response, recv_limit)
+            continue
+        parse = None if rpc.raw_request else rpc.request.FromString
+        serialize = None if rpc.response is None else rpc.response.SerializeToString
+        stream = (grpc.unary_stream_rpc_method_handler if rpc.shape == SERVER_STREAM
+                  else grpc.stream_stream_rpc_method_handler)
+        handlers[rpc.name] = stream(rpc.call, request_deserializer=parse, response_serializer=serialize)
+    return handlers
 
 
 def add_service(server: grpc.Server, service_name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service_name, handlers),))
     server.add_registered_method_handlers(service_name, handlers)
-
-
-def kv_handlers(svc: KVService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    return {
-        "Range": unary_handler(svc.Range, rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, recv_limit),
-        "Put": unary_handler(svc.Put, rpc_pb2.PutRequest, rpc_pb2.PutResponse, recv_limit),
-        "DeleteRange": unary_handler(svc.DeleteRange, rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse, recv_limit),
-        "Txn": unary_handler(svc.Txn, rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, recv_limit),
-        "Compact": unary_handler(svc.Compact, rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, recv_limit),
-    }
 
 
 def check_front(config: ServerConfig) -> None:
@@ -191,9 +180,9 @@ class ApiServer:
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
         self._front: native_front.NativeFront | None = None
-        self._handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
-        self._steps: dict[str, dict] = {}
-        self._services: dict = {}
+        self._tables: list[ServiceTable] = []
+        self._watch: WatchService | None = None  # the native front's sessions use these two
+        self._lease: LeaseService | None = None
         self.health: HealthService | None = None  # made with the services, in start()
         self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
         self._http = None
@@ -205,60 +194,21 @@ class ApiServer:
         return list(self.config.advertise_client_urls) or list(self.endpoints)
 
     def _make_services(self) -> None:
-        recv_limit = self.config.grpc_max_recv_bytes
-        kv = KVService(self.engine, max_request_bytes=self.config.max_request_bytes)
-        lease = LeaseService(self.engine)
-        watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
-        maintenance = MaintenanceService(self.engine, self.cluster)
+        engine, config = self.engine, self.config
+        kv = KVService(engine, max_request_bytes=config.max_request_bytes)
+        self._lease = LeaseService(engine)
+        self._watch = WatchService(engine, max_request_bytes=config.max_request_bytes)
         cluster = self.cluster
-        health = self.health = HealthService(None if cluster is None else cluster.serving_problem)
-        self._services = {"kv": kv, "lease": lease, "watch": watch, "maintenance": maintenance}
-        self._handlers = {
-            "etcdserverpb.KV": kv_handlers(kv, recv_limit),
-            "etcdserverpb.Maintenance": maintenance_handlers(maintenance, recv_limit),
-            "etcdserverpb.Cluster": cluster_handlers(
-                ClusterService(self.engine, self.config.name, self.client_urls, self.cluster), recv_limit),
-            "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
-            "etcdserverpb.Watch": watch_handlers(watch),
-            health_api.SERVICE: health_handlers(health, recv_limit),
-        }
-        self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps(),
-                       health_api.SERVICE: health.steps()}
+        self.health = HealthService(None if cluster is None else cluster.serving_problem)
+        self._tables = [kv.rpc_table(), MaintenanceService(engine, cluster).rpc_table(),
+                        ClusterService(engine, config.name, self.client_urls, cluster).rpc_table(),
+                        self._lease.rpc_table(), self._watch.rpc_table(), self.health.rpc_table()]
 
     def _add_services(self, server: grpc.Server) -> None:
         self._make_services()
-        for service, handlers in self._handlers.items():
-            add_service(server, service, handlers)
-
-    def _front_methods(self) -> list[native_front.Method]:
-        """Every method: the hot unary ones as steps (reads classified for
-        the read barrier), Watch and LeaseKeepAlive as event-driven
-        sessions, Snapshot and the rare unary calls in the pool."""
-        reads = {"Range": native_front.read_kind_range, "Txn": native_front.read_kind_txn,
-                 "LeaseTimeToLive": native_front.read_kind_always, "LeaseLeases": native_front.read_kind_always}
-        streams = {("etcdserverpb.Watch", "Watch"): "watch", ("etcdserverpb.Lease", "LeaseKeepAlive"): "keepalive"}
-        subscriptions = {(health_api.SERVICE, "Watch"): (HealthCheckRequest, self.health.watch, health_api.encode)}
-        methods = []
-        for service, handlers in self._handlers.items():
-            steps = self._steps.get(service, {})
-            for name, handler in handlers.items():
-                if name in steps:
-                    request_cls, step = steps[name]
-                    methods.append(native_front.Method(service, name, request_cls=request_cls, step=step,
-                                                       read=reads.get(name)))
-                elif (service, name) in streams:
-                    methods.append(native_front.Method(service, name, stream=streams[service, name]))
-                elif (service, name) in subscriptions:
-                    request_cls, subscribe, encode = subscriptions[service, name]
-                    methods.append(native_front.Method(service, name, request_cls=request_cls,
-                                                       subscribe=subscribe, encode=encode))
-                elif handler.unary_stream is not None:
-                    m = self._services["maintenance"]
-                    methods.append(native_front.Method(service, name, request_cls=rpc_pb2.SnapshotRequest,
-                                                       call=getattr(m, name), server_stream=True))
-                elif handler.unary_unary is not None:
-                    methods.append(native_front.Method(service, name, call=handler.unary_unary))
-        return methods
+        recv_limit = self.config.grpc_max_recv_bytes
+        for table in self._tables:
+            add_service(server, table.service, grpc_handlers(table, recv_limit))
 
     def http_endpoints(self):
         """etcd's HTTP endpoints for the client port (made on first use:
@@ -292,9 +242,9 @@ class ApiServer:
         self._executor = futures.ThreadPoolExecutor(max_workers=min(config.grpc_workers, 16),
                                                     thread_name_prefix="brain-pool")
         front = native_front.NativeFront(
-            self.engine, self._front_methods(), recv_limit=config.grpc_max_recv_bytes, stats=self.grpc_stats,
-            pool=self._executor, http=_LazyHttp(self), watch_service=self._services["watch"],
-            lease_service=self._services["lease"],
+            self.engine, native_front.front_methods(self._tables, config.grpc_max_recv_bytes),
+            recv_limit=config.grpc_max_recv_bytes, stats=self.grpc_stats, pool=self._executor, http=_LazyHttp(self),
+            watch_service=self._watch, lease_service=self._lease,
             keepalive_time_ms=int(config.grpc_keepalive_interval * 1000),
             keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
             keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000))
