@@ -1,6 +1,7 @@
 """`brain COMMAND ...`: which command runs.  Without a command brain
 serves, like `etcd`.  Each command's module is imported only when it runs,
-so `brain snapshot status` does not load the server."""
+and serve's only once its flags parsed, so `brain snapshot status` and
+`brain --version` do not load the server (a second and more)."""
 
 from __future__ import annotations
 

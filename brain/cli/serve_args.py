@@ -14,6 +14,7 @@ import platform
 import sys
 from typing import Sequence
 
+from brain import __version__
 from brain import config as C
 from brain.cli.flags import boundaries_type, seconds_type
 from brain.mvcc.shard import DEFAULT_SHARDS
@@ -24,8 +25,6 @@ SUBCOMMANDS = ("serve",)
 
 
 def _version_text() -> str:
-    from brain import __version__
-
     return (
         f"brain Version: {__version__}\n"
         f"API version: {API_VERSION}\n"
