@@ -18,7 +18,6 @@ from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import LINEARIZABLE, SERIALIZABLE, ServiceTable
 from brain.api.unary import Deferred, stepped_rpc
 from brain.mvcc.errors import ErrRequestTooLarge
-from brain.mvcc.validation import is_txn_readonly
 
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # etcd's --max-request-bytes default (1.5 MiB)
 
@@ -83,12 +82,16 @@ class KVService:
         return convert.delete_range_response(res, self.header)
 
     def txn(self, m):
-        if not convert.txn_is_readonly(m) and self._too_large(m):
+        # etcd's rule (convert.txn_is_readonly): a Txn of Ranges only is a
+        # read, answered here; any other is proposed like a write, even one
+        # whose nested Txns hold only Ranges: the size limit applies and it
+        # is ordered with the writes (decided by the leader on a replica),
+        # which makes it linearizable.  Writing nothing, it adds no record.
+        if convert.txn_is_readonly(m):
+            return convert.txn_response(self.engine.txn(convert.txn_request(m)), self.header)
+        if self._too_large(m):
             raise ErrRequestTooLarge.fresh()
-        req = convert.txn_request(m)
-        if is_txn_readonly(req):  # also a nested Txn of Ranges: no journal record
-            return convert.txn_response(self.engine.txn(req), self.header)
-        return Deferred(req, self._txn_done)
+        return Deferred(convert.txn_request(m), self._txn_done)
 
     def _txn_done(self, res):
         return convert.txn_response(res, self.header)
