@@ -115,7 +115,7 @@ class ServerConfig:
     log_format: str = "text"
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     # "native": every listener is served by brain's own transport
-    # (brain._transport through brain.api.front); "grpcio": grpcio only.
+    # (brain._transport through brain.api.native_front); "grpcio": grpcio only.
     grpc_front: str = "native"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     # engine tuning (brain-only flags); None leaves the engine's default

@@ -36,11 +36,10 @@ from __future__ import annotations
 import logging
 import re
 
-import grpc
-
 from brain.api import convert
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
 from brain.api.unary import abort_with
-from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.engine import snapshot as snapshots
 from brain.engine.alarms import ALARM_NONE
 from brain.etcd_version import ETCD_VERSION, STORAGE_VERSION
@@ -70,7 +69,7 @@ def alarm_text(member_id: int, alarm: int) -> str:
     return " ".join(parts) + " " if parts else ""
 
 
-class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
+class MaintenanceService:
     """Maintenance calls on top of an engine (see brain.engine.Engine)."""
 
     def __init__(self, engine, cluster=None) -> None:
@@ -229,23 +228,14 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
             abort_with(context, e, "Downgrade")
 
 
-def maintenance_handlers(svc: MaintenanceService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    from brain.api.server import unary_handler  # server imports this module
-
-    def unary(name, req, resp):
-        return unary_handler(getattr(svc, name), req, resp, recv_limit)
-
-    return {
-        "Alarm": unary("Alarm", rpc_pb2.AlarmRequest, rpc_pb2.AlarmResponse),
-        "Status": unary("Status", rpc_pb2.StatusRequest, rpc_pb2.StatusResponse),
-        "Defragment": unary("Defragment", rpc_pb2.DefragmentRequest, rpc_pb2.DefragmentResponse),
-        "Hash": unary("Hash", rpc_pb2.HashRequest, rpc_pb2.HashResponse),
-        "HashKV": unary("HashKV", rpc_pb2.HashKVRequest, rpc_pb2.HashKVResponse),
-        "Snapshot": grpc.unary_stream_rpc_method_handler(
-            svc.Snapshot,
-            request_deserializer=rpc_pb2.SnapshotRequest.FromString,
-            response_serializer=rpc_pb2.SnapshotResponse.SerializeToString,
-        ),
-        "MoveLeader": unary("MoveLeader", rpc_pb2.MoveLeaderRequest, rpc_pb2.MoveLeaderResponse),
-        "Downgrade": unary("Downgrade", rpc_pb2.DowngradeRequest, rpc_pb2.DowngradeResponse),
-    }
+    def rpc_table(self) -> ServiceTable:
+        return ServiceTable("etcdserverpb.Maintenance", (
+            Rpc("Alarm", rpc_pb2.AlarmRequest, rpc_pb2.AlarmResponse, self.Alarm),
+            Rpc("Status", rpc_pb2.StatusRequest, rpc_pb2.StatusResponse, self.Status),
+            Rpc("Defragment", rpc_pb2.DefragmentRequest, rpc_pb2.DefragmentResponse, self.Defragment),
+            Rpc("Hash", rpc_pb2.HashRequest, rpc_pb2.HashResponse, self.Hash),
+            Rpc("HashKV", rpc_pb2.HashKVRequest, rpc_pb2.HashKVResponse, self.HashKV),
+            Rpc("Snapshot", rpc_pb2.SnapshotRequest, rpc_pb2.SnapshotResponse, self.Snapshot, shape=SERVER_STREAM),
+            Rpc("MoveLeader", rpc_pb2.MoveLeaderRequest, rpc_pb2.MoveLeaderResponse, self.MoveLeader),
+            Rpc("Downgrade", rpc_pb2.DowngradeRequest, rpc_pb2.DowngradeResponse, self.Downgrade),
+        ))

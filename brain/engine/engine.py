@@ -61,7 +61,7 @@ from ..mvcc.requests import (
     TxnRequest,
 )
 from ..mvcc.shard import default_boundaries
-from ..mvcc.validation import is_txn_readonly
+from ..mvcc.validation import txn_writes_nothing
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
 from . import datadir
@@ -528,7 +528,7 @@ class Engine(Replication):
         return self._write(req)
 
     def txn(self, req: TxnRequest):
-        if is_txn_readonly(req):
+        if txn_writes_nothing(req):
             with self._lock:
                 return self.store.txn_readonly(req, self.committed_rev)
         return self._write(req)
@@ -1060,5 +1060,5 @@ def _adds_data(req) -> bool:
     if isinstance(req, (PutRequest, LeaseGrantRequest)):
         return True
     if isinstance(req, TxnRequest):
-        return not is_txn_readonly(req)
+        return not txn_writes_nothing(req)
     return False

@@ -492,7 +492,7 @@ class Store:
         at = self.revision
         path: list[bool] = []
         self._path(t, at, path)
-        self._check_txn(t, at, path, write=not validation.is_txn_readonly(t))
+        self._check_txn(t, at, path, write=not validation.txn_writes_nothing(t))
         w = _Write(self, enc)
         out: list = []
         self._execute(t, w, at, path, 0, out)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from brain.api import front as native_front
+from brain.api import native_front
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer

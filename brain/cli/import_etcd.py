@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from brain import cli_flags
+from brain.cli import flags as cli_flags
 
 
 def build_parser() -> argparse.ArgumentParser:

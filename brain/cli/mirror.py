@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Sequence
 
-from brain import cli_flags
+from brain.cli import flags as cli_flags
 from brain import config as C
 
 

@@ -1,4 +1,4 @@
-"""Command line: `brain [serve] [flags]`, with etcd's flag names.
+"""`brain [serve] [flags]`: the serve flags, with etcd's names, parsed into a ServerConfig.
 
 `brain` without a subcommand serves, like `etcd`.  Every serve flag can also
 come from the environment as ETCD_<FLAG> (etcd's convention, e.g.
@@ -14,7 +14,9 @@ import platform
 import sys
 from typing import Sequence
 
+from brain import __version__
 from brain import config as C
+from brain.cli.flags import boundaries_type, seconds_type
 from brain.mvcc.shard import DEFAULT_SHARDS
 
 API_VERSION = "3.6"
@@ -23,8 +25,6 @@ SUBCOMMANDS = ("serve",)
 
 
 def _version_text() -> str:
-    from brain import __version__
-
     return (
         f"brain Version: {__version__}\n"
         f"API version: {API_VERSION}\n"
@@ -54,20 +54,6 @@ def _float(text: str) -> float:
         return float(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        return C.parse_seconds(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _boundaries(text: str) -> list[bytes]:
-    try:
-        return C.parse_shard_boundaries(text)
-    except C.ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _bool(text: str) -> bool:
@@ -100,7 +86,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "'0' disables auto compaction (default %(default)s)"),
     ("--shards", "shards", _int,
      f"number of keyspace shards (default {DEFAULT_SHARDS}, or one more than --shard-boundaries gives)"),
-    ("--shard-boundaries", "shard_boundaries", _boundaries,
+    ("--shard-boundaries", "shard_boundaries", boundaries_type,
      "comma-separated first keys of shards 2..N; backslash escapes \\, \\\\ \\xHH"),
     ("--backend", "backend", str, "value store: lmdb (the default) or memory (for tests: values are not "
      "durable)"),
@@ -112,11 +98,11 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "comma-separated TLS 1.2 cipher suites, Go's names (default: rustls' AEAD ECDHE suites)"),
     ("--tls-min-version", "tls_min_version", str, "minimum TLS version: TLS1.2 or TLS1.3 (default TLS1.2)"),
     ("--tls-max-version", "tls_max_version", str, "maximum TLS version: TLS1.2 or TLS1.3 (default: the highest)"),
-    ("--grpc-keepalive-min-time", "grpc_keepalive_min_time", _seconds,
+    ("--grpc-keepalive-min-time", "grpc_keepalive_min_time", seconds_type,
      "minimum interval a client should wait before pinging the server (default 5s)"),
-    ("--grpc-keepalive-interval", "grpc_keepalive_interval", _seconds,
+    ("--grpc-keepalive-interval", "grpc_keepalive_interval", seconds_type,
      "how often the server pings an idle connection (default 2h)"),
-    ("--grpc-keepalive-timeout", "grpc_keepalive_timeout", _seconds,
+    ("--grpc-keepalive-timeout", "grpc_keepalive_timeout", seconds_type,
      "how long the server waits for a ping's answer before closing the connection (default 20s)"),
     ("--log-level", "log_level", str, "debug, info, warn or error (default %(default)s)"),
     ("--log-format", "log_format", str, "text or json (default %(default)s)"),
@@ -129,7 +115,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "(default %(default)s)"),
     ("--shutdown-grace", "shutdown_grace", _float,
      "seconds to let running calls finish on SIGTERM/SIGINT (default %(default)s)"),
-    ("--checkpoint-interval", "checkpoint_interval", _seconds,
+    ("--checkpoint-interval", "checkpoint_interval", seconds_type,
      "engine tuning: start a checkpoint at least this often ('60s', '700ms' or seconds)"),
     ("--checkpoint-journal-bytes", "checkpoint_journal_bytes", _int,
      "engine tuning: start a checkpoint after this many journal bytes"),
@@ -137,7 +123,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
      "engine tuning: start a checkpoint when the memtable holds this many records"),
     ("--journal-segment-bytes", "journal_segment_bytes", _int,
      "engine tuning: roll journal segments over at this size"),
-    ("--watch-progress-notify-interval", "watch_progress_notify_interval", _seconds,
+    ("--watch-progress-notify-interval", "watch_progress_notify_interval", seconds_type,
      "interval between watch progress notifications ('10m', '300ms' or seconds; default 10m)"),
     ("--watch-queue-events", "watch_queue_events", _int,
      "undelivered events per watch stream before it falls back to catch-up reads (default 20000)"),
@@ -255,30 +241,3 @@ def parse_serve(argv: Sequence[str], environ=None) -> C.ServerConfig:
     except C.ConfigError as e:
         parser.exit(2, f"brain: {e}\n")
     return cfg
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "snapshot":
-        from brain.snapshot_cli import main as snapshot_main
-
-        return snapshot_main(argv[1:])
-    if argv and argv[0] == "import":
-        from brain.import_cli import main as import_main
-
-        return import_main(argv[1:])
-    if argv and argv[0] == "mirror":
-        from brain.mirror_cli import main as mirror_main
-
-        return mirror_main(argv[1:])
-    cfg = parse_serve(argv)
-    from brain import logging_setup
-
-    logging_setup.configure(cfg.log_level, cfg.log_format)
-    from brain.api.server import run
-
-    return run(cfg)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,6 +1,8 @@
-"""Flags shared by the commands that build or fill a data directory (`brain
-import`, `brain mirror`, `brain snapshot restore`) and talk to a server as
-etcdctl does: one definition each, so they read and mean the same."""
+"""Flags and flag types shared by the commands: `brain serve`'s duration and
+shard-boundary types, and the flags of the commands that build or fill a data
+directory (`brain import`, `brain mirror`, `brain snapshot restore`) and talk
+to a server as etcdctl does: one definition each, so they read and mean the
+same."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The native front (brain.api.front) over a real engine, on every listener
+"""The native front (brain.api.native_front) over a real engine, on every listener
 kind: writes that arrive together commit together, Watch, LeaseKeepAlive
 and Snapshot streams are served without a thread each, rare unary calls run
 in the pool, etcd's HTTP endpoints answer on the client port, and bad input
@@ -17,7 +17,7 @@ import time
 import grpc
 import pytest
 
-from brain.api import front as native_front
+from brain.api import native_front
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer

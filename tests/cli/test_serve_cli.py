@@ -1,5 +1,5 @@
-"""brain.cli and brain.config: etcd's flag names, defaults, env vars and
-value parsing; brain.logging_setup formats."""
+"""brain.cli.serve_args, brain.cli.serve and brain.config: etcd's flag
+names, defaults, env vars and value parsing; brain.logging_setup formats."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from brain import cli, logging_setup
+from brain import logging_setup
+from brain.cli import serve, serve_args
 from brain.config import (
     ConfigError,
     ServerConfig,
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def parse(*argv, env=None) -> ServerConfig:
-    return cli.parse_serve(list(argv), environ=env or {})
+    return serve_args.parse_serve(list(argv), environ=env or {})
 
 
 def test_defaults_like_etcd():
@@ -84,7 +85,6 @@ def test_equals_form_and_bool_values():
 
 
 def test_read_lease_flag_reaches_the_cluster_options(monkeypatch):
-    from brain.api import server
     import brain.cluster as cluster
 
     assert parse().read_lease is True
@@ -99,7 +99,7 @@ def test_read_lease_flag_reaches_the_cluster_options(monkeypatch):
     monkeypatch.setattr(cluster, "Replica", FakeReplica)
     for argv, want in ((["--read-lease=false"], False), (["--read-lease"], True), ([], True)):
         c = parse("--journal-url", "nats://127.0.0.1:4222/t", *argv)
-        server._open_replica(c, None)
+        serve.open_replica(c, None)
         assert seen.pop("read_lease") is want, argv
 
 
@@ -241,9 +241,8 @@ def test_engine_tuning_flags():
 
 
 def test_engine_config_mapping():
-    from brain.api.server import _engine_config
 
-    ec = _engine_config(parse("--data-dir", "/d", "--name", "n", "--shard-boundaries", "b,t", "--max-txn-ops", "9",
+    ec = serve.make_engine_config(parse("--data-dir", "/d", "--name", "n", "--shard-boundaries", "b,t", "--max-txn-ops", "9",
                               "--quota-backend-bytes", "123", "--auto-compaction-mode", "revision",
                               "--auto-compaction-retention", "10", "--backend", "memory",
                               "--checkpoint-interval", "1m", "--journal-segment-bytes", "4096"))
@@ -254,13 +253,13 @@ def test_engine_config_mapping():
     # unset flags keep the engine's own defaults
     from brain.engine import EngineConfig
 
-    dflt = _engine_config(parse("--data-dir", "/d"))
+    dflt = serve.make_engine_config(parse("--data-dir", "/d"))
     ref = EngineConfig(data_dir="/d")
     assert (dflt.shards, dflt.shard_boundaries, dflt.backend, dflt.checkpoint_interval_seconds) == (
         ref.shards, ref.shard_boundaries, ref.backend, ref.checkpoint_interval_seconds)
 
 
-# --- errors that name the real cause (brain.api.preflight) --------------------
+# --- errors that name the real cause (brain.cli.preflight) --------------------
 
 
 def test_unknown_flag_prints_serve_usage(capsys):
@@ -282,7 +281,7 @@ def test_top_level_help_still_lists_commands(capsys):
 
 
 def _startup_error(fn, *args) -> str:
-    from brain.api import preflight
+    from brain.cli import preflight
 
     with pytest.raises(preflight.StartupError) as ei:
         fn(*args)
@@ -290,7 +289,7 @@ def _startup_error(fn, *args) -> str:
 
 
 def test_data_dir_under_proc_names_the_filesystem(tmp_path):
-    from brain.api.preflight import prepare_data_dir
+    from brain.cli.preflight import prepare_data_dir
 
     msg = _startup_error(prepare_data_dir, "/proc/brain-data")
     assert msg == ("cannot create data dir /proc/brain-data: /proc is a proc filesystem (kernel state, "
@@ -300,7 +299,7 @@ def test_data_dir_under_proc_names_the_filesystem(tmp_path):
 
 
 def test_data_dir_that_is_a_file(tmp_path):
-    from brain.api.preflight import prepare_data_dir
+    from brain.cli.preflight import prepare_data_dir
 
     f = tmp_path / "file"
     f.write_text("not brain's")
@@ -311,7 +310,7 @@ def test_data_dir_that_is_a_file(tmp_path):
 
 
 def test_data_dir_created_0700_with_parents(tmp_path):
-    from brain.api.preflight import prepare_data_dir
+    from brain.cli.preflight import prepare_data_dir
 
     d = tmp_path / "a" / "b"
     prepare_data_dir(str(d))
@@ -322,7 +321,7 @@ def test_data_dir_created_0700_with_parents(tmp_path):
 def test_taken_ports_are_found_before_the_data_dir(tmp_path):
     import socket
 
-    from brain.api.preflight import check_before_data_dir
+    from brain.cli.preflight import check_before_data_dir
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -340,7 +339,7 @@ def test_taken_ports_are_found_before_the_data_dir(tmp_path):
 
 
 def test_unix_listener_on_a_regular_file(tmp_path):
-    from brain.api.preflight import check_listeners
+    from brain.cli.preflight import check_listeners
 
     f = tmp_path / "not-a-socket"
     f.write_text("x")
@@ -358,7 +357,7 @@ def _self_signed(d: Path, stem: str) -> tuple[Path, Path]:
 
 
 def test_tls_files_are_checked_before_the_data_dir(tmp_path):
-    from brain.api.preflight import check_before_data_dir
+    from brain.cli.preflight import check_before_data_dir
 
     if shutil.which("openssl") is None:
         pytest.fail("openssl is needed (Debian package openssl)")

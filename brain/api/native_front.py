@@ -46,11 +46,11 @@ from concurrent import futures
 import grpc
 from google.protobuf.message import DecodeError
 
-from brain.api.convert import txn_is_readonly, txn_reads_serializable
 from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
-from brain.api.unary import SHUTTING_DOWN, Deferred, status_of
+from brain.api.rpc_table import LINEARIZABLE, Rpc, ServiceTable
+from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes, status_of
 
-log = logging.getLogger("brain.api.front")
+log = logging.getLogger("brain.api.native_front")
 
 try:  # built by maturin with the package (pip install . needs cargo)
     _transport = importlib.import_module("brain._transport")  # its own error text, not from-import's
@@ -72,10 +72,6 @@ _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 CORS_HEADERS = [("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE"),
                 ("Access-Control-Allow-Origin", "*"),
                 ("Access-Control-Allow-Headers", "accept, content-type, authorization")]
-
-# What a unary read needs before it may be answered.
-SERIALIZABLE, LINEARIZABLE = 1, 2
-
 
 def available() -> bool:
     return _transport is not None
@@ -121,16 +117,17 @@ class _PoolContext:
 
 
 class Method:
-    """One method of the front, by the transport's method id.
+    """One method of the front, by the transport's method id (made from a
+    service's table row by front_methods).
 
     kinds: a unary ``step`` with its request class (run on the dispatch
     thread; ``read`` classifies a request as SERIALIZABLE, LINEARIZABLE or
-    None for a write); a unary grpcio handler ``call(raw, context)`` (run in
-    the pool); a server-streaming ``call(request, context)`` generator (run
+    None for a write); a unary ``call(raw, context)`` on the request's bytes
+    (run in the pool); a server-streaming ``call(request, context)`` generator (run
     in the pool); a server stream fed by ``subscribe(request, send)``,
     which returns the function that unsubscribes (no thread: ``send`` is
-    called by whoever has news); or a bidirectional ``stream`` session
-    factory.
+    called by whoever has news); or a bidirectional ``stream``, named by
+    its session kind ("watch", "keepalive").
     """
 
     __slots__ = ("path", "name", "kind", "parse", "step", "call", "stream", "read", "subscribe", "encode",
@@ -784,18 +781,23 @@ class NativeFront:
         self.transport.fail(cid, code, message)
 
 
-def read_kind_range(request) -> int:
-    return SERIALIZABLE if request.serializable else LINEARIZABLE
+def front_methods(tables: list[ServiceTable], recv_limit: int) -> list[Method]:
+    """The front's methods for the services' tables: the hot unary calls as
+    steps, Watch and LeaseKeepAlive as event-driven sessions, health Watch
+    as a subscription, Snapshot and the rare unary calls in the pool."""
+    return [_method(table.service, rpc, recv_limit) for table in tables for rpc in table.rpcs]
 
 
-def read_kind_always(_request) -> int:
-    return LINEARIZABLE
+def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
+    if rpc.step is not None:
+        return Method(service, rpc.name, request_cls=rpc.request, step=rpc.step, read=rpc.read)
+    if rpc.session is not None:
+        return Method(service, rpc.name, stream=rpc.session)
+    if rpc.subscribe is not None:
+        return Method(service, rpc.name, request_cls=rpc.request, subscribe=rpc.subscribe, encode=rpc.encode)
+    if rpc.shape == SERVER_STREAM:
+        return Method(service, rpc.name, request_cls=rpc.request, call=rpc.call, server_stream=True)
+    return Method(service, rpc.name, call=call_on_bytes(rpc.call, rpc.request, recv_limit))
 
 
-def read_kind_txn(request) -> int | None:
-    if not txn_is_readonly(request):
-        return None
-    return SERIALIZABLE if txn_reads_serializable(request) else LINEARIZABLE
-
-
-__all__ = ["Method", "NativeFront", "TlsFiles", "available", "unavailable_message"]
+__all__ = ["Method", "NativeFront", "TlsFiles", "available", "front_methods", "unavailable_message"]

@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Sequence
 
-from brain import cli_flags
+from brain.cli import flags as cli_flags
 
 
 def _human_bytes(n: int) -> str:
