@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 
-from tests.k8s.pki import CertFiles, _Issuer, _save_pair
+from tests.k8s.pki import CertFiles, Issuer, save_pair
 
 ALL_TRANSPORTS = ("http", "mtls", "unix")
 CLIENT_CN = "brain-test-client"
@@ -64,17 +64,17 @@ class TestPKI:
 def make_test_pki(directory: Path) -> TestPKI:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    ca = _Issuer("brain-test-ca")
-    other = _Issuer("brain-test-other-ca")
+    ca = Issuer("brain-test-ca")
+    other = Issuer("brain-test-other-ca")
     server = ca.issue("brain", dns=("localhost",), ips=("127.0.0.1",), server=True, client=True)
     client = ca.issue(CLIENT_CN, server=False, client=True)
     other_client = other.issue(CLIENT_CN, server=False, client=True)
     return TestPKI(
         ca=ca.save(directory, "ca"),
-        server=_save_pair(directory, "server", server),
-        client=_save_pair(directory, "client", client),
+        server=save_pair(directory, "server", server),
+        client=save_pair(directory, "client", client),
         other_ca=other.save(directory, "other-ca"),
-        other_client=_save_pair(directory, "other-client", other_client),
+        other_client=save_pair(directory, "other-client", other_client),
     )
 
 
