@@ -42,8 +42,9 @@ from pathlib import Path
 from benchmarks import cluster as clusters
 from benchmarks.cluster import ClusterFlavor, all_cluster_flavors
 from benchmarks import report
-from benchmarks.servers import (REPO_ROOT, Flavor, Server, ServerError, StartOptions, TLSFiles, all_flavors,
-                                make_root, make_tls, tool_path)
+from benchmarks.probes import count_prefix, head_revision, put_key
+from benchmarks.servers import REPO_ROOT, Flavor, Server, ServerError, StartOptions, all_flavors, make_root, tool_path
+from tests.support.tls import TestPKI, make_test_pki
 
 
 # ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def _tail(text: str, n: int = 600) -> str:
 
 
 def brainload(sub: str, endpoint: str, args: list, timeout: float, log_dir: Path, tag: str,
-              tls: TLSFiles | None = None, on_mark=None) -> dict:
+              tls: TestPKI | None = None, on_mark=None) -> dict:
     exe = tool_path("brainload")
     if exe is None:
         raise ToolError("brainload not built (run benchmarks/build.sh)")
@@ -266,7 +267,7 @@ def parse_benchmark(text: str) -> dict:
 
 
 def etcd_benchmark(endpoint: str, clients: int, sub: list, total: int, timeout: float, log_dir: Path,
-                   tag: str, tls: TLSFiles | None = None) -> dict:
+                   tag: str, tls: TestPKI | None = None) -> dict:
     exe = tool_path("benchmark")
     if exe is None:
         raise ToolError("benchmark not built")
@@ -323,7 +324,7 @@ class Bench:
         self.flavors = flavors
         # The clusters of the selected servers that have one (brain, etcd-3.6).
         self.cluster_flavors = [c for c in all_cluster_flavors() if c.name in [f.name for f in flavors]]
-        self._tls: TLSFiles | None = None
+        self._tls: TestPKI | None = None
         self.groups = groups
         self.out_dir = out_dir
         self.root = tmp_root
@@ -484,10 +485,10 @@ class Bench:
         return [f for f in self.flavors if not f.tls_only]
 
     @property
-    def tls(self) -> TLSFiles:
+    def tls(self) -> TestPKI:
         """The run's CA and certificates (made on first use)."""
         if self._tls is None:
-            self._tls = make_tls(self.root / "pki")
+            self._tls = make_test_pki(self.root / "pki")
         return self._tls
 
     # -- server handling -----------------------------------------------------
@@ -1107,57 +1108,6 @@ def _clustercheck_binary() -> str:
     from tests.support.binaries import clustercheck_binary
 
     return clustercheck_binary()
-
-
-def _stub(endpoint: str, tls: TLSFiles | None = None):
-    import grpc
-
-    from brain.api.pb.etcdserverpb import rpc_pb2_grpc
-
-    options = [("grpc.max_receive_message_length", 64 << 20)]
-    if tls is None:
-        ch = grpc.insecure_channel(endpoint, options=options)
-    else:
-        creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.client_key.read_bytes(),
-                                             tls.client_cert.read_bytes())
-        ch = grpc.secure_channel(endpoint, creds, options=options)
-    return ch, rpc_pb2_grpc.KVStub(ch)
-
-
-def put_key(endpoint: str, key: bytes, value: bytes, tls: TLSFiles | None = None) -> None:
-    from brain.api.pb.etcdserverpb import rpc_pb2
-
-    ch, kv = _stub(endpoint, tls)
-    try:
-        kv.Put(rpc_pb2.PutRequest(key=key, value=value), timeout=30)
-    finally:
-        ch.close()
-
-
-def head_revision(endpoint: str) -> int | None:
-    """The header revision of a linearizable read: the newest acknowledged write."""
-    from brain.api.pb.etcdserverpb import rpc_pb2
-
-    ch, kv = _stub(endpoint)
-    try:
-        return int(kv.Range(rpc_pb2.RangeRequest(key=b"/bench-head"), timeout=60).header.revision)
-    except Exception:
-        return None
-    finally:
-        ch.close()
-
-
-def count_prefix(endpoint: str, prefix: bytes) -> int | None:
-    from brain.api.pb.etcdserverpb import rpc_pb2
-
-    end = prefix[:-1] + bytes([prefix[-1] + 1])
-    ch, kv = _stub(endpoint)
-    try:
-        return int(kv.Range(rpc_pb2.RangeRequest(key=prefix, range_end=end, count_only=True), timeout=120).count)
-    except Exception:
-        return None
-    finally:
-        ch.close()
 
 
 def du_kb(path: Path) -> int:

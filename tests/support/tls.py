@@ -1,5 +1,5 @@
-"""Throw-away certificates for the transport tests, and the client side of
-each listener kind the servers are tested on.
+"""Throw-away certificates for the transport tests and the benchmarks' mutual
+TLS runs, and the client side of each listener kind the servers are tested on.
 
 ``make_test_pki(dir)`` writes a CA, a server certificate for 127.0.0.1 and
 localhost, a client certificate (CN "brain-test-client"), and a second CA
@@ -50,8 +50,14 @@ class TestPKI:
         return ["--cert-file", str(self.server.cert), "--key-file", str(self.server.key),
                 "--trusted-ca-file", str(self.ca.cert), "--client-cert-auth"]
 
-    def etcdctl_flags(self) -> list[str]:
-        return [f"--cacert={self.ca.cert}", f"--cert={self.client.cert}", f"--key={self.client.key}"]
+    def tool_flags(self) -> list[str]:
+        """The client side's flags, as etcdctl, etcd's benchmark and brainload all name them."""
+        return ["--cacert", str(self.ca.cert), "--cert", str(self.client.cert), "--key", str(self.client.key)]
+
+    def kine_flags(self) -> list[str]:
+        """kine's names for the server side (a --trusted-ca-file makes it require a client certificate)."""
+        return ["--server-cert-file", str(self.server.cert), "--server-key-file", str(self.server.key),
+                "--trusted-ca-file", str(self.ca.cert)]
 
     def channel_credentials(self, client: CertFiles | None = None) -> grpc.ChannelCredentials:
         client = client or self.client
