@@ -26,10 +26,14 @@ with its machine and load.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.settings import FULL
+from benchmarks.workloads import CLUSTER, MTLS, ONCE_GROUPS, WORKLOADS, mode_of
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
 PEERS = ["etcd-3.6", "etcd-3.7", "etcd-3.4", "kine"]
@@ -41,120 +45,11 @@ README_BEGIN = "<!-- bench:begin -->"
 README_END = "<!-- bench:end -->"
 
 
-@dataclass(frozen=True)
-class Workload:
-    title: str
-    metric: str          # key in the run's result ("a.b" for a nested one)
-    unit: str
-    higher_better: bool = True
-    latency: str = "latency_ms"  # dict with p50/p99 in ms, or "" for none
-    source: str = ""     # a summary row drawn from another workload's runs
-    scale: float = 1.0   # metric x scale is shown
-    # How the runs make the row's value: "median" of the successful runs' metric; "p99" of the
-    # samples (a list metric) of every successful run pooled (nearest rank: with fewer than 100
-    # samples, the largest); "sum" of the metric over every run that reported it, failed ones too
-    # (acknowledged writes lost must not hide in a failed run).
-    agg: str = "median"
-    # A restart row: the result key of the list of its samples (starts); the value is their median,
-    # "worst" their largest.  A run without the list (before samples were taken) is one sample.
-    samples: str = ""
-
-
-# The rows of each mode; the plain rows are the ones before the mutual TLS ones.
-MTLS = "mtls-"
-CLUSTER = "cluster-"
-
-
-WORKLOADS: dict[str, Workload] = {
-    "put-c1": Workload("put, 256 B values, 1 client", "ops_per_s", "ops/s"),
-    "put-c64": Workload("put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
-    "put-c256": Workload("put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
-    "range-l-c64": Workload("range, one key, linearizable, 64 clients", "ops_per_s", "ops/s"),
-    "range-l-c256": Workload("range, one key, linearizable, 256 clients", "ops_per_s", "ops/s"),
-    "range-s-c64": Workload("range, one key, serializable, 64 clients", "ops_per_s", "ops/s"),
-    "range-s-c256": Workload("range, one key, serializable, 256 clients", "ops_per_s", "ops/s"),
-    "txn-put-c64": Workload("txn-put (kube-apiserver update shape), 64 clients", "ops_per_s", "ops/s"),
-    "txn-put-c256": Workload("txn-put (kube-apiserver update shape), 256 clients", "ops_per_s", "ops/s"),
-    "list": Workload("paginated list of a {list_keys:,}-key prefix, limit {list_limit}, {list_clients} clients "
-                     "(a whole listing is one op)", "ops_per_s", "listings/s"),
-    "count": Workload("count_only over the {list_keys:,}-key prefix, {list_clients} clients", "ops_per_s", "ops/s"),
-    "watch": Workload("watch fan-out: {watch_watchers:,} watchers on one prefix, a gRPC stream each; "
-                      "{watch_events} puts as fast as they go", "delivered_per_s", "events/s"),
-    "watch-shared": Workload("watch fan-out: {watch_watchers:,} watchers, watchers on one connection share a "
-                             "stream (clientv3's default)", "delivered_per_s", "events/s"),
-    "lease": Workload("{lease_leases:,} x (lease grant + put with lease), then the {lease_ttl} s expiries",
-                      "grant_put_per_s", "grant+put/s"),
-    "keepalive": Workload("{keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive stream, at most "
-                          "{keepalive_window:,} keep-alives in flight, {keepalive_duration:g} s; nothing may "
-                          "expire (TTL {keepalive_ttl} s)", "keepalives_per_s", "keep-alives/s"),
-    "k8s-mix": Workload("Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
-                        "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
-                        "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
-    "check-perf": Workload("etcdctl check perf --load {check_perf_load}", "writes_per_s", "writes/s"),
-    "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
-                        "linearizable count over them answers (count checked)",
-                        "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
-    "restart-kill9": Workload("the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
-                              "tail just under its 128 MiB checkpoint threshold to replay)",
-                              "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart",
-                              samples="ready_after_kill9_s_samples"),
-    "rss": Workload("resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
-                    higher_better=False, latency="", source="restart", scale=1 / 1024),
-    # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one
-    # (etcd 3.6 and 3.7 in two configurations each, default and -fast).
-    "mtls-put-c64": Workload("mutual TLS: put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
-    "mtls-put-c256": Workload("mutual TLS: put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
-    "mtls-txn-put-c64": Workload("mutual TLS: txn-put, 64 clients", "ops_per_s", "ops/s"),
-    "mtls-txn-put-c256": Workload("mutual TLS: txn-put, 256 clients", "ops_per_s", "ops/s"),
-    "mtls-range-l-c64": Workload("mutual TLS: range, one key, linearizable, 64 clients", "ops_per_s", "ops/s"),
-    "mtls-range-l-c256": Workload("mutual TLS: range, one key, linearizable, 256 clients", "ops_per_s", "ops/s"),
-    "mtls-watch": Workload("mutual TLS: watch fan-out, {watch_watchers:,} watchers, a gRPC stream each",
-                           "delivered_per_s", "events/s"),
-    "mtls-watch-shared": Workload("mutual TLS: watch fan-out, {watch_watchers:,} watchers, shared streams",
-                                  "delivered_per_s", "events/s"),
-    "mtls-keepalive": Workload("mutual TLS: {keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive "
-                               "stream", "keepalives_per_s", "keep-alives/s"),
-    # Clusters: 3 brains on 3 nats-servers (brain) against 3 etcd 3.6 members (etcd-3.6).
-    "cluster-put-c64": Workload("cluster: put, 64 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-put-c256": Workload("cluster: put, 256 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-txn-put-c64": Workload("cluster: txn-put, 64 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-txn-put-c256": Workload("cluster: txn-put, 256 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-range-l-c64": Workload("cluster: range, one key, linearizable, 64 clients over every endpoint",
-                                    "ops_per_s", "ops/s"),
-    "cluster-range-l-c256": Workload("cluster: range, one key, linearizable, 256 clients over every endpoint",
-                                     "ops_per_s", "ops/s"),
-    "cluster-watch": Workload("cluster: watch fan-out, {watch_watchers:,} watchers (a stream each) over every "
-                              "endpoint", "delivered_per_s", "events/s"),
-    "cluster-watch-shared": Workload("cluster: watch fan-out, {watch_watchers:,} watchers, shared streams",
-                                     "delivered_per_s", "events/s"),
-    "cluster-failover": Workload("cluster: acknowledged writes lost over every failover run (clustercheck "
-                                 "verify after the kills)", "lost", "writes lost", higher_better=False,
-                                 latency="", agg="sum"),
-    "cluster-pause-leader": Workload("cluster: write pause after kill -9 of the leader (brain's, etcd's), "
-                                     "p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
-                                     higher_better=False, latency="", source="cluster-failover", agg="p99"),
-    "cluster-pause-nats": Workload("cluster: write pause after kill -9 of the NATS stream leader's nats-server "
-                                   "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
-                                   higher_better=False, latency="", source="cluster-failover", agg="p99"),
-}
-
-
-_TITLE_DEFAULTS = {"list_keys": 100_000, "list_limit": 500, "list_clients": 4, "watch_watchers": 1000,
-                   "watch_events": 200, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
-                   "k8s_pod_rate": 200, "k8s_pods": 3000, "k8s_duration": 10.0, "check_perf_load": "l",
-                   "restart_keys": 1_000_000, "restart_val": 1024, "restart_tail": 120_000,
-                   "keepalive_leases": 10_000, "keepalive_window": 1000, "keepalive_duration": 8.0,
-                   "keepalive_ttl": 5}
-
-# Groups run once per server whatever the rounds setting (their rows say so).
-ONCE = ("restart", "check-perf")
-
-
 def planned_runs(workload: str, settings: dict | None) -> int:
     """How many runs per server the harness makes of ``workload``."""
     w = WORKLOADS.get(workload)
     base = (w.source or workload) if w else workload
-    if base in ONCE:
+    if (w.group if w else workload) in ONCE_GROUPS:
         return 1
     # A merged run's workloads keep the rounds that run planned.
     merged = ((settings or {}).get("rounds_of_merged") or {}).get(base)
@@ -162,7 +57,7 @@ def planned_runs(workload: str, settings: dict | None) -> int:
 
 
 def title(workload: str, settings: dict | None = None) -> str:
-    vals = dict(_TITLE_DEFAULTS)
+    vals = dataclasses.asdict(FULL)
     vals.update(settings or {})
     try:
         return WORKLOADS[workload].title.format(**vals)
@@ -552,11 +447,6 @@ ISSUE_TITLES = {"5": "issue 5: single node, plaintext", "10": "issue 10: mutual 
 def _servers_in(data: dict) -> list[str]:
     ran = {r["server"] for r in data["runs"]}
     return [s for s in SERVERS if s in ran]
-
-
-def mode_of(workload: str) -> str:
-    """plain, mtls or cluster: which mode of the run a workload belongs to."""
-    return "mtls" if workload.startswith(MTLS) else "cluster" if workload.startswith(CLUSTER) else "plain"
 
 
 MODE_TITLES = {"plain": "plaintext, one server", "mtls": "mutual TLS, one server",

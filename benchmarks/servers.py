@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.machine import first_line
 from benchmarks.probes import ready_range
 from tests.support.harness import REPO_ROOT, ServerProcess, ServerStartError, brain_env, free_port, port_taken
 from tests.support.tls import TestPKI
@@ -175,15 +176,6 @@ class Flavor:
         return None
 
 
-def _first_line(cmd: list[str]) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"? ({e})"
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0].strip() if text else "?"
-
-
 class Etcd(Flavor):
     """A single etcd member.  ``fast_grpc``: HTTP on a port of its own (--listen-client-http-urls),
     so the client port is grpc-go's own server also under TLS."""
@@ -208,7 +200,7 @@ class Etcd(Flavor):
         return f"{self._binary_name} not built (run benchmarks/build.sh)"
 
     def version(self) -> str:
-        return _first_line([self.binary(), "--version"])
+        return first_line([self.binary(), "--version"]) or "?"
 
     def command(self, data_dir, port, peer_port, opts):
         client = f"{opts.scheme}://127.0.0.1:{port}"
@@ -254,7 +246,7 @@ class Kine(Flavor):
         return "kine not built (run benchmarks/build.sh)"
 
     def version(self):
-        return _first_line([self.binary(), "--version"])
+        return first_line([self.binary(), "--version"]) or "?"
 
     def _help(self) -> str:
         if not hasattr(self, "_help_text"):
@@ -294,7 +286,7 @@ class Brain(Flavor):
         return "brain/__main__.py not found"
 
     def version(self):
-        v = _first_line([sys.executable, "-m", "brain", "serve", "--version"])
+        v = first_line([sys.executable, "-m", "brain", "serve", "--version"]) or "?"
         try:
             rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
                                  capture_output=True, text=True, timeout=10).stdout.strip()
