@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.settings import FULL
+from benchmarks.targets import ISSUES, TARGETS, Target, met
 from benchmarks.workloads import CLUSTER, MTLS, ONCE_GROUPS, WORKLOADS, mode_of
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
@@ -313,7 +314,9 @@ def _cells_note(agg: dict, workload: str, servers) -> str:
 
 
 def targets(agg: dict, settings: dict | None = None) -> list[dict]:
-    """The issue's targets, each: target, value, goal, status (pass / miss / n/a) and a note.
+    """The targets of benchmarks/targets.py, each: target, value, goal, status (pass / miss / n/a), a
+    note and the issue that asked for it.  An issue's targets are judged only when the run measured a
+    workload of its mode.
 
     A target whose workload failed on brain is a miss (the note carries the error); one whose
     peer did not run, whose restart load was cut short, whose cells come from different runs, or
@@ -321,11 +324,12 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     pass, is n/a."""
     t: list[dict] = []
     keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
-    issue = "5"
+    issue = ""
 
     def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na=""):
-        """``also``: further (workload, server) cells the value rests on, whose runs count too;
-        ``na``: a reason the value cannot be called met (a miss stays a miss)."""
+        """One row of the current ``issue``.  ``also``: further (workload, server) cells the value
+        rests on, whose runs count too; ``na``: a reason the value cannot be called met (a miss
+        stays a miss)."""
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
         short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
         for w2, s2 in also:
@@ -346,7 +350,7 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note, "issue": issue,
                   "ran": workload in agg})
 
-    def add_ratio(name, w, peer, goal_text, ok, key="value"):
+    def add_ratio(name, w, peer, goal, key="value"):
         """A ratio target: brain over ``peer`` (under mutual TLS, the better etcd configuration)."""
         r = compare(agg, w, peer, key)
         note, na = "", ""
@@ -358,85 +362,63 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
             na = f"{FAST_CONFIG[peer]} (fast gRPC) not measured: against the default configuration alone"
         elif r.peer and r.peer != peer:
             note = f"against {r.peer}, the better configuration"
-        add(name, r.value, r.value is not None and ok(r.value), goal_text, w, note, peer=r.peer or peer, na=na)
+        add(name, r.value, met(goal, r.value), goal, w, note, peer=r.peer or peer, na=na)
 
-    for w in ("put-c64", "put-c256", "txn-put-c64", "txn-put-c256", "range-l-c64", "range-l-c256"):
-        add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 1.5", lambda r: r >= 1.5)
-    for w in ("list", "count"):
-        add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 3", lambda r: r >= 3)
-    for w in ("watch", "watch-shared"):
-        add_ratio(f"{w}: brain/etcd-3.6 delivered events/s", w, "etcd-3.6", ">= 1", lambda r: r >= 1)
-        add_ratio(f"{w}: brain/etcd-3.6 p99 delivery latency", w, "etcd-3.6", "<= 1", lambda r: r <= 1, "p99")
     b = agg.get("restart", {}).get("brain") or {}
     partial = (b.get("extra") or {}).get("partial")
     pnote = f"partial load: {_oneline(partial, 160)}" if partial else ""
-    for what, w in (("SIGTERM", "restart"), ("kill -9", "restart-kill9")):
-        c = agg.get(w, {}).get("brain") or {}
-        v, n = c.get("worst"), len(c.get("samples") or [])
-        few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
-        note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
-        add(f"restart ({what}) with {keys}: brain seconds, worst sample", v, v is not None and v <= 10, "<= 10 s",
-            "restart", note, na=few)
-    for peer in ("etcd-3.6", "etcd-3.4"):
-        r = compare(agg, "rss", peer)
-        note = pnote or ("partial load on " + peer if _extra(agg, "restart", peer, "partial") else "")
-        if r.why == "runs differ":
-            note = _cells_note(agg, "rss", ["brain", peer])
-        add(f"RSS after loading {keys}: brain/{peer}", r.value, r.value is not None and r.value <= 1, "<= 1", "rss",
-            note, peer=peer)
-    for w in ("put-c1", "put-c64", "put-c256"):
-        add_ratio(f"{w}: brain/kine throughput", w, "kine", ">= 10", lambda r: r >= 10)
-    p = _extra(agg, "check-perf", "brain", "pass")
-    add("etcdctl check perf --load l on brain", None if p is None else (1.0 if p else 0.0), bool(p), "PASS",
-        "check-perf", "" if p is None else ("PASS" if p else "FAIL"))
 
-    # Issue 10: mutual TLS, brain / etcd 3.6 (the better of its default and fast gRPC configurations).
-    issue = "10"
-    if any(w.startswith(MTLS) for w in agg):
-        for w in ("mtls-put-c64", "mtls-put-c256", "mtls-txn-put-c64", "mtls-txn-put-c256", "mtls-range-l-c64",
-                  "mtls-range-l-c256"):
-            add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 1.5", lambda r: r >= 1.5)
-            add_ratio(f"{w}: brain/etcd-3.6 server CPU per op", w, "etcd-3.6", "< 1", lambda r: r < 1,
-                      "cpu_us_per_op")
-        for w in ("mtls-watch", "mtls-watch-shared"):
-            add_ratio(f"{w}: brain/etcd-3.6 delivered events/s", w, "etcd-3.6", ">= 1", lambda r: r >= 1)
-            add_ratio(f"{w}: brain/etcd-3.6 p99 delivery latency", w, "etcd-3.6", "<= 1", lambda r: r <= 1, "p99")
-        add_ratio("mtls-keepalive: brain/etcd-3.6 keep-alives/s, nothing expired", "mtls-keepalive", "etcd-3.6",
-                  ">= 1", lambda r: r >= 1)
-
-    # Issue 9: the clusters.
-    issue = "9"
-    if any(w.startswith(CLUSTER) for w in agg):
-        for w in ("cluster-put-c64", "cluster-put-c256", "cluster-txn-put-c64", "cluster-txn-put-c256"):
-            add_ratio(f"{w}: brain cluster/etcd-3.6 cluster throughput", w, "etcd-3.6", ">= 1.0",
-                      lambda r: r >= 1.0)
-        for w in ("cluster-range-l-c64", "cluster-range-l-c256"):
-            single = w[len(CLUSTER):]
+    def judge(spec: Target) -> None:
+        w, peer = spec.workload, spec.peer
+        name = spec.name.format(workload=w, peer=peer, versus=spec.versus, keys=keys)
+        if spec.kind == "ratio":
+            add_ratio(name, w, peer, spec.goal, spec.key)
+        elif spec.kind == "restart":
+            c = agg.get(w, {}).get("brain") or {}
+            v, n = c.get("worst"), len(c.get("samples") or [])
+            few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
+            note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
+            add(name, v, met(spec.goal, v), spec.goal, WORKLOADS[w].source or w, note, na=few)
+        elif spec.kind == "rss":
+            r = compare(agg, w, peer)
+            note = pnote or ("partial load on " + peer if _extra(agg, WORKLOADS[w].source, peer, "partial") else "")
+            if r.why == "runs differ":
+                note = _cells_note(agg, w, ["brain", peer])
+            add(name, r.value, met(spec.goal, r.value), spec.goal, w, note, peer=peer)
+        elif spec.kind == "check-perf":
+            p = _extra(agg, w, "brain", "pass")
+            add(name, None if p is None else (1.0 if p else 0.0), bool(p), spec.goal, w,
+                "" if p is None else ("PASS" if p else "FAIL"))
+        elif spec.kind == "cluster-vs-single":
             bcell = agg.get(w, {}).get("brain") or {}
-            scell = agg.get(single, {}).get("brain") or {}
+            scell = agg.get(spec.versus, {}).get("brain") or {}
             bc, bs = bcell.get("value"), scell.get("value")
             r = bc / bs if bc is not None and bs else None
             note = ""
             if r is not None and not same_run(bcell, scell):  # measured in different runs: not comparable
                 r, note = None, f"runs differ: the cluster from {_from(bcell)}, the single brain from {_from(scell)}"
-            add(f"{w}: brain cluster/single brain ({single}) throughput", r, r is not None and r >= 1.5, ">= 1.5",
-                w, note, also=[(single, "brain")])
-        for w, goal, what in (("cluster-pause-leader", 3.0, "brain's leader"),
-                              ("cluster-pause-nats", 7.0, "the NATS stream leader")):
+            add(name, r, met(spec.goal, r), spec.goal, w, note, also=[(spec.versus, "brain")])
+        elif spec.kind == "pause":
             c = agg.get(w, {}).get("brain") or {}
             v = c.get("value")
-            e = (agg.get(w, {}).get("etcd-3.6") or {}).get("value")
-            note = f"{len(c.get('samples') or [])} kills" + (f"; etcd 3.6 leader: {_fmt(e)} s" if e is not None
-                                                             and w.endswith("leader") else "")
-            add(f"write pause after kill -9 of {what}, p99 (s)", v, v is not None and v <= goal, f"<= {goal:g} s",
-                w, note)
-        v = (agg.get("cluster-failover", {}).get("brain") or {}).get("value")
-        add("acknowledged writes lost over every brain failover run", v, v == 0, "0", "cluster-failover")
+            e = (agg.get(w, {}).get(peer) or {}).get("value") if peer else None
+            note = f"{len(c.get('samples') or [])} kills" + (f"; {peer.replace('-', ' ')} leader: {_fmt(e)} s"
+                                                             if e is not None else "")
+            add(name, v, met(spec.goal, v), spec.goal, w, note)
+        elif spec.kind == "lost":
+            v = (agg.get(w, {}).get("brain") or {}).get("value")
+            add(name, v, met(spec.goal, v), spec.goal, w)
+        else:
+            raise ValueError(f"{spec.name}: no target of kind {spec.kind!r}")
+
+    for one in ISSUES:
+        if one.mode != "plain" and not any(mode_of(w) == one.mode for w in agg):
+            continue
+        issue = one.number
+        for spec in TARGETS:
+            if spec.issue == issue:
+                judge(spec)
     return t
-
-
-ISSUE_TITLES = {"5": "issue 5: single node, plaintext", "10": "issue 10: mutual TLS",
-                "9": "issue 9: brain cluster on NATS JetStream vs etcd 3.6 cluster"}
 
 
 # ---------------------------------------------------------------------------
@@ -686,8 +668,9 @@ def runs_section(data: dict) -> list[str]:
 def targets_section(agg: dict, settings: dict | None) -> list[str]:
     out: list[str] = []
     tg = targets(agg, settings)
-    for issue, heading in ISSUE_TITLES.items():
-        rows = [t for t in tg if t["issue"] == issue]
+    for issue in ISSUES:
+        heading = issue.title
+        rows = [t for t in tg if t["issue"] == issue.number]
         if not any(t["ran"] for t in rows):  # none of its workloads was part of this run
             continue
         if out:
@@ -831,8 +814,9 @@ def readme_block(data: dict, md_rel: str) -> str:
     mach = m.get("machine", {})
     tg = targets(agg, m.get("settings"))
     tally = []
-    for issue, heading in ISSUE_TITLES.items():
-        rows = [t for t in tg if t["issue"] == issue]
+    for issue in ISSUES:
+        heading = issue.title
+        rows = [t for t in tg if t["issue"] == issue.number]
         if not any(t["ran"] for t in rows):
             continue
         passed = sum(1 for t in rows if t["status"] == "pass")
