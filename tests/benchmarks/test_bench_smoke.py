@@ -56,7 +56,7 @@ def bench_bin() -> Path:
 
 
 def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> None:
-    from benchmarks import report
+    from benchmarks.workloads import WORKLOADS, mode_of
 
     env = dict(os.environ, BRAIN_BENCH_BIN=str(bench_bin), PYTHONUNBUFFERED="1")
     r = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(tmp_path)],
@@ -73,12 +73,12 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     for name in ("etcd-3.6", "brain"):
         assert meta["clusters"][name]["available"], f"{name} cluster: {meta['clusters'][name]['reason']}"
 
-    every = {w for w, meta in report.WORKLOADS.items() if w != "check-perf" and not meta.source}
-    clustered = {w for w in every if report.mode_of(w) == "cluster"}
+    every = {w for w, meta in WORKLOADS.items() if w != "check-perf" and not meta.source}
+    clustered = {w for w in every if mode_of(w) == "cluster"}
     seen: dict[str, dict[str, dict]] = {}
     for run in data["runs"]:
         seen.setdefault(run["server"], {})[run["workload"]] = run
-    mtls = {w for w in every if report.mode_of(w) == "mtls"}
+    mtls = {w for w in every if mode_of(w) == "mtls"}
     for server in SERVERS:
         # Clusters: brain's against etcd 3.6's only; etcd's fast gRPC configurations: mutual TLS only.
         expected = mtls if server in FAST else every if server in ("etcd-3.6", "brain") else every - clustered
