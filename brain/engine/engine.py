@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 from .. import backend as backend_mod
 from ..journal import (
-    Journal,
     JournalFencedError,
     JournalUnavailableError,
+    SegmentJournal,
     SharedJournal,
 )
 from ..mvcc.store import Store
@@ -302,7 +302,7 @@ class Engine(Replication):
 
         started = time.monotonic()
         if shared is None:
-            self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
+            self.journal = SegmentJournal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
         else:
             self.journal = shared
         # Recovery allocates millions of long-lived index objects and no
