@@ -26,19 +26,7 @@ import sys
 from typing import Sequence
 
 from brain import cli_flags
-
-
-def _human_bytes(n: int) -> str:
-    """go-humanize's Bytes (SI units), as etcdctl prints sizes."""
-    if n < 10:
-        return f"{n} B"
-    units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"]
-    import math
-
-    e = min(int(math.floor(math.log(n, 1000))), len(units) - 1)
-    val = math.floor(n / 1000**e * 10 + 0.5) / 10
-    fmt = "{:.0f} {}" if val >= 10 else "{:.1f} {}"
-    return fmt.format(val, units[e])
+from brain.progress import human_bytes
 
 
 def _status(args) -> int:
@@ -56,10 +44,10 @@ def _status(args) -> int:
             "leases": st.leases, "format": st.format,
         }, separators=(",", ":")))
     elif args.write_out == "simple":
-        print(f"{st.hash:x}, {st.revision}, {st.total_keys}, {_human_bytes(st.total_size)}, {st.version}")
+        print(f"{st.hash:x}, {st.revision}, {st.total_keys}, {human_bytes(st.total_size, etcdctl=True)}, {st.version}")
     else:
         cols = ["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE", "VERSION"]
-        vals = [f"{st.hash:x}", str(st.revision), str(st.total_keys), _human_bytes(st.total_size), st.version]
+        vals = [f"{st.hash:x}", str(st.revision), str(st.total_keys), human_bytes(st.total_size, etcdctl=True), st.version]
         widths = [max(len(c), len(v)) + 2 for c, v in zip(cols, vals)]
         sep = "+" + "+".join("-" * w for w in widths) + "+"
         print(sep)
