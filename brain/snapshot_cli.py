@@ -26,6 +26,7 @@ import sys
 from typing import Sequence
 
 from brain import cli_flags
+from brain.mvcc.shard import layout_problem
 from brain.progress import human_bytes
 
 
@@ -63,9 +64,9 @@ def _restore(args) -> int:
 
     data_dir = args.data_dir or f"{args.name}.brain"
     boundaries = args.shard_boundaries
-    if boundaries is not None and args.shards is not None and args.shards != len(boundaries) + 1:
-        print(f"Error: --shards {args.shards} needs {args.shards - 1} boundary keys, "
-              f"--shard-boundaries gives {len(boundaries)}", file=sys.stderr)
+    problem = None if boundaries is None else layout_problem(args.shards, boundaries)
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
         return 2
     try:
         res = restore(args.file, data_dir, name=args.name, shards=args.shards, boundaries=boundaries,

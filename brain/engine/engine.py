@@ -60,7 +60,7 @@ from ..mvcc.requests import (
     RangeRequest,
     TxnRequest,
 )
-from ..mvcc.shard import default_boundaries
+from ..mvcc.shard import default_boundaries, layout_problem
 from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
@@ -268,8 +268,9 @@ class Engine(Replication):
     def _open_locked(self, shared: SharedJournal | None, cluster_id: int | None) -> None:
         cfg = self.config
         boundaries = cfg.shard_boundaries if cfg.shard_boundaries is not None else default_boundaries(cfg.shards)
-        if len(boundaries) + 1 != cfg.shards:
-            raise ValueError(f"--shards {cfg.shards} needs {cfg.shards - 1} boundaries, got {len(boundaries)}")
+        problem = layout_problem(cfg.shards, boundaries)
+        if problem is not None:
+            raise ValueError(problem)
         self._boundaries = list(boundaries)
         values_dir = os.path.join(cfg.data_dir, "values")
         opts = {}
