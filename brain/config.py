@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from brain.mvcc.shard import layout_problem
+from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
 
 DEFAULT_NAME = "default"
 DEFAULT_LISTEN_CLIENT_URLS = ("http://localhost:2379",)
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # 1.5 MiB
-DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
-MAX_QUOTA_BACKEND_BYTES = 8 * 1024 * 1024 * 1024  # etcd's suggested ceiling
 GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
 # Each open Watch or LeaseKeepAlive stream holds one grpcio thread for its
 # whole life, so this bounds the streams served at once (etcd has no such
