@@ -250,7 +250,7 @@ class Engine(Replication):
         cfg = self.config
         datadir.check_servable(cfg.data_dir)  # not etcd's directory, nor anyone else's
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(cfg.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = os.open(os.path.join(cfg.data_dir, datadir.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -272,7 +272,7 @@ class Engine(Replication):
         if problem is not None:
             raise ValueError(problem)
         self._boundaries = list(boundaries)
-        values_dir = os.path.join(cfg.data_dir, "values")
+        values_dir = os.path.join(cfg.data_dir, datadir.VALUES_DIR)
         opts = {}
         if cfg.backend == "lmdb":
             os.makedirs(values_dir, exist_ok=True)
@@ -303,7 +303,8 @@ class Engine(Replication):
 
         started = time.monotonic()
         if shared is None:
-            self.journal = SegmentJournal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
+            self.journal = SegmentJournal.open(os.path.join(cfg.data_dir, datadir.JOURNAL_DIR),
+                                               segment_bytes=cfg.segment_bytes)
         else:
             self.journal = shared
         # Recovery allocates millions of long-lived index objects and no
