@@ -11,12 +11,13 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from brain.mvcc.shard import layout_problem
+from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
+
 DEFAULT_NAME = "default"
 DEFAULT_LISTEN_CLIENT_URLS = ("http://localhost:2379",)
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # 1.5 MiB
-DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
-MAX_QUOTA_BACKEND_BYTES = 8 * 1024 * 1024 * 1024  # etcd's suggested ceiling
 GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
 # Each open Watch or LeaseKeepAlive stream holds one grpcio thread for its
 # whole life, so this bounds the streams served at once (etcd has no such
@@ -200,16 +201,9 @@ class ServerConfig:
         if self.shards is not None and self.shards < 1:
             raise ConfigError(f"--shards must be at least 1, got {self.shards}")
         if self.shard_boundaries is not None:
-            b = self.shard_boundaries
-            if any(not k for k in b):
-                raise ConfigError("--shard-boundaries: a boundary key must not be empty")
-            if any(b[i] >= b[i + 1] for i in range(len(b) - 1)):
-                raise ConfigError("--shard-boundaries: keys must be strictly increasing (bytewise)")
-            if self.shards is not None and self.shards != len(b) + 1:
-                raise ConfigError(
-                    f"--shards {self.shards} needs {self.shards - 1} boundary keys, "
-                    f"--shard-boundaries gives {len(b)}"
-                )
+            problem = layout_problem(self.shards, self.shard_boundaries)
+            if problem is not None:
+                raise ConfigError(problem)
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:

@@ -42,12 +42,11 @@ from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
 from brain.api.unary import abort_with
 from brain.engine import snapshot as snapshots
 from brain.engine.alarms import ALARM_NONE
+from brain.engine.config import DEFAULT_QUOTA_BYTES
 from brain.etcd_version import ETCD_VERSION, STORAGE_VERSION
 from brain.mvcc.errors import EtcdError, ErrNotLeader
 
 log = logging.getLogger("brain.api.maintenance")
-
-DEFAULT_QUOTA_BYTES = 2 << 30  # etcd reports its default for a quota of 0
 
 ErrBadLeaderTransferee = EtcdError("FAILED_PRECONDITION", "etcdserver: bad leader transferee")
 ErrWrongDowngradeVersionFormat = EtcdError("INVALID_ARGUMENT", "etcdserver: wrong downgrade target version format")
@@ -97,7 +96,7 @@ class MaintenanceService:
             resp.raftTerm = eng.raft_term
             resp.isLearner = False
             resp.storageVersion = STORAGE_VERSION
-            resp.dbSizeQuota = eng.config.quota_backend_bytes or DEFAULT_QUOTA_BYTES
+            resp.dbSizeQuota = eng.config.quota_backend_bytes or DEFAULT_QUOTA_BYTES  # etcd: its default for 0
             resp.downgradeInfo.SetInParent()
             resp.errors.extend(alarm_text(m, a) for m, a in eng.alarms.get())
             if st.failed:

@@ -38,13 +38,13 @@ def add_layout_flags(p: argparse.ArgumentParser, shards_default: str = "4") -> N
 def layout(shards: int | None, boundaries: list[bytes] | None) -> list[bytes]:
     """The shard boundaries the flags ask for (the default layout when
     neither is given); ValueError when they disagree."""
-    from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries
+    from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries, layout_problem
 
     if boundaries is None:
         return default_boundaries(shards if shards is not None else DEFAULT_SHARDS)
-    if shards is not None and shards != len(boundaries) + 1:
-        raise ValueError(f"--shards {shards} needs {shards - 1} boundary keys, --shard-boundaries gives "
-                         f"{len(boundaries)}")
+    problem = layout_problem(shards, boundaries)
+    if problem is not None:
+        raise ValueError(problem)
     return boundaries
 
 

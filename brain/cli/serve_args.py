@@ -17,9 +17,9 @@ from typing import Sequence
 from brain import __version__
 from brain import config as C
 from brain.cli.flags import boundaries_type, seconds_type
+from brain.etcd_version import ETCD_API_VERSION
 from brain.mvcc.shard import DEFAULT_SHARDS
 
-API_VERSION = "3.6"
 SERVE_DESCRIPTION = "Serve the etcd v3 gRPC API on the client URLs."
 SUBCOMMANDS = ("serve",)
 
@@ -27,7 +27,7 @@ SUBCOMMANDS = ("serve",)
 def _version_text() -> str:
     return (
         f"brain Version: {__version__}\n"
-        f"API version: {API_VERSION}\n"
+        f"API version: {ETCD_API_VERSION}\n"
         f"Python Version: {platform.python_version()}\n"
         f"OS/Arch: {sys.platform}/{platform.machine()}"
     )

@@ -26,19 +26,8 @@ import sys
 from typing import Sequence
 
 from brain.cli import flags as cli_flags
-
-
-def _human_bytes(n: int) -> str:
-    """go-humanize's Bytes (SI units), as etcdctl prints sizes."""
-    if n < 10:
-        return f"{n} B"
-    units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"]
-    import math
-
-    e = min(int(math.floor(math.log(n, 1000))), len(units) - 1)
-    val = math.floor(n / 1000**e * 10 + 0.5) / 10
-    fmt = "{:.0f} {}" if val >= 10 else "{:.1f} {}"
-    return fmt.format(val, units[e])
+from brain.mvcc.shard import layout_problem
+from brain.progress import human_bytes
 
 
 def _status(args) -> int:
@@ -56,10 +45,10 @@ def _status(args) -> int:
             "leases": st.leases, "format": st.format,
         }, separators=(",", ":")))
     elif args.write_out == "simple":
-        print(f"{st.hash:x}, {st.revision}, {st.total_keys}, {_human_bytes(st.total_size)}, {st.version}")
+        print(f"{st.hash:x}, {st.revision}, {st.total_keys}, {human_bytes(st.total_size, etcdctl=True)}, {st.version}")
     else:
         cols = ["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE", "VERSION"]
-        vals = [f"{st.hash:x}", str(st.revision), str(st.total_keys), _human_bytes(st.total_size), st.version]
+        vals = [f"{st.hash:x}", str(st.revision), str(st.total_keys), human_bytes(st.total_size, etcdctl=True), st.version]
         widths = [max(len(c), len(v)) + 2 for c, v in zip(cols, vals)]
         sep = "+" + "+".join("-" * w for w in widths) + "+"
         print(sep)
@@ -75,9 +64,9 @@ def _restore(args) -> int:
 
     data_dir = args.data_dir or f"{args.name}.brain"
     boundaries = args.shard_boundaries
-    if boundaries is not None and args.shards is not None and args.shards != len(boundaries) + 1:
-        print(f"Error: --shards {args.shards} needs {args.shards - 1} boundary keys, "
-              f"--shard-boundaries gives {len(boundaries)}", file=sys.stderr)
+    problem = None if boundaries is None else layout_problem(args.shards, boundaries)
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
         return 2
     try:
         res = restore(args.file, data_dir, name=args.name, shards=args.shards, boundaries=boundaries,

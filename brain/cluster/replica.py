@@ -282,13 +282,3 @@ def journal_replicas_of(journal: JetStreamJournal) -> int:
     except Exception:  # noqa: BLE001
         return 0
 
-
-def wait_for_leader(replica: Replica, timeout: float = 30.0) -> int:
-    """Block until the cluster has a leader this replica knows (tests)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lid = replica.leader_id()
-        if lid and (replica.engine.is_leader or replica.engine.store.leader_id == lid):
-            return lid
-        time.sleep(0.05)
-    raise TimeoutError("no leader")

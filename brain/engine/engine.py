@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 from .. import backend as backend_mod
 from ..journal import (
-    Journal,
     JournalFencedError,
     JournalUnavailableError,
+    SegmentJournal,
     SharedJournal,
 )
 from ..mvcc.store import Store
@@ -60,7 +60,7 @@ from ..mvcc.requests import (
     RangeRequest,
     TxnRequest,
 )
-from ..mvcc.shard import default_boundaries
+from ..mvcc.shard import default_boundaries, layout_problem
 from ..mvcc.validation import txn_writes_nothing
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
@@ -250,7 +250,7 @@ class Engine(Replication):
         cfg = self.config
         datadir.check_servable(cfg.data_dir)  # not etcd's directory, nor anyone else's
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(cfg.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = os.open(os.path.join(cfg.data_dir, datadir.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -268,10 +268,11 @@ class Engine(Replication):
     def _open_locked(self, shared: SharedJournal | None, cluster_id: int | None) -> None:
         cfg = self.config
         boundaries = cfg.shard_boundaries if cfg.shard_boundaries is not None else default_boundaries(cfg.shards)
-        if len(boundaries) + 1 != cfg.shards:
-            raise ValueError(f"--shards {cfg.shards} needs {cfg.shards - 1} boundaries, got {len(boundaries)}")
+        problem = layout_problem(cfg.shards, boundaries)
+        if problem is not None:
+            raise ValueError(problem)
         self._boundaries = list(boundaries)
-        values_dir = os.path.join(cfg.data_dir, "values")
+        values_dir = os.path.join(cfg.data_dir, datadir.VALUES_DIR)
         opts = {}
         if cfg.backend == "lmdb":
             os.makedirs(values_dir, exist_ok=True)
@@ -302,7 +303,8 @@ class Engine(Replication):
 
         started = time.monotonic()
         if shared is None:
-            self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
+            self.journal = SegmentJournal.open(os.path.join(cfg.data_dir, datadir.JOURNAL_DIR),
+                                               segment_bytes=cfg.segment_bytes)
         else:
             self.journal = shared
         # Recovery allocates millions of long-lived index objects and no

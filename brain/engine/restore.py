@@ -96,7 +96,7 @@ class DataDirBuilder:
         shutil.rmtree(self.work, ignore_errors=True)
         os.makedirs(self.work, mode=0o700)
         try:
-            self.backend = backend_mod.open_backend("lmdb", os.path.join(self.work, "values"),
+            self.backend = backend_mod.open_backend("lmdb", os.path.join(self.work, datadir.VALUES_DIR),
                                                     len(self.shard_map))
         except BaseException:
             shutil.rmtree(self.work, ignore_errors=True)
@@ -179,7 +179,7 @@ class DataDirBuilder:
             os.rename(self.work, self.data_dir)
             _fsync_dir(self.parent)
             return
-        lock_fd = os.open(os.path.join(self.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        lock_fd = os.open(os.path.join(self.data_dir, datadir.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -193,7 +193,7 @@ class DataDirBuilder:
             old = os.path.join(self.data_dir, f"{datadir.WORK_PREFIXES[1]}{os.getpid()}")
             os.makedirs(old, exist_ok=True)
             for n in datadir.BRAIN_ENTRIES:
-                if n != "LOCK" and os.path.lexists(os.path.join(self.data_dir, n)):
+                if n != datadir.LOCK_FILE and os.path.lexists(os.path.join(self.data_dir, n)):
                     os.rename(os.path.join(self.data_dir, n), os.path.join(old, n))
             for n in os.listdir(self.work):
                 os.rename(os.path.join(self.work, n), os.path.join(self.data_dir, n))

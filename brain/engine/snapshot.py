@@ -33,7 +33,7 @@ from ..etcddb import EtcdDb, EtcdDbError
 from ..mvcc import errors
 from ..mvcc.codec import decode_record, encode_record
 from ..mvcc.kvhash import KvHasher, covered_revisions, hashed
-from ..mvcc.shard import DEFAULT_SHARDS, default_boundaries
+from ..mvcc.shard import DEFAULT_SHARDS, default_boundaries, layout_problem
 from . import legacy_snapshot
 from .etcd_export import ExportInfo, write_etcd_snapshot
 from .etcd_import import import_etcd
@@ -294,8 +294,9 @@ def restore(
 
 
 def _check_layout(shards: int | None, boundaries: list[bytes]) -> None:
-    if shards is not None and shards != len(boundaries) + 1:
-        raise SnapshotError(f"--shards {shards} needs {shards - 1} boundaries, got {len(boundaries)}")
+    problem = layout_problem(shards, boundaries)
+    if problem is not None:
+        raise SnapshotError(problem)
 
 
 def _restore_legacy(path, data_dir, *, name, shards, boundaries, skip_hash_check, replace) -> RestoreResult:

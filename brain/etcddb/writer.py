@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable
 
+from brain.etcd_version import ETCD_CLUSTER_VERSION, STORAGE_VERSION
+
 from ..bbolt import BoltWriter
 from . import schema
 from .proto import Lease, encode_lease
-
-STORAGE_VERSION = "3.6.0"
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class DbMeta:
     term: int
     compact_revision: int  # -1: never compacted
     members: list[Member]
-    cluster_version: str = STORAGE_VERSION
+    cluster_version: str = ETCD_CLUSTER_VERSION
     storage_version: str = STORAGE_VERSION
 
 

@@ -16,6 +16,7 @@ order: no k-way merge is needed.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Sequence
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -116,14 +117,30 @@ class Shard:
         return self.index.irange(key, end, inclusive=(True, False)) if end is not None else self.index.irange(key)
 
 
+def layout_problem(shards: int | None, boundaries: Sequence[bytes]) -> str | None:
+    """What makes a shard layout unusable, in the words of the flags that
+    give it (--shards, --shard-boundaries), or None when it is usable.
+
+    The one check of a layout: the server's flags, the engine, and every
+    command that builds a data directory ask it, and each raises its own
+    error with the text.  ``shards`` None: the count follows from the
+    boundaries."""
+    if any(not key for key in boundaries):
+        return "--shard-boundaries: a boundary key must not be empty"
+    if any(a >= b for a, b in zip(boundaries, boundaries[1:])):
+        return "--shard-boundaries: keys must be strictly increasing (bytewise)"
+    if shards is not None and shards != len(boundaries) + 1:
+        return f"--shards {shards} needs {shards - 1} boundary keys, --shard-boundaries gives {len(boundaries)}"
+    return None
+
+
 class ShardMap:
     __slots__ = ("boundaries",)
 
     def __init__(self, boundaries: list[bytes]) -> None:
-        if any(not b for b in boundaries):
-            raise ValueError("shard boundaries must be non-empty keys")
-        if sorted(set(boundaries)) != list(boundaries):
-            raise ValueError("shard boundaries must be strictly increasing")
+        problem = layout_problem(None, boundaries)
+        if problem is not None:
+            raise ValueError(problem)
         self.boundaries = list(boundaries)
 
     def __len__(self) -> int:

@@ -131,7 +131,8 @@ class _Write:
 
 
 class Store:
-    def __init__(self, backend, boundaries: Iterable[bytes] = (), max_txn_ops: int = 128) -> None:
+    def __init__(self, backend, boundaries: Iterable[bytes] = (),
+                 max_txn_ops: int = validation.DEFAULT_MAX_TXN_OPS) -> None:
         self.shard_map = ShardMap(list(boundaries))
         self.shards = [Shard(i, backend) for i in range(len(self.shard_map))]
         self.backend = backend

@@ -16,6 +16,8 @@ from .requests import (
     TxnRequest,
 )
 
+DEFAULT_MAX_TXN_OPS = 128  # etcd's --max-txn-ops: operations in one branch of a Txn
+
 
 def check_range(r: RangeRequest) -> None:
     if not r.key:

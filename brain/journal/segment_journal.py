@@ -1,4 +1,5 @@
-"""The journal: an append-only, segmented sequence of opaque records.
+"""The local journal: an append-only, segmented sequence of opaque records
+in files of one directory (the embedded default).
 
 Records get consecutive indexes starting at 1. Appends go to the active
 (last) segment; when a frame would not fit, the active segment is made
@@ -10,7 +11,8 @@ before sync() returns. A failed fdatasync poisons the journal for good.
 Thread-safety: none, by design. One writer thread calls append, sync,
 release and close. records() may be called from that thread between calls
 (it snapshots what exists when called) but must not overlap release/close.
-A second Journal on the same directory is refused (flock on the directory).
+A second SegmentJournal on the same directory is refused (flock on the
+directory).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ DEFAULT_SEGMENT_BYTES = 64 * MiB
 
 
 @dataclass(frozen=True)
-class JournalStatistics:
+class SegmentJournalStatistics:
     segments: int  # segment files currently retained
     bytes: int  # bytes of frames in them (headers included, free space not)
     appended_records: int  # appended through this instance
@@ -56,7 +58,7 @@ class JournalStatistics:
 @dataclass(slots=True)
 class _Segment:
     # For the active segment, count/end/last_crc are only brought up to date
-    # by Journal._settle(); the hot path keeps them in Journal fields.
+    # by SegmentJournal._settle(); the hot path keeps them in its own fields.
     path: str
     first_index: int
     header_crc: int
@@ -69,8 +71,8 @@ class _Segment:
         return self.first_index + self.count - 1
 
 
-class Journal:
-    """Append-only write-ahead journal of opaque byte records. Use Journal.open."""
+class SegmentJournal:
+    """Append-only write-ahead journal of opaque byte records. Use SegmentJournal.open."""
 
     def __init__(
         self,
@@ -112,7 +114,7 @@ class Journal:
         *,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         preallocate: bool = True,
-    ) -> "Journal":
+    ) -> "SegmentJournal":
         """Open (creating if needed) the journal in directory and recover it.
 
         Every segment is validated. A torn write at the end of the last
@@ -139,7 +141,7 @@ class Journal:
     @classmethod
     def _recover(
         cls, directory: str, dir_fd: int, segment_bytes: int, preallocate: bool
-    ) -> "Journal":
+    ) -> "SegmentJournal":
         names = os.listdir(directory)
         leftovers = [name for name in names if is_temp_name(name)]
         for name in leftovers:  # segments whose creation never completed
@@ -414,9 +416,9 @@ class Journal:
             removed += 1
         return removed
 
-    def statistics(self) -> JournalStatistics:
+    def statistics(self) -> SegmentJournalStatistics:
         self._settle()
-        return JournalStatistics(
+        return SegmentJournalStatistics(
             segments=len(self._segments),
             bytes=sum(s.end for s in self._segments),
             appended_records=self._appended,
@@ -434,7 +436,7 @@ class Journal:
         os.close(self._dir_fd)
         self._fd = self._dir_fd = -1
 
-    def __enter__(self) -> "Journal":
+    def __enter__(self) -> "SegmentJournal":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -442,7 +444,7 @@ class Journal:
 
     def __repr__(self) -> str:
         return (
-            f"Journal({self._directory!r}, records {self.first_index}..{self._last_index}, "
+            f"SegmentJournal({self._directory!r}, records {self.first_index}..{self._last_index}, "
             f"{len(self._segments)} segments)"
         )
 
