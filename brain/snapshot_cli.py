@@ -42,7 +42,7 @@ def _human_bytes(n: int) -> str:
 
 
 def _status(args) -> int:
-    from brain.engine.snapshot import SnapshotError, status
+    from brain.migrate.snapshot import SnapshotError, status
 
     try:
         st = status(args.file)
@@ -71,7 +71,7 @@ def _status(args) -> int:
 
 
 def _restore(args) -> int:
-    from brain.engine.snapshot import SnapshotError, restore
+    from brain.migrate.snapshot import SnapshotError, restore
 
     data_dir = args.data_dir or f"{args.name}.brain"
     boundaries = args.shard_boundaries
@@ -92,7 +92,8 @@ def _restore(args) -> int:
 
 
 def _save(args) -> int:
-    from brain.api.etcd_client import ClientTLS, EtcdClient, SourceError
+    from brain.api.etcd_client import ClientTLS, EtcdClient
+    from brain.migrate.source import SourceError
     from brain.progress import Progress
 
     part = args.file + ".part"

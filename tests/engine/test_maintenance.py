@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from brain.engine import Engine, EngineConfig
-from brain.engine import snapshot as snaps
+from brain.migrate import snapshot as snaps
 from brain.engine.alarms import ALARM_CORRUPT, ALARM_NOSPACE
 from brain.mvcc import errors
 from brain.mvcc.kvhash import covered_revisions
@@ -183,7 +183,7 @@ def test_snapshot_restore_roundtrip(engines, tmp_path, target_shards):
 
 
 def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_path, monkeypatch):
-    from brain.engine import etcd_export
+    from brain.migrate import etcd_export
 
     monkeypatch.setattr(etcd_export, "KEYS_PER_HOLD", 5)  # many lock releases in both passes
     monkeypatch.setattr(etcd_export, "RECORDS_PER_HOLD", 7)

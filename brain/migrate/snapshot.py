@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from ..etcddb import EtcdDb, EtcdDbError
+from .etcddb import EtcdDb, EtcdDbError
 from ..mvcc import errors
 from ..mvcc.codec import decode_record, encode_record
 from ..mvcc.kvhash import KvHasher, covered_revisions, hashed

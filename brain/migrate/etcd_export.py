@@ -23,9 +23,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from ..etcddb import schema
-from ..etcddb.proto import KeyValue, Lease, encode_key_value
-from ..etcddb.writer import DbMeta, Member, write_etcd_db
+from .etcddb import schema
+from .etcddb.proto import KeyValue, Lease, encode_key_value
+from .etcddb.writer import DbMeta, Member, write_etcd_db
 from ..mvcc.kvhash import covered_revisions
 from ..mvcc.revision import main_of, sub_of
 from ..progress import Progress
