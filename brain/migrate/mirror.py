@@ -132,8 +132,7 @@ class Mirror:
         if self.engine.committed_rev != self.applied_revision:
             raise MirrorError(f"{self.data_dir} opened at revision {self.engine.committed_rev}, "
                               f"expected {self.applied_revision}")
-        with self.engine._lock:
-            self._known_leases = set(self.engine.store.lessor.leases)
+        self._known_leases = {lease_id for lease_id, _ttl in self.engine.history().leases()}
         return self.engine
 
     def _submit(self, payload: bytes, last_rev: int | None) -> None:

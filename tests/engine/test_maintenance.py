@@ -221,16 +221,17 @@ def test_snapshot_is_consistent_while_writes_and_compactions_go_on(engines, tmp_
     covered, records = etcd_export._covered, etcd_export._records
     injected = []
 
-    def covered_with_compaction(engine, rev, compact_rev):
-        engine.compact(CompactRequest(rev - 3))
+    def covered_with_compaction(pinned):
+        rev = pinned.revision
+        src.compact(CompactRequest(rev - 3))
         injected.append(rev - 3)
-        return covered(engine, rev, compact_rev)
+        return covered(pinned)
 
-    def records_with_compaction(engine, revs, progress):
-        for n, item in enumerate(records(engine, revs, progress)):
+    def records_with_compaction(pinned, revs, progress):
+        for n, item in enumerate(records(pinned, revs, progress)):
             if n == 20:
                 rev = max(r >> 48 for r in revs)
-                engine.compact(CompactRequest(rev - 1))
+                src.compact(CompactRequest(rev - 1))
                 injected.append(rev - 1)
             yield item
 
