@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from brain.engine import Engine, EngineConfig
+from brain.engine import Engine
 from brain.mvcc.requests import CompactRequest, DeleteRangeRequest, LeaseGrantRequest, PutRequest
 from brain.mvcc.revision import main_of
+from tests.support.engines import cfg
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
 def engine(tmp_path):
-    eng = Engine.open(EngineConfig(str(tmp_path / "e"), shards=3, shard_boundaries=[b"f", b"p"]))
+    eng = Engine.open(cfg(tmp_path / "e"))  # shards split at f and p
     yield eng
     eng.close()
 
