@@ -21,7 +21,7 @@ agree, and etcd's source where 3.6 differs):
 * Defragment answers success: lmdb reuses freed pages, so there is nothing
   to defragment; it runs a checkpoint, which moves the journal into the
   value store and applies pending compaction deletes, so in-use bytes drop.
-* Snapshot streams a consistent snapshot (brain.engine.snapshot), an etcd
+* Snapshot streams a consistent snapshot (brain.migrate.snapshot), an etcd
   database file holding the retained history and the leases, in 32 KiB
   blobs with ``remaining_bytes`` and ``version``, then its sha256 as a last
   message, as etcd's server does.
@@ -40,7 +40,7 @@ from brain.api import convert
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
 from brain.api.unary import abort_with
-from brain.engine import snapshot as snapshots
+from brain.migrate import snapshot as snapshots
 from brain.engine.alarms import ALARM_NONE
 from brain.engine.config import DEFAULT_QUOTA_BYTES
 from brain.etcd_version import ETCD_VERSION, STORAGE_VERSION

@@ -36,9 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    from brain.engine.etcd_import import import_etcd
-    from brain.engine.restore import RestoreError
-    from brain.etcddb import EtcdDbError
+    from brain.migrate.etcd_import import import_etcd
+    from brain.migrate.restore import RestoreError
+    from brain.migrate.etcddb import EtcdDbError
 
     try:
         boundaries = cli_flags.layout(args.shards, args.shard_boundaries)

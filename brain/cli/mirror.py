@@ -1,6 +1,6 @@
 """`brain mirror --from URL --data-dir DIR`: copy a running etcd into a new
 brain data directory with every revision kept, then follow it until
-stopped (see brain/mirror.py and docs/migration.md).
+stopped (see brain/migrate/mirror.py and docs/migration.md).
 
   brain mirror --from https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key \\
                --data-dir /var/lib/brain [--listen-metrics-urls http://127.0.0.1:2381]
@@ -47,10 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     from brain import logging_setup
-    from brain.api.etcd_client import ClientTLS, EtcdClient, SourceError
-    from brain.engine.restore import RestoreError
-    from brain.etcddb import EtcdDbError
-    from brain.mirror import Mirror, MirrorError
+    from brain.api.etcd_client import ClientTLS, EtcdClient
+    from brain.migrate.etcddb import EtcdDbError
+    from brain.migrate.mirror import Mirror, MirrorError
+    from brain.migrate.restore import RestoreError
+    from brain.migrate.source import SourceError
 
     logging_setup.configure(args.log_level, "text")
     log = logging.getLogger("brain.mirror")
@@ -86,7 +87,7 @@ def main(argv: Sequence[str]) -> int:
         engine = mirror.open_engine()
         if args.listen_metrics_urls:
             from brain.metrics import MetricsServer
-            from brain.metrics.mirror import MirrorCollector
+            from brain.migrate.metrics import MirrorCollector
 
             metrics = MetricsServer(engine, args.listen_metrics_urls)
             metrics.registry.registry.register(MirrorCollector(mirror))

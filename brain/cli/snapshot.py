@@ -31,7 +31,7 @@ from brain.progress import human_bytes
 
 
 def _status(args) -> int:
-    from brain.engine.snapshot import SnapshotError, status
+    from brain.migrate.snapshot import SnapshotError, status
 
     try:
         st = status(args.file)
@@ -60,7 +60,7 @@ def _status(args) -> int:
 
 
 def _restore(args) -> int:
-    from brain.engine.snapshot import SnapshotError, restore
+    from brain.migrate.snapshot import SnapshotError, restore
 
     data_dir = args.data_dir or f"{args.name}.brain"
     boundaries = args.shard_boundaries
@@ -81,7 +81,8 @@ def _restore(args) -> int:
 
 
 def _save(args) -> int:
-    from brain.api.etcd_client import ClientTLS, EtcdClient, SourceError
+    from brain.api.etcd_client import ClientTLS, EtcdClient
+    from brain.migrate.source import SourceError
     from brain.progress import Progress
 
     part = args.file + ".part"

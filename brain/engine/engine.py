@@ -66,6 +66,7 @@ from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
 from . import datadir
 from .config import EngineConfig
+from .history import History
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
 from .replication import FOLLOWER, LEADER, Replication
@@ -962,6 +963,11 @@ class Engine(Replication):
     def alarm_deactivate(self, member_id: int, alarm: int) -> bool:
         """Clear an alarm; False if it was not raised."""
         return self.alarms.deactivate(member_id, alarm, self._store_alarms)
+
+    def history(self) -> History:
+        """The committed history, for readers that walk it while writes go
+        on (hashes, snapshots, export, the mirror): brain/engine/history.py."""
+        return History(self._lock, self.store, self)
 
     def pin_compaction(self) -> None:
         """Hold physical compaction (logical compaction still happens)

@@ -4,7 +4,7 @@ holding the same keyspace *and* history.
 Every entry of etcd's key bucket becomes the brain record at the same
 (main, sub) revision: a put keeps its value, create revision, version and
 lease; a tombstone stays a tombstone.  The revision is the one etcd would
-serve after opening the database (brain.etcddb.EtcdDb.current_revision),
+serve after opening the database (brain.migrate.etcddb.EtcdDb.current_revision),
 the compaction revision the one below which etcd refuses reads, and an
 unfinished etcd compaction is finished by brain when it opens the
 directory.  Leases keep their IDs and granted TTLs (like etcd after a
@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..etcddb import EtcdDb
+from .etcddb import EtcdDb
 from ..mvcc.revision import pack
 from ..progress import Progress
 from .restore import BuiltDir, DataDirBuilder

@@ -2,11 +2,11 @@
 
 Hashes (HashKV, Hash) walk the history shard by shard (which is key order),
 key by key, the revisions `kvhash.covered_revisions` selects (everything up
-to the revision asked for that compaction keeps).  The walk holds the engine
-lock for a bounded number of revisions at a time, so writes go on meanwhile;
-it pins physical compaction, so a compaction requested during the walk
-cannot drop history it has not reached yet (the selection uses the
-compaction revision read when the walk started).
+to the revision asked for that compaction keeps), through the engine's
+reader of history at a pinned revision (brain/engine/history.py): writes
+go on meanwhile, and a compaction requested during the walk cannot drop
+history it has not reached yet (the selection uses the compaction revision
+read when the walk started).
 
 A snapshot is an etcd database holding the same revisions (etcd_export.py),
 followed, in a file, by its sha256: exactly what etcd's Maintenance Snapshot
@@ -29,84 +29,31 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from ..etcddb import EtcdDb, EtcdDbError
 from ..mvcc import errors
 from ..mvcc.codec import decode_record, encode_record
-from ..mvcc.kvhash import KvHasher, covered_revisions, hashed
+from ..mvcc.kvhash import KvHasher, hashed
 from ..mvcc.shard import DEFAULT_SHARDS, default_boundaries, layout_problem
 from . import legacy_snapshot
+from .etcddb import EtcdDb, EtcdDbError
 from .etcd_export import ExportInfo, write_etcd_snapshot
 from .etcd_import import import_etcd
 from .legacy_snapshot import SnapshotError
 from .restore import DataDirBuilder, RestoreError
 
-WALK_CHUNK = 4096  # revisions read per hold of the engine lock
 SEND_CHUNK = 32 * 1024  # etcd's snapshotSendBufferSize
 
 
 # ---------------------------------------------------------------------------
-# walking the history
+# hashing the history
 
 
-def _walk(engine, rev: int, compact_rev: int, chunk: int | None = None) -> Iterator[tuple[list, int]]:
-    """Yield (entries, live_keys) per chunk: entries are (revision, record
-    bytes) in key, then revision order.  The caller has pinned compaction."""
-    lock = engine._lock
-    chunk = chunk or WALK_CHUNK
-    for shard in engine.store.shards:
-        cursor = None
-        while True:
-            entries: list[tuple[int, bytes]] = []
-            live = 0
-            with lock:
-                index = shard.index
-                it = index.irange() if cursor is None else index.irange(cursor, inclusive=(False, True))
-                last = None
-                scanned = 0
-                for key in it:
-                    last = key
-                    scanned += 1
-                    revs = covered_revisions(index[key], compact_rev, rev)
-                    if not revs:
-                        if scanned >= 4 * chunk:  # keys newer than `rev` still cost time
-                            break
-                        continue
-                    rec = None
-                    for r in revs:
-                        rec = shard.record(r)
-                        entries.append((r, encode_record(rec)))
-                    if rec[1] is not None:
-                        live += 1
-                    if len(entries) >= chunk:
-                        break
-                else:
-                    last = None  # the shard is done
-            yield entries, live
-            if last is None:
-                break
-            cursor = last
-
-
-def _begin_walk(engine, rev: int) -> tuple[int, int, int]:
-    """Check `rev` as etcd's HashKV does and pin compaction.
-    Returns (revision to walk to, compaction revision, current revision)."""
-    with engine._lock:
-        current = engine.committed_rev
-        compact_rev = engine.store.compact_rev
-        if rev > 0 and rev < compact_rev:
-            raise errors.ErrCompacted.fresh()
-        if rev > 0 and rev > current:
-            raise errors.ErrFutureRev.fresh()
-        if rev == 0:
-            rev = current
-        engine.pin_compaction()
-    return rev, compact_rev, current
-
-
-def _hash_entries(h: KvHasher, entries: list[tuple[int, bytes]], compact_rev: int) -> None:
-    if entries:
-        h.update(b"".join(r.to_bytes(16, "big") + data for r, data in entries if hashed(r, data, compact_rev)),
-                 len(entries))
+def _hash_chunk(h: KvHasher, pinned, chunk, compact_rev: int) -> None:
+    if not chunk.revisions:
+        return
+    records = pinned.read((chunk.shard, r) for r in chunk.revisions)
+    entries = [(r, encode_record(rec)) for r, rec in zip(chunk.revisions, records)]
+    h.update(b"".join(r.to_bytes(16, "big") + data for r, data in entries if hashed(r, data, compact_rev)),
+             len(entries))
 
 
 @dataclass(frozen=True)
@@ -120,14 +67,18 @@ class KvHash:
 def hash_kv(engine, rev: int = 0) -> KvHash:
     """etcd's HashKV: the hash of the history up to `rev` (0: the current
     revision) that compaction keeps; ErrCompacted / ErrFutureRev as etcd."""
-    rev, compact_rev, current = _begin_walk(engine, rev)
-    try:
+    with engine.history().pin() as pinned:
+        current, compact_rev = pinned.revision, pinned.compact_revision
+        if rev > 0 and rev < compact_rev:
+            raise errors.ErrCompacted.fresh()
+        if rev > 0 and rev > current:
+            raise errors.ErrFutureRev.fresh()
+        if rev == 0:
+            rev = current
         h = KvHasher()
         if rev >= 0:
-            for entries, _live in _walk(engine, rev, compact_rev):
-                _hash_entries(h, entries, compact_rev)
-    finally:
-        engine.unpin_compaction()
+            for chunk in pinned.walk(rev):
+                _hash_chunk(h, pinned, chunk, compact_rev)
     return KvHash(h.value, compact_rev, rev, current)
 
 
@@ -135,8 +86,7 @@ def hash_all(engine) -> tuple[int, int]:
     """etcd's Hash: one hash of the whole store state (all kept history, the
     compaction revision, the leases).  Returns (hash, revision)."""
     kv = hash_kv(engine, 0)
-    with engine._lock:
-        leases = sorted((lease.id, lease.ttl) for lease in engine.store.lessor.leases.values())
+    leases = engine.history().leases()
     extra = json.dumps({"compact": kv.compact_revision, "revision": kv.hash_revision, "leases": leases})
     return zlib.crc32(extra.encode(), kv.hash) & 0xFFFFFFFF, kv.current_revision
 

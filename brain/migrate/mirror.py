@@ -33,7 +33,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from brain.engine.etcd_import import ImportResult, import_etcd
+from brain.migrate.etcd_import import ImportResult, import_etcd
+from brain.migrate.source import Source, SourceError
 from brain.mvcc.codec import BatchEncoder
 from brain.mvcc.requests import EVENT_PUT
 from brain.progress import Progress, human_seconds
@@ -63,7 +64,7 @@ class MirrorStatistics:
 
 
 class Mirror:
-    def __init__(self, client, data_dir: str, *, boundaries: list[bytes], name: str = "default",
+    def __init__(self, client: Source, data_dir: str, *, boundaries: list[bytes], name: str = "default",
                  replace: bool = False, out=None, interval: float = 5.0, lease_poll: float = 1.0,
                  compaction_poll: float = 5.0, engine_options: dict | None = None) -> None:
         self.client = client
@@ -131,8 +132,7 @@ class Mirror:
         if self.engine.committed_rev != self.applied_revision:
             raise MirrorError(f"{self.data_dir} opened at revision {self.engine.committed_rev}, "
                               f"expected {self.applied_revision}")
-        with self.engine._lock:
-            self._known_leases = set(self.engine.store.lessor.leases)
+        self._known_leases = {lease_id for lease_id, _ttl in self.engine.history().leases()}
         return self.engine
 
     def _submit(self, payload: bytes, last_rev: int | None) -> None:
@@ -248,8 +248,6 @@ class Mirror:
         """Leases every lease_poll seconds, compaction every compaction_poll.
         etcd being unreachable for a while is reported once and retried (the
         watch notices it too); an engine failure stops the mirror."""
-        from brain.api.etcd_client import SourceError
-
         next_compaction = 0.0
         unreachable = False
         while not stop.wait(self.lease_poll):
@@ -271,8 +269,6 @@ class Mirror:
         """Apply etcd's changes until `stop` is set, then drain to etcd's
         revision at that moment.  A watch that breaks (etcd restarting, a
         network hiccup) is opened again from the next revision."""
-        from brain.api.etcd_client import SourceError
-
         self.phase = "following"
         self._follow_started = time.monotonic()
         poll_stop = threading.Event()

@@ -30,11 +30,11 @@ import shutil
 from dataclasses import dataclass
 
 from .. import backend as backend_mod
+from ..engine import datadir
+from ..engine.engine import META_CHECKPOINT, META_IDENTITY, META_LAYOUT
+from ..engine.ids import new_id
 from ..mvcc.codec import Record, encode_record
 from ..mvcc.shard import ShardMap
-from . import datadir
-from .engine import META_CHECKPOINT, META_IDENTITY, META_LAYOUT
-from .ids import new_id
 
 BATCH_BYTES = 32 << 20  # records per value-store transaction
 

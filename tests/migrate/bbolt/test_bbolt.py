@@ -1,4 +1,4 @@
-"""brain.bbolt: our reader reads what our writer writes (random buckets with
+"""brain.migrate.bbolt: our reader reads what our writer writes (random buckets with
 nested, inline, empty and overflowing contents), damage is reported with the
 page, and real bbolt (inside etcd's tools) finds our files consistent."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brain.bbolt import BoltError, BoltFile, BoltWriter
-from brain.bbolt.layout import BUCKET_HEADER, LEAF_PAGE, PAGE_HEADER, fnv1a64
+from brain.migrate.bbolt import BoltError, BoltFile, BoltWriter
+from brain.migrate.bbolt.layout import BUCKET_HEADER, LEAF_PAGE, PAGE_HEADER, fnv1a64
 from tests.support.etcd_tools import etcd_tool
 
 
