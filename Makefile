@@ -39,7 +39,7 @@ bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext
 	bash tests/cluster/build.sh
 	$(PYTHON) -m benchmarks.run
 
-bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (6-10 min; what the pytest in tests/benchmarks runs)
+bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (6-10 min; what tests/benchmarks runs under make test-full)
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh
