@@ -65,6 +65,7 @@ from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor
 from . import datadir
+from .checkpoint_meta import CheckpointMeta
 from .config import EngineConfig
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
@@ -77,7 +78,6 @@ log = logging.getLogger("brain.engine")
 # A recovered index this large is moved out of the cyclic GC's reach.
 FREEZE_INDEX_KEYS = 100_000
 
-META_CHECKPOINT = b"brain.checkpoint"
 META_IDENTITY = b"brain.identity"
 META_LAYOUT = b"brain.layout"
 META_ALARMS = b"brain.alarms"
@@ -345,21 +345,16 @@ class Engine(Replication):
         the last record it holds, and the journal bytes replayed."""
         store = Store(self.backend, self._boundaries, self.config.max_txn_ops)
         started = time.monotonic()
-        cp = self.backend.get_meta(META_CHECKPOINT)
+        meta = CheckpointMeta.read(self.backend)
         journal_index = 0
-        if cp is not None:
-            meta = json.loads(cp)
-            store.load_records(meta["leases"])
-            store.revision = meta["revision"]
-            store.compact_rev = meta["compact_rev"]
-            store.compact_done_rev = meta["compact_done_rev"]
-            store.epoch = meta.get("epoch", 0)
-            store.leader_id = meta.get("leader_id", 0)
-            journal_index = meta["journal_index"]
+        if meta is not None:
+            store.load_checkpoint(meta.revision, meta.leases,
+                                  compact_rev=-1 if meta.compact_revision is None else meta.compact_revision,
+                                  compaction_finished=meta.compaction_finished,
+                                  epoch=meta.epoch, leader_id=meta.leader_id)
+            journal_index = meta.journal_index
             log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
                      store.revision, journal_index, store.keys_total(), time.monotonic() - started)
-        if store.compact_done_rev < store.compact_rev:
-            store._start_compaction(store.compact_rev)
         replayed = 0
         replayed_bytes = 0
         last = journal_index
@@ -884,19 +879,10 @@ class Engine(Replication):
     def _write_checkpoint(self, cut, index: int) -> None:
         started = time.monotonic()
         try:
-            meta = {
-                "revision": cut.revision,
-                "compact_rev": cut.compact_rev,
-                "compact_done_rev": cut.compact_done_rev,
-                "journal_index": index,
-                "leases": cut.leases,
-                "epoch": cut.epoch,
-                "leader_id": cut.leader_id,
-            }
             batch = backend_mod.WriteBatch(
                 puts=list(cut.records()),
                 deletes=list(cut.deleted()),
-                meta={META_CHECKPOINT: json.dumps(meta).encode()},
+                meta=CheckpointMeta.of_cut(cut, index).write_entry(),
             )
             self.backend.write(batch)
             self._last_checkpoint_seconds = time.monotonic() - started
@@ -991,6 +977,12 @@ class Engine(Replication):
     def checkpoint(self) -> None:
         """Run a full checkpoint now (used by tests and shutdown)."""
         self.on_committer(self._checkpoint_now)
+
+    def checkpoint_index(self) -> int:
+        """The last journal index the value store's checkpoint holds (0:
+        none yet); a replica's records up to it may be purged."""
+        meta = CheckpointMeta.read(self.backend)
+        return 0 if meta is None else meta.journal_index
 
     def _checkpoint_now(self) -> None:
         self._settle_checkpoint()

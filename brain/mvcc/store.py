@@ -667,6 +667,19 @@ class Store:
                     raise ValueError(f"payload revision {entry[1]} does not follow {expect - 1}")
                 expect += 1
 
+    def load_checkpoint(self, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
+                        compaction_finished: bool, epoch: int = 0, leader_id: int = 0) -> None:
+        """Take the state a checkpoint recorded (``load_records`` plus its
+        revisions); a physical compaction it records as unfinished starts
+        again from the beginning."""
+        self.load_records(leases)
+        self.revision = revision
+        self.compact_rev = compact_rev
+        self.compact_done_rev = compact_rev if compaction_finished else -1
+        self.epoch, self.leader_id = epoch, leader_id
+        if not compaction_finished:
+            self._start_compaction(compact_rev)
+
     def load_records(self, leases: Iterable[tuple[int, int]] = ()) -> None:
         """Rebuild every shard's key index from the value store (after a
         checkpoint, the store holds every record not yet compacted) and
