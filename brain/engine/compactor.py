@@ -103,9 +103,11 @@ class Compactor:
         self._thread = threading.Thread(target=self._loop, name="brain-compactor", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop deciding compactions; ``wait``: until the thread is gone (not
+        from a thread its compaction request may be waiting for)."""
         self._stop.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join()
 
     def _try(self, rev: int) -> bool:

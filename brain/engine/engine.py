@@ -393,7 +393,7 @@ class Engine(Replication):
             leases.stop()
         compactor, self._compactor = self._compactor, None
         if compactor is not None:
-            compactor._stop.set()
+            compactor.stop(wait=False)
 
     def _expire_lease(self, lease_id: int) -> Future:
         """A lease's deadline passed: revoke it, here or nowhere."""

@@ -126,7 +126,7 @@ class Replication:
         """Where linearizable reads get their read index from:
         ``ask(callback(index, exc))`` (default: the journal's)."""
         if self._barrier is not None:
-            self._barrier._ask = ask
+            self._barrier.use_source(ask)
 
     @property
     def leader_id(self) -> int:
