@@ -63,7 +63,7 @@ from ..mvcc.requests import (
 from ..mvcc.shard import default_boundaries
 from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
-from .compactor import Compactor
+from .compactor import Compactor, parse_retention
 from . import datadir
 from .checkpoint_meta import CheckpointMeta
 from .config import EngineConfig
@@ -194,8 +194,8 @@ class DataDirLocked(RuntimeError):
 class Engine(Replication):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        # Fail on a bad retention before touching the data directory.
-        Compactor(config.auto_compaction_mode, config.auto_compaction_retention, lambda: 0, lambda r: None)
+        # Parsed before touching the data directory: a bad one fails here.
+        self._retention = parse_retention(config.auto_compaction_mode, config.auto_compaction_retention)
         self._lock = threading.Lock()
         self._cv = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
@@ -272,10 +272,9 @@ class Engine(Replication):
             raise ValueError(f"--shards {cfg.shards} needs {cfg.shards - 1} boundaries, got {len(boundaries)}")
         self._boundaries = list(boundaries)
         values_dir = os.path.join(cfg.data_dir, "values")
-        opts = {}
         if cfg.backend == "lmdb":
             os.makedirs(values_dir, exist_ok=True)
-        self.backend = backend_mod.open_backend(cfg.backend, values_dir, cfg.shards, **opts)
+        self.backend = backend_mod.open_backend(cfg.backend, values_dir, cfg.shards)
 
         layout = self.backend.get_meta(META_LAYOUT)
         identity = self.backend.get_meta(META_IDENTITY)
@@ -381,8 +380,8 @@ class Engine(Replication):
         self._leases.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
         if cfg.lease_expiry:
             self._leases.start()
-        self._compactor = Compactor(cfg.auto_compaction_mode, cfg.auto_compaction_retention,
-                                    lambda: self.committed_rev, self.compact)
+        self._compactor = Compactor(cfg.auto_compaction_mode, self._retention, lambda: self.committed_rev,
+                                    self.compact)
         self._compactor.start()
 
     def _stop_leading(self) -> None:
