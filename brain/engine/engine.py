@@ -323,7 +323,7 @@ class Engine(Replication):
         self._lease_ids = IdGenerator(self.member_id)
         self.watches = WatchManager(self.store, self._lock, progress_interval=cfg.watch_progress_notify_interval,
                                     max_queued_events=cfg.watch_queue_events)
-        self.store.changes = []
+        self.store.collect_changes()
         self._refresh_backend_size()
         log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
 
@@ -681,8 +681,7 @@ class Engine(Replication):
         with self._lock:
             results, payload = self._apply(admitted)
             new_rev = self.store.revision
-            events = self.store.changes
-            self.store.changes = []
+            events = self.store.take_changes()
         index = self._applied_index
         if payload:
             # the append is fenced on this replica's last record: once it
@@ -690,13 +689,7 @@ class Engine(Replication):
             index = self._make_durable(payload, admitted)
             if index is None:
                 return
-        with self._lock:
-            # together, so that a reader of both sees a matching pair
-            self.committed_rev = new_rev
-            self._applied_index = index
-        if events:
-            self.watches.notify(events, new_rev)
-        self._batches += 1
+        self._publish(new_rev, index, events)
         self._requests += len(admitted)
         if self._leases is not None:
             self._leases.on_commit([p.request for p in admitted], results)
@@ -707,8 +700,21 @@ class Engine(Replication):
             self._confirm_unwritten(admitted, results)
         else:
             self._settle_results(admitted, results)
+
+    def _publish(self, revision: int, index: int, events: list) -> None:
+        """Make a batch that is in the journal visible: readers see
+        ``revision`` and the journal ``index`` holding it, watchers get its
+        ``events``, reads waiting for ``index`` go ahead.  The leader's commit
+        and the follower's apply both end here."""
+        with self._lock:
+            # together, so that a reader of both sees a matching pair
+            self.committed_rev = revision
+            self._applied_index = index
+        if events:
+            self.watches.notify(events, revision)
+        self._batches += 1
         if self._barrier is not None:
-            self._barrier.applied(self._applied_index)
+            self._barrier.applied(index)
 
     def _settle_results(self, admitted: list[_Pending], results: list) -> None:
         for p, res in zip(admitted, results):

@@ -204,21 +204,13 @@ class Replication:
                     break
                 applied = index
                 nbytes += len(payload)
-            new_rev = self.store.revision
-            events = self.store.changes
-            self.store.changes = []
-            self.committed_rev = new_rev
-            self._applied_index = applied
+            events = self.store.take_changes()
         self._journal_bytes += nbytes
-        self._batches += 1
-        if events:
-            self.watches.notify(events, new_rev)
+        self._publish(self.store.revision, applied, events)
         if self.store.epoch != self.raft_term:
             self.raft_term = self.store.epoch
             self._run_role_hooks()
         self._release_parked()
-        if self._barrier is not None:
-            self._barrier.applied(applied)
 
     def _journal_ahead(self, index: int) -> None:
         """(any thread) The journal reported an index beyond what this
@@ -577,7 +569,7 @@ class Replication:
                                           f"{store.revision}; expected {self._applied_index}, {self.committed_rev}")
             log.error("%s", self._failed_reason)
             return
-        store.changes = []
+        store.collect_changes()
         with self.watches.lock:
             with self._lock:
                 self.store = store

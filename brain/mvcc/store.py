@@ -149,9 +149,10 @@ class Store:
         # while a Txn is half applied (its Ranges see its own writes).
         self.index_rev = 0
         self._compaction: _Compaction | None = None
-        # When a list, every change applied is appended here as an Event, in
-        # revision order, for the watch hub (the engine drains it per batch).
-        self.changes: list[Event] | None = None
+        # After collect_changes(): every change applied, as an Event in
+        # revision order, for the watch hub (taken per batch by take_changes).
+        # None: not collected (recovery replays history nobody watches yet).
+        self._changes: list[Event] | None = None
         # The newest epoch record replayed (a replicated journal's leader
         # term and that leader's member ID); 0 on a single node.
         self.epoch = 0
@@ -159,6 +160,20 @@ class Store:
 
     # ------------------------------------------------------------------
     # key placement
+
+    def collect_changes(self) -> None:
+        """Collect every change applied from now on (for live watchers)."""
+        if self._changes is None:
+            self._changes = []
+
+    def take_changes(self) -> list[Event]:
+        """The changes applied since the last take, in revision order (none
+        before collect_changes)."""
+        changes = self._changes
+        if not changes:
+            return []
+        self._changes = []
+        return changes
 
     def shard_for_key(self, key: bytes) -> Shard:
         return self.shards[self.shard_map.shard_of(key)]
@@ -249,8 +264,8 @@ class Store:
         shard.active[rev] = (key, value, created, version, lease)
         shard.active_order.append(rev)
         self.lessor.set_key(key, lease)
-        if self.changes is not None:
-            self.changes.append(Event(EVENT_PUT, KeyValue(key, main_of(created), main_of(rev), version, value, lease)))
+        if self._changes is not None:
+            self._changes.append(Event(EVENT_PUT, KeyValue(key, main_of(created), main_of(rev), version, value, lease)))
 
     def _delete_at(self, rev: int, key: bytes) -> None:
         shard = self.shard_for_key(key)
@@ -262,8 +277,8 @@ class Store:
         shard.active[rev] = (key, None, 0, 0, 0)
         shard.active_order.append(rev)
         self.lessor.set_key(key, 0)
-        if self.changes is not None:
-            self.changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
+        if self._changes is not None:
+            self._changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
 
     # ------------------------------------------------------------------
     # reads
