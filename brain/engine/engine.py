@@ -67,6 +67,7 @@ from .compactor import Compactor, parse_retention
 from . import datadir
 from .checkpoint_meta import CheckpointMeta
 from .config import EngineConfig
+from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
 from .replication import FOLLOWER, LEADER, Replication
@@ -178,15 +179,6 @@ class _Pending:
         self.deadline = 0.0  # set when first forwarded to a leader
 
 
-class _Effects:
-    """A payload of effects to journal and apply as it is (a mirror's)."""
-
-    __slots__ = ("payload",)
-
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
-
-
 class DataDirLocked(RuntimeError):
     pass
 
@@ -199,6 +191,8 @@ class Engine(Replication):
         self._lock = threading.Lock()
         self._cv = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
+        # Everything else for the committer, by kind (brain.engine.items).
+        self._inboxes: dict[type, list] = _empty_inboxes()
         self._stopping = False
         self._closing = False
         self._failed: errors.EtcdError | None = None
@@ -486,7 +480,7 @@ class Engine(Replication):
         completes with the new revision once the payload is durable;
         readers and watchers see it then.  A payload that does not continue
         the revision is refused with ValueError and nothing is applied."""
-        return self.submit(_Effects(payload))
+        return self.submit(Effects(payload))
 
     def _enqueue(self, pending: list[_Pending]) -> None:
         with self._cv:
@@ -609,29 +603,39 @@ class Engine(Replication):
     # ------------------------------------------------------------------
     # the committer thread
 
+    def _post(self, item) -> None:
+        """(any thread) Hand ``item`` (one of brain.engine.items) to the
+        committer's next turn."""
+        with self._cv:
+            inbox = self._inboxes[type(item)]
+            inbox.append(item)
+            if len(inbox) == 1:
+                self._cv.notify()
+
+    def _take_posted(self, kind: type) -> list:
+        """(committer) The items of ``kind`` posted since the turn began."""
+        with self._cv:
+            items, self._inboxes[kind] = self._inboxes[kind], []
+        return items
+
     def _run(self) -> None:
+        # the inboxes handled before the turn's writes, in this order
+        # (controls after them: see brain.engine.items)
+        handlers = ((Delivered, self._apply_records), (ForwardOutcome, self._complete_forwarded),
+                    (Confirmation, self._settle_confirmed))
         while True:
             with self._cv:
-                if (not self._queue and not self._inbox and not self._completions and not self._confirmed
-                        and not self._stopping):
+                if not self._queue and not any(self._inboxes.values()) and not self._stopping:
                     idle_wait = 0.0 if self.store.compacting else 0.2
                     if idle_wait:
                         self._cv.wait(idle_wait)
                 batch = list(self._queue)
                 self._queue.clear()
-                records, self._inbox = self._inbox, []
-                completions, self._completions = self._completions, []
-                confirmed, self._confirmed = self._confirmed, []
+                posted, self._inboxes = self._inboxes, _empty_inboxes()
                 stopping = self._stopping
-            controls = [p for p in batch if isinstance(p.request, _Control)]
-            if controls:
-                batch = [p for p in batch if not isinstance(p.request, _Control)]
-            if records:
-                self._apply_records(records)
-            if completions:
-                self._complete_forwarded(completions)
-            if confirmed:
-                self._settle_confirmed(confirmed)
+            for kind, handle in handlers:
+                if posted[kind]:
+                    handle(posted[kind])
             if batch:
                 try:
                     if self._role == LEADER:
@@ -645,11 +649,11 @@ class Engine(Replication):
                         self._settle(p, None, errors.ErrStopped)
             self._maintain()
             self._flush_sinks()
-            for c in controls:
-                c.request.fn()
+            for control in posted[Control]:
+                control.fn()
             if stopping and not batch:
                 with self._cv:
-                    if not self._queue:
+                    if not self._queue and not self._inboxes[Control]:
                         return
 
     def _over_quota(self) -> bool:
@@ -718,9 +722,7 @@ class Engine(Replication):
 
     def _settle_results(self, admitted: list[_Pending], results: list) -> None:
         for p, res in zip(admitted, results):
-            if isinstance(res, errors.EtcdError):
-                self._settle(p, None, res)
-            elif isinstance(res, Exception):  # a refused _Effects payload
+            if isinstance(res, Exception):  # an EtcdError, or a refused Effects payload's ValueError
                 self._settle(p, None, res)
             elif p.wait_compact:
                 p.result = res
@@ -732,7 +734,7 @@ class Engine(Replication):
         """Apply a batch to the store (lock held): requests are decided,
         effects payloads are replayed as they are.  Returns one result per
         pending write and the journal payload of them all."""
-        if not any(type(p.request) is _Effects for p in admitted):
+        if not any(type(p.request) is Effects for p in admitted):
             return self.store.apply([p.request for p in admitted])
         results: list = []
         parts: list[bytes] = []
@@ -746,7 +748,7 @@ class Engine(Replication):
                 run.clear()
 
         for p in admitted:
-            if type(p.request) is not _Effects:
+            if type(p.request) is not Effects:
                 run.append(p.request)
                 continue
             flush_run()
@@ -997,10 +999,7 @@ class Engine(Replication):
 
     def _control(self, fn) -> None:
         """Run fn on the committer thread (the journal's only writer)."""
-        p = _Pending(_Control(fn), None, 0)
-        with self._cv:
-            self._queue.append(p)
-            self._cv.notify()
+        self._post(Control(fn))
 
     # ------------------------------------------------------------------
     # shutdown and introspection
@@ -1045,11 +1044,8 @@ class Engine(Replication):
                 applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 
 
-class _Control:
-    __slots__ = ("fn",)
-
-    def __init__(self, fn) -> None:
-        self.fn = fn
+def _empty_inboxes() -> dict[type, list]:
+    return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
 
 
 def _adds_data(req) -> bool:

@@ -46,6 +46,7 @@ from typing import Callable, Protocol
 from ..journal import JournalError, JournalFencedError, JournalPurgedError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
+from .items import Confirmation, Delivered, Effects, ForwardOutcome
 
 log = logging.getLogger("brain.engine.replication")
 
@@ -78,11 +79,6 @@ class Replication:
 
     def __init__(self) -> None:
         self._role = LEADER
-        self._inbox: list = []  # (index, payload) delivered by the journal
-        self._completions: list = []  # (pending batch, forwarded outcome)
-        # ((pending batch, results, term), barrier outcome): answers decided
-        # without a journal record whose confirmation came back
-        self._confirmed: list = []
         self.unwritten_confirmations = 0  # of them, those that asked the journal
         self._parked: list = []  # heap: (revision, seq, deadline, [(pending, result)])
         self._park_seq = itertools.count()
@@ -149,10 +145,7 @@ class Replication:
 
     def _deliver(self, index: int, payload: bytes) -> None:
         """(journal thread) A record to apply."""
-        with self._cv:
-            self._inbox.append((index, payload))
-            if len(self._inbox) == 1:
-                self._cv.notify()
+        self._post(Delivered(index, payload))
 
     def _follow_failed(self, exc: BaseException) -> None:
         """(journal thread) The journal cannot deliver any more records."""
@@ -175,7 +168,7 @@ class Replication:
         if behind is not None:
             if self._applied_index >= behind[0]:
                 self._behind = None
-            elif now - behind[1] > 3.0 and not self._inbox:
+            elif now - behind[1] > 3.0 and not self._inboxes[Delivered]:
                 log.warning("the journal holds index %d but this replica is at %d since %.1fs; "
                             "following again", behind[0], self._applied_index, now - behind[1])
                 self._behind = None
@@ -185,7 +178,7 @@ class Replication:
             self.journal.stop_following()
             self._follow()
 
-    def _apply_records(self, records: list) -> None:
+    def _apply_records(self, records: list[Delivered]) -> None:
         """Apply delivered records (a follower's commit)."""
         if self._role != FOLLOWER:
             # Left over from before a promotion: promote applied them already.
@@ -193,7 +186,8 @@ class Replication:
         applied = self._applied_index
         nbytes = 0
         with self._lock:
-            for index, payload in records:
+            for record in records:
+                index, payload = record.index, record.payload
                 if index <= applied:
                     continue  # delivered twice across a restart of following
                 try:
@@ -245,24 +239,23 @@ class Replication:
         if lease is not None and lease():
             self._settle_results(admitted, results)
             return
-        item = (admitted, results, self.raft_term)
+        term = self.raft_term
         self.unwritten_confirmations += 1
 
         def passed(exc) -> None:  # on an engine or journal thread
-            with self._cv:
-                self._confirmed.append((item, exc))
-                self._cv.notify()
+            self._post(Confirmation(admitted, results, term, exc))
 
         self._barrier.request(passed)
 
     def _settle_confirmed(self, confirmed: list) -> None:
-        for (admitted, results, term), exc in confirmed:
-            if exc is not None:
+        for c in confirmed:
+            admitted, term = c.admitted, c.term
+            if c.exc is not None:
                 for p in admitted:
-                    self._settle(p, None, exc)
+                    self._settle(p, None, c.exc)
             elif self._role == LEADER and self.raft_term == term:
                 # the journal ended at or before this replica's own records
-                self._settle_results(admitted, results)
+                self._settle_results(admitted, c.results)
             else:
                 # another replica led meanwhile: decided on a store that may
                 # have missed its writes, and applied nowhere
@@ -308,15 +301,13 @@ class Replication:
         if not batch:
             return
         requests = [p.request for p in batch]
-        if any(type(r).__name__ == "_Effects" for r in requests):
+        if any(type(r) is Effects for r in requests):
             for p in batch:
                 self._settle(p, None, errors.ErrNotLeader)
             return
 
         def done(outcome) -> None:  # on the forwarder's thread
-            with self._cv:
-                self._completions.append((batch, outcome))
-                self._cv.notify()
+            self._post(ForwardOutcome(batch, outcome))
 
         try:
             forwarder.forward(requests, done)
@@ -327,7 +318,8 @@ class Replication:
     def _complete_forwarded(self, completions: list) -> None:
         """The leader answered: answer our callers once we applied it."""
         now = time.monotonic()
-        for batch, outcome in completions:
+        for completion in completions:
+            batch, outcome = completion.batch, completion.outcome
             if isinstance(outcome, BaseException):
                 err = outcome if isinstance(outcome, errors.EtcdError) else errors.ErrStopped
                 for p in batch:
@@ -472,9 +464,7 @@ class Replication:
         journal = self.journal
         journal.stop_following()
         self._following = False
-        with self._cv:
-            records, self._inbox = self._inbox, []
-        self._apply_records(records)
+        self._apply_records(self._take_posted(Delivered))
         for _ in range(PROMOTE_ATTEMPTS):
             try:
                 end = _read_index_now(journal)
@@ -513,7 +503,7 @@ class Replication:
         """Apply the journal's records up to ``end`` (promotion)."""
         batch: list = []
         for index, payload in self.journal.records(after_index=self._applied_index):
-            batch.append((index, payload))
+            batch.append(Delivered(index, payload))
             if len(batch) >= 256 or index >= end:
                 self._apply_records(batch)
                 batch = []
@@ -590,10 +580,8 @@ class Replication:
             self._barrier.fail_all(errors.ErrStopped)
             if self._following:
                 self.journal.stop_following()
-        with self._cv:
-            confirmed, self._confirmed = self._confirmed, []
-        for (admitted, _results, _term), _exc in confirmed:
-            for p in admitted:
+        for c in self._take_posted(Confirmation):
+            for p in c.admitted:
                 self._settle(p, None, errors.ErrStopped)
         for item in self._parked:
             for p, _ in item[3]:
