@@ -32,7 +32,6 @@ committer, changes the store in either role.
 from __future__ import annotations
 
 import errno
-import gc
 import fcntl
 import json
 import logging
@@ -64,8 +63,9 @@ from ..mvcc.shard import default_boundaries
 from ..mvcc.validation import is_txn_readonly
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor, parse_retention
-from . import datadir
+from . import datadir, recovery
 from .checkpoint_meta import CheckpointMeta
+from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
@@ -75,9 +75,6 @@ from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
 log = logging.getLogger("brain.engine")
-
-# A recovered index this large is moved out of the cyclic GC's reach.
-FREEZE_INDEX_KEYS = 100_000
 
 META_IDENTITY = b"brain.identity"
 META_LAYOUT = b"brain.layout"
@@ -199,17 +196,8 @@ class Engine(Replication):
         self._failed_reason: str | None = None
         self._compact_waiters: list[tuple[int, _Pending]] = []
         self._dirty_sinks: list[_BatchSink] = []  # settled outcomes not yet delivered
-        self._checkpoint_thread: threading.Thread | None = None
-        self._checkpoint_done = threading.Event()
-        self._checkpoint_error: BaseException | None = None
-        self._last_checkpoint_time = time.monotonic()
-        self._journal_bytes = 0
         self._batches = 0
         self._requests = 0
-        self._checkpoints = 0
-        self._last_checkpoint_seconds = 0.0
-        self._backend_size = 0
-        self._backend_in_use = 0
         self.raft_term = 1
         self.cluster_id = 0
         self.member_id = 0
@@ -298,19 +286,11 @@ class Engine(Replication):
             self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
         else:
             self.journal = shared
-        # Recovery allocates millions of long-lived index objects and no
-        # garbage cycles: the cyclic GC would rescan them again and again.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self.store, self._applied_index, self._journal_bytes = self._load_store()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        if self.store.keys_total() >= FREEZE_INDEX_KEYS:
-            # Keep the recovered index out of future full collections, each
-            # of which would otherwise walk every one of its objects.
-            gc.freeze()
+        with recovery.index_building():
+            self.store, self._applied_index, replayed_bytes = self._load_store()
+        recovery.keep_out_of_gc(self.store)
+        self._checkpointer = Checkpointer(self.backend, self.journal, self._lock, cfg, self.checkpoint_hooks,
+                                          journal_bytes=replayed_bytes)
         self.committed_rev = self.store.revision
         if shared is not None:
             self.raft_term = self.store.epoch
@@ -318,7 +298,6 @@ class Engine(Replication):
         self.watches = WatchManager(self.store, self._lock, progress_interval=cfg.watch_progress_notify_interval,
                                     max_queued_events=cfg.watch_queue_events)
         self.store.collect_changes()
-        self._refresh_backend_size()
         log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
@@ -333,38 +312,10 @@ class Engine(Replication):
         self._committer.start()
 
     def _load_store(self, upto_index: int | None = None) -> tuple[Store, int, int]:
-        """A store recovered from the last checkpoint plus the journal after
-        it (up to ``upto_index`` if given).  Returns the store, the index of
-        the last record it holds, and the journal bytes replayed."""
-        store = Store(self.backend, self._boundaries, self.config.max_txn_ops)
-        started = time.monotonic()
-        meta = CheckpointMeta.read(self.backend)
-        journal_index = 0
-        if meta is not None:
-            store.load_checkpoint(meta.revision, meta.leases,
-                                  compact_rev=-1 if meta.compact_revision is None else meta.compact_revision,
-                                  compaction_finished=meta.compaction_finished,
-                                  epoch=meta.epoch, leader_id=meta.leader_id)
-            journal_index = meta.journal_index
-            log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
-                     store.revision, journal_index, store.keys_total(), time.monotonic() - started)
-        replayed = 0
-        replayed_bytes = 0
-        last = journal_index
-        last_log = time.monotonic()
-        for index, payload in self.journal.records(after_index=journal_index):
-            if upto_index is not None and index > upto_index:
-                break
-            store.replay(payload)
-            replayed_bytes += len(payload)
-            replayed += 1
-            last = index
-            if time.monotonic() - last_log > 2.0:
-                log.info("replaying journal: %d records, revision %d", replayed, store.revision)
-                last_log = time.monotonic()
-        if replayed:
-            log.info("replayed %d journal records to revision %d", replayed, store.revision)
-        return store, last, replayed_bytes
+        """brain.engine.recovery.load_store of this engine's value store and
+        journal (store, last index held, journal bytes replayed)."""
+        return recovery.load_store(self.backend, self.journal, self._boundaries, self.config.max_txn_ops,
+                                   upto_index)
 
     def _start_leading(self) -> None:
         """Lease clocks and auto-compaction run where writes are decided."""
@@ -658,7 +609,7 @@ class Engine(Replication):
 
     def _over_quota(self) -> bool:
         quota = self.config.quota_backend_bytes
-        return quota >= 0 and self._backend_in_use + self._journal_bytes > quota
+        return quota >= 0 and self._checkpointer.bytes_in_use > quota
 
     def _commit(self, batch: list[_Pending]) -> None:
         if self._failed is not None:
@@ -796,7 +747,7 @@ class Engine(Replication):
             for p in admitted:
                 self._settle(p, None, err)
             return None
-        self._journal_bytes += len(payload)
+        self._checkpointer.journal_bytes += len(payload)
         for hook in self.journal_sync_hooks:
             hook(synced)
         return self.journal.last_index
@@ -844,103 +795,14 @@ class Engine(Replication):
         if self._rebuild_pending:
             self._try_rebuild()
             return  # no checkpoint of a store about to be replaced
-        self._checkpoint_maintenance()
-
-    # ------------------------------------------------------------------
-    # checkpoints
-
-    def _checkpoint_due(self) -> bool:
-        cfg = self.config
-        if self._journal_bytes == 0:
-            return False
-        return (
-            self._journal_bytes >= cfg.checkpoint_journal_bytes
-            or self.store.memtable_entries() >= cfg.checkpoint_memtable_records
-            or time.monotonic() - self._last_checkpoint_time >= cfg.checkpoint_interval_seconds
-        )
-
-    def _checkpoint_maintenance(self) -> None:
-        t = self._checkpoint_thread
-        if t is not None:
-            if not self._checkpoint_done.is_set():
-                return
-            t.join()
-            self._checkpoint_thread = None
-            self._finish_checkpoint()
-        if self._failed is None and self._checkpoint_due():
-            self._start_checkpoint()
-
-    def _start_checkpoint(self) -> None:
-        with self._lock:
-            cut = self.store.checkpoint_cut()
-        index = self._applied_index
-        self._cut_index = index
-        self._cut = cut
-        self._cut_bytes = self._journal_bytes
-        self._checkpoint_done.clear()
-        self._checkpoint_error = None
-        self._checkpoint_thread = threading.Thread(
-            target=self._write_checkpoint, args=(cut, index), name="brain-checkpoint", daemon=True)
-        self._checkpoint_thread.start()
-
-    def _write_checkpoint(self, cut, index: int) -> None:
-        started = time.monotonic()
-        try:
-            batch = backend_mod.WriteBatch(
-                puts=list(cut.records()),
-                deletes=list(cut.deleted()),
-                meta=CheckpointMeta.of_cut(cut, index).write_entry(),
-            )
-            self.backend.write(batch)
-            self._last_checkpoint_seconds = time.monotonic() - started
-            for hook in self.checkpoint_hooks:
-                hook(self._last_checkpoint_seconds)
-            log.debug("checkpoint at revision %d: %d records, %d deletes in %.3fs",
-                      cut.revision, len(batch.puts), len(batch.deletes), self._last_checkpoint_seconds)
-        except BaseException as e:
-            self._checkpoint_error = e
-        finally:
-            self._checkpoint_done.set()
-
-    def _finish_checkpoint(self) -> None:
-        err = self._checkpoint_error
-        if err is not None:
-            log.error("checkpoint failed (%r); journal segments are kept", err)
-            # The frozen records go back to being served from memory; they
-            # are written again by the next checkpoint.
-            with self._lock:
-                self.store.checkpoint_abort(self._cut)
-            self._last_checkpoint_time = time.monotonic()
-            return
-        with self._lock:
-            self.store.checkpoint_done()
-        try:
-            self.journal.release(self._cut_index)
-        except Exception as e:  # noqa: BLE001 - only space is lost; retried at the next checkpoint
-            log.warning("releasing journal records up to %d failed: %r", self._cut_index, e)
-        self._journal_bytes -= self._cut_bytes
-        self._checkpoints += 1
-        self._last_checkpoint_time = time.monotonic()
-        self._refresh_backend_size()
-
-    def _settle_checkpoint(self) -> None:
-        """Wait for a checkpoint being written (committer thread only)."""
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
-            self._checkpoint_thread = None
-            self._finish_checkpoint()
-
-    def _refresh_backend_size(self) -> None:
-        st = self.backend.statistics()
-        self._backend_size = st.size_bytes
-        self._backend_in_use = st.in_use_bytes
+        self._checkpointer.maintain(self.store, self._applied_index, may_start=self._failed is None)
 
     # ------------------------------------------------------------------
     # alarms, compaction pins, work on the committer thread (maintenance)
 
     def _raise_nospace(self) -> None:
         log.warning("backend quota of %d bytes exceeded (%d in use); raising the NOSPACE alarm",
-                    self.config.quota_backend_bytes, self._backend_in_use + self._journal_bytes)
+                    self.config.quota_backend_bytes, self._checkpointer.bytes_in_use)
         self.alarm_activate(self.member_id, ALARM_NOSPACE)
 
     def _store_alarms(self, encoded: bytes) -> None:
@@ -983,19 +845,14 @@ class Engine(Replication):
 
     def checkpoint(self) -> None:
         """Run a full checkpoint now (used by tests and shutdown)."""
-        self.on_committer(self._checkpoint_now)
+        self.on_committer(lambda: self._checkpointer.now(self.store, self._applied_index,
+                                                         may_start=self._failed is None))
 
     def checkpoint_index(self) -> int:
         """The last journal index the value store's checkpoint holds (0:
         none yet); a replica's records up to it may be purged."""
         meta = CheckpointMeta.read(self.backend)
         return 0 if meta is None else meta.journal_index
-
-    def _checkpoint_now(self) -> None:
-        self._settle_checkpoint()
-        if self._failed is None and self._journal_bytes:
-            self._start_checkpoint()
-            self._settle_checkpoint()
 
     def _control(self, fn) -> None:
         """Run fn on the committer thread (the journal's only writer)."""
@@ -1024,22 +881,20 @@ class Engine(Replication):
         self._committer.join()
         self._close_replication()
         self.watches.close()
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
+        self._checkpointer.join()
         self.journal.close()
         self.backend.close()
         os.close(self._lock_fd)
 
     def statistics(self) -> EngineStatistics:
         with self._lock:
-            s = self.store
+            s, cp = self.store, self._checkpointer
             return EngineStatistics(
                 revision=s.revision, committed_revision=self.committed_rev, compact_revision=s.compact_rev,
                 keys_total=s.keys_total(), keys_live=s.keys_live, memtable_records=s.memtable_entries(),
-                batches=self._batches, requests=self._requests, checkpoints=self._checkpoints,
-                last_checkpoint_seconds=self._last_checkpoint_seconds,
-                journal_bytes_since_checkpoint=self._journal_bytes,
-                backend_size_bytes=self._backend_size, backend_in_use_bytes=self._backend_in_use,
+                batches=self._batches, requests=self._requests, checkpoints=cp.checkpoints,
+                last_checkpoint_seconds=cp.last_seconds, journal_bytes_since_checkpoint=cp.journal_bytes,
+                backend_size_bytes=cp.backend_size, backend_in_use_bytes=cp.backend_in_use,
                 leases=len(s.lessor), failed=self._failed_reason, role=self._role,
                 applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 

@@ -199,7 +199,7 @@ class Replication:
                 applied = index
                 nbytes += len(payload)
             events = self.store.take_changes()
-        self._journal_bytes += nbytes
+        self._checkpointer.journal_bytes += nbytes
         self._publish(self.store.revision, applied, events)
         if self.store.epoch != self.raft_term:
             self.raft_term = self.store.epoch
@@ -552,7 +552,7 @@ class Replication:
         the old store at the committed revision, which the rebuild
         reproduces exactly."""
         started = time.monotonic()
-        self._settle_checkpoint()
+        self._checkpointer.settle(self.store)
         store, applied, nbytes = self._load_store(upto_index=self._applied_index)
         if applied != self._applied_index or store.revision != self.committed_rev:
             self._fail(errors.ErrCorrupt, f"rebuilding the store reached journal index {applied}, revision "
@@ -564,7 +564,7 @@ class Replication:
             with self._lock:
                 self.store = store
             self.watches.hub.store = store
-        self._journal_bytes = nbytes
+        self._checkpointer.journal_bytes = nbytes
         log.info("store rebuilt at revision %d in %.2fs", store.revision, time.monotonic() - started)
 
     def _run_role_hooks(self) -> None:
