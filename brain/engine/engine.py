@@ -4,7 +4,11 @@ Writes: callers `submit` requests; one committer thread takes everything that
 queued up, applies it to the store as one batch, appends one journal record
 for the whole batch, fdatasyncs once, and only then publishes the new
 revision and completes the callers (group commit).  While it syncs, the next
-batch queues.
+batch queues.  A leader's commit and a follower's apply of a journal record
+end the same way, in `_publish`: the committed revision and applied index
+move together, watchers are notified, waiting linearizable reads go ahead.
+Other threads hand the committer work as typed items (brain.engine.items),
+one inbox per kind.
 
 Reads are served at `committed_rev`, the newest revision whose journal record
 is on disk, so no reader sees a write that a crash could undo, even though the
@@ -15,8 +19,10 @@ while waiting on the disk (journal sync, checkpoint writes), and the queue's
 condition variable is never taken while holding `_lock`.
 
 Crash safety: the value store only receives whole checkpoints (records up to
-a cut, plus the cut's journal index, in one atomic synced write).  Recovery =
-load the last checkpoint + replay journal records after its index.  A journal
+a cut, plus the cut's journal index, in one atomic synced write:
+brain/engine/checkpointing.py, its meta's format in checkpoint_meta.py).
+Recovery (brain/engine/recovery.py) = load the last checkpoint + replay
+journal records after its index.  A journal
 failure after a batch was applied in memory cannot be rolled back, so the
 engine stops taking writes (reads keep working at the committed revision,
 which never included that batch) until it is restarted.
