@@ -113,6 +113,7 @@ class EngineStatistics:
     backend_in_use_bytes: int
     leases: int
     failed: str | None
+    leases_expired: int = 0  # revoked by expiry since this replica began leading
     role: str = LEADER
     applied_index: int = 0
     leader_id: int = 0
@@ -894,14 +895,15 @@ class Engine(Replication):
 
     def statistics(self) -> EngineStatistics:
         with self._lock:
-            s, cp = self.store, self._checkpointer
+            s, cp, keeper = self.store, self._checkpointer, self._leases
             return EngineStatistics(
                 revision=s.revision, committed_revision=self.committed_rev, compact_revision=s.compact_rev,
                 keys_total=s.keys_total(), keys_live=s.keys_live, memtable_records=s.memtable_entries(),
                 batches=self._batches, requests=self._requests, checkpoints=cp.checkpoints,
                 last_checkpoint_seconds=cp.last_seconds, journal_bytes_since_checkpoint=cp.journal_bytes,
                 backend_size_bytes=cp.backend_size, backend_in_use_bytes=cp.backend_in_use,
-                leases=len(s.lessor), failed=self._failed_reason, role=self._role,
+                leases=len(s.lessor), failed=self._failed_reason,
+                leases_expired=keeper.expired_total if keeper is not None else 0, role=self._role,
                 applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 
 
