@@ -31,8 +31,11 @@ Roles: on its own local journal the engine is always the *leader*: its
 committer decides every write.  On a shared journal (a replica of a brain
 cluster, see brain/engine/replication.py) it starts as a *follower* that
 applies what the leader journaled and forwards its clients' writes, and the
-cluster package promotes it when it wins the election.  One thread, the
-committer, changes the store in either role.
+cluster package promotes it when it wins the election.  What differs
+between the two (where a batch of writes goes, who answers lease calls, the
+lease clocks and the compactor that only a leader runs) is the role object
+the engine holds (brain/engine/roles.py).  One thread, the committer,
+changes the store in either role.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ from .config import EngineConfig
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
-from .replication import FOLLOWER, LEADER, Replication
+from .replication import Replication
+from .roles import LEADER, Follower, Leader
 from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
@@ -216,8 +220,7 @@ class Engine(Replication):
         # of a batch, every checkpoint write.  Called on engine threads.
         self.journal_sync_hooks: list = []
         self.checkpoint_hooks: list = []
-        self._leases: LeaseKeeper | None = None
-        self._compactor: Compactor | None = None
+        self._role: Leader | Follower | None = None  # set when the engine opens
         self._barrier: ReadBarrier | None = None
         Replication.__init__(self)
 
@@ -309,10 +312,9 @@ class Engine(Replication):
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
         if shared is None:
-            self._role = LEADER
-            self._start_leading()
+            self._lead()
         else:
-            self._role = FOLLOWER
+            self._role = self._new_follower()
             self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index, ahead=self._journal_ahead,
                                         max_in_flight=READ_INDEX_IN_FLIGHT)
             self._follow()
@@ -324,27 +326,33 @@ class Engine(Replication):
         return recovery.load_store(self.backend, self.journal, self._boundaries, self.config.max_txn_ops,
                                    upto_index)
 
-    def _start_leading(self) -> None:
-        """Lease clocks and auto-compaction run where writes are decided."""
+    def _lead(self) -> None:
+        """Take the leader's role: lease clocks and auto-compaction run
+        where writes are decided."""
         cfg = self.config
-        self._leases = LeaseKeeper(self._expire_lease)
+        keeper = LeaseKeeper(self._expire_lease)
         # Lease clocks: every recovered lease gets its full TTL from now.
-        self._leases.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
+        keeper.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
         if cfg.lease_expiry:
-            self._leases.start()
-        self._compactor = Compactor(cfg.auto_compaction_mode, self._retention, lambda: self.committed_rev,
-                                    self.compact)
-        self._compactor.start()
+            keeper.start()
+        compactor = Compactor(cfg.auto_compaction_mode, self._retention, lambda: self.committed_rev, self.compact)
+        compactor.start()
+        self._role = Leader(self._commit, keeper, compactor, committed_revision=lambda: self.committed_rev,
+                            attached_keys=self._attached_keys)
 
-    def _stop_leading(self) -> None:
-        """Undo _start_leading.  Safe on the committer thread: the
-        compactor, which may be waiting for a write, is not joined."""
-        leases, self._leases = self._leases, None
-        if leases is not None:
-            leases.stop()
-        compactor, self._compactor = self._compactor, None
-        if compactor is not None:
-            compactor.stop(wait=False)
+    def _follow_leader(self) -> None:
+        """Give up the leader's role (on the committer thread: the
+        compactor, which may be waiting for a write, is not joined)."""
+        self._role.stop(wait=False)
+        self._role = self._new_follower()
+
+    def _new_follower(self) -> Follower:
+        return Follower(self._forward, lambda: self.forwarder)
+
+    def _attached_keys(self, lease_id: int) -> list[bytes]:
+        with self._lock:
+            lease = self.store.lessor.leases.get(lease_id)
+            return sorted(lease.keys) if lease is not None else []
 
     def _expire_lease(self, lease_id: int) -> Future:
         """A lease's deadline passed: revoke it, here or nowhere."""
@@ -370,8 +378,7 @@ class Engine(Replication):
         barrier = self._barrier
         if barrier is None:
             return True
-        lease = self.read_lease
-        if self._role == LEADER and lease is not None and lease():
+        if self._role.within_read_lease(self.read_lease):
             # A leader within its lease: no other writer can exist, so the
             # journal ends at this replica's last append.  A record appended
             # but not yet acknowledged may already be stored, and applied by a
@@ -500,17 +507,9 @@ class Engine(Replication):
     def lease_revoke(self, req):
         return self._write(req)
 
-    def _lease_keeper(self) -> LeaseKeeper:
-        keeper = self._leases
-        if keeper is None:
-            raise errors.ErrNotLeader.fresh()
-        return keeper
-
     def lease_keepalive(self, lease_id: int) -> int:
         """Renew a lease (not journaled, as in etcd); returns its TTL."""
-        if self._role != LEADER:
-            return self._forwarded_call("keepalive", [lease_id])[0][1]
-        return self._lease_keeper().renew(lease_id)
+        return self._role.lease_keepalive(lease_id)
 
     def lease_keepalive_many(self, lease_ids, callback) -> None:
         """Renew several leases; ``callback([(id, outcome), ...])`` follows,
@@ -520,43 +519,19 @@ class Engine(Replication):
         caller's thread (on the leader, at once) or, where the renewal needs
         a round trip (a follower asks the leader), on another thread later:
         callers must not block on it."""
-        if self._role != LEADER:
-            self._forward_keepalives(list(lease_ids), callback)
-            return
-        callback(self.renew_leases(lease_ids))
+        self._role.lease_keepalive_many(lease_ids, callback)
 
     def renew_leases(self, lease_ids) -> list:
-        """The leader's part of lease_keepalive_many."""
-        keeper = self._leases
-        out = []
-        for lease_id in lease_ids:
-            if keeper is None:
-                out.append((lease_id, errors.ErrNotLeader))
-                continue
-            try:
-                out.append((lease_id, keeper.renew(lease_id)))
-            except errors.EtcdError as e:
-                out.append((lease_id, 0 if e == errors.ErrLeaseNotFound else e))
-        return out
+        """The leader's part of lease_keepalive_many (ErrNotLeader for
+        each on a follower)."""
+        return self._role.renew_leases(lease_ids)
 
     def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLiveResult:
-        if self._role != LEADER:
-            return self._forwarded_call("ttl", [lease_id, keys])
-        left = self._lease_keeper().remaining(lease_id)
-        if left is None:
-            raise errors.ErrLeaseNotFound.fresh()
-        attached: list[bytes] = []
-        if keys:
-            with self._lock:
-                lease = self.store.lessor.leases.get(lease_id)
-                attached = sorted(lease.keys) if lease is not None else []
-        return LeaseTimeToLiveResult(self.committed_rev, lease_id, int(left[0]), left[1], attached)
+        return self._role.lease_time_to_live(lease_id, keys)
 
     def lease_leases(self) -> LeaseLeasesResult:
         """Live lease IDs, soonest expiry first (etcd's order)."""
-        if self._role != LEADER:
-            return self._forwarded_call("leases", [])
-        return LeaseLeasesResult(self.committed_rev, self._lease_keeper().ids_by_expiry())
+        return self._role.lease_leases()
 
     # ------------------------------------------------------------------
     # the committer thread
@@ -596,10 +571,7 @@ class Engine(Replication):
                     handle(posted[kind])
             if batch:
                 try:
-                    if self._role == LEADER:
-                        self._commit(batch)
-                    else:
-                        self._forward(batch)
+                    self._role.writes(batch)
                 except BaseException as e:  # never leave callers hanging
                     log.exception("commit failed")
                     self._fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
@@ -653,8 +625,7 @@ class Engine(Replication):
                 return
         self._publish(new_rev, index, events)
         self._requests += len(admitted)
-        if self._leases is not None:
-            self._leases.on_commit([p.request for p in admitted], results)
+        self._role.keeper.on_commit([p.request for p in admitted], results)  # the leader's commit
         if not payload and self._barrier is not None:
             # Decided from this replica's store with nothing to append (a
             # failed compare, a delete of nothing, a refused request): no
@@ -874,10 +845,7 @@ class Engine(Replication):
                 return
         # a batch waiting for an unreachable shared journal gives up now
         self._closing = True
-        if self._compactor is not None:
-            self._compactor.stop()
-        if self._leases is not None:
-            self._leases.stop()
+        self._role.stop(wait=True)
         try:
             self.checkpoint()
         except Exception:
@@ -895,7 +863,7 @@ class Engine(Replication):
 
     def statistics(self) -> EngineStatistics:
         with self._lock:
-            s, cp, keeper = self.store, self._checkpointer, self._leases
+            s, cp = self.store, self._checkpointer
             return EngineStatistics(
                 revision=s.revision, committed_revision=self.committed_rev, compact_revision=s.compact_rev,
                 keys_total=s.keys_total(), keys_live=s.keys_live, memtable_records=s.memtable_entries(),
@@ -903,7 +871,7 @@ class Engine(Replication):
                 last_checkpoint_seconds=cp.last_seconds, journal_bytes_since_checkpoint=cp.journal_bytes,
                 backend_size_bytes=cp.backend_size, backend_in_use_bytes=cp.backend_in_use,
                 leases=len(s.lessor), failed=self._failed_reason,
-                leases_expired=keeper.expired_total if keeper is not None else 0, role=self._role,
+                leases_expired=self._role.leases_expired(), role=self._role.name,
                 applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 
 

@@ -41,35 +41,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Protocol
 
 from ..journal import JournalError, JournalFencedError, JournalPurgedError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
 from .items import Confirmation, Delivered, Effects, ForwardOutcome
+from .roles import APPLY_WAIT_SECONDS, LEADER, Forwarder
 
 log = logging.getLogger("brain.engine.replication")
 
-LEADER = "leader"
-FOLLOWER = "follower"
-
-# How long a forwarded write's answer waits for this replica to apply the
-# leader's revisions before the client is told the request timed out.
-APPLY_WAIT_SECONDS = 7.0
 PROMOTE_ATTEMPTS = 20
-
-
-class Forwarder(Protocol):
-    """How a follower reaches the leader (brain.cluster.forwarding)."""
-
-    def forward(self, requests: list, done: Callable[[list | errors.EtcdError], None]) -> None:
-        """Have the leader decide ``requests``; ``done(results)`` (one result
-        or EtcdError each, in order) or ``done(error)`` for all of them,
-        on any thread."""
-
-    def call(self, op: str, args: list, done: Callable[[object, BaseException | None], None]) -> None:
-        """A lease operation only the leader can answer ("keepalive" with
-        [ids], "ttl" with [id, keys], "leases" with [])."""
 
 
 class Replication:
@@ -78,7 +59,6 @@ class Replication:
     says otherwise."""
 
     def __init__(self) -> None:
-        self._role = LEADER
         self.unwritten_confirmations = 0  # of them, those that asked the journal
         self._parked: list = []  # heap: (revision, seq, deadline, [(pending, result)])
         self._park_seq = itertools.count()
@@ -106,11 +86,11 @@ class Replication:
 
     @property
     def role(self) -> str:
-        return self._role
+        return self._role.name
 
     @property
     def is_leader(self) -> bool:
-        return self._role == LEADER
+        return self._role.name == LEADER
 
     @property
     def applied_index(self) -> int:
@@ -161,7 +141,7 @@ class Replication:
         """(committer, between batches) Start following again when it
         failed, or when the journal is known to hold records that have not
         arrived for a while (a consumer lost across a NATS outage)."""
-        if self._role != FOLLOWER or self._rebuild_pending or self._failed is not None:
+        if self.is_leader or self._rebuild_pending or self._failed is not None:
             return
         now = time.monotonic()
         behind = self._behind
@@ -180,7 +160,7 @@ class Replication:
 
     def _apply_records(self, records: list[Delivered]) -> None:
         """Apply delivered records (a follower's commit)."""
-        if self._role != FOLLOWER:
+        if self.is_leader:
             # Left over from before a promotion: promote applied them already.
             return
         applied = self._applied_index
@@ -210,11 +190,11 @@ class Replication:
         """(any thread) The journal reported an index beyond what this
         replica has.  A follower will receive it; a leader that never wrote
         it has been deposed without noticing: step down."""
-        if self._role == LEADER and index > self.journal.last_index:
+        if self.is_leader and index > self.journal.last_index:
             log.warning("the journal is at index %d, past this leader's last append %d: stepping down",
                         index, self.journal.last_index)
-            self._control(lambda: self._role == LEADER and self._step_down(rebuild=True))
-        elif self._role == FOLLOWER and self._behind is None:
+            self._control(lambda: self.is_leader and self._step_down(rebuild=True))
+        elif not self.is_leader and self._behind is None:
             self._behind = (index, time.monotonic())
 
     # ------------------------------------------------------------------
@@ -253,7 +233,7 @@ class Replication:
             if c.exc is not None:
                 for p in admitted:
                     self._settle(p, None, c.exc)
-            elif self._role == LEADER and self.raft_term == term:
+            elif self.is_leader and self.raft_term == term:
                 # the journal ended at or before this replica's own records
                 self._settle_results(admitted, c.results)
             else:
@@ -378,42 +358,6 @@ class Replication:
             heapq.heapify(keep)
             self._parked = keep
 
-    def _forward_keepalives(self, lease_ids: list, callback) -> None:
-        """(any thread) A follower's keep-alives go to the leader."""
-        forwarder = self.forwarder
-
-        def done(result, exc) -> None:
-            if exc is not None:
-                err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
-                callback([(i, err) for i in lease_ids])
-            else:
-                callback([(lease_id, outcome) for lease_id, outcome in result])
-
-        if forwarder is None:
-            done(None, errors.ErrNoLeader)
-            return
-        forwarder.call("keepalive", lease_ids, done)
-
-    def _forwarded_call(self, op: str, args: list, timeout: float = APPLY_WAIT_SECONDS):
-        """(any thread but the committer) A lease query for the leader;
-        blocks for the answer."""
-        forwarder = self.forwarder
-        if forwarder is None:
-            raise errors.ErrNoLeader.fresh()
-        fut: Future = Future()
-
-        def done(result, exc) -> None:
-            if exc is not None:
-                fut.set_exception(errors.raisable(exc))
-            else:
-                fut.set_result(result)
-
-        forwarder.call(op, args, done)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            raise errors.ErrTimeout.fresh() from None
-
     # ------------------------------------------------------------------
     # taking and giving up the lead
 
@@ -436,7 +380,7 @@ class Replication:
         fut: Future = Future()
 
         def run() -> None:
-            if self._role == LEADER:
+            if self.is_leader:
                 self._step_down(rebuild=False)
             fut.set_result(None)
 
@@ -444,7 +388,7 @@ class Replication:
         fut.result()
 
     def _promote(self) -> bool:
-        if self._role == LEADER:
+        if self.is_leader:
             return True
         if self._failed is not None:
             return False
@@ -488,10 +432,9 @@ class Replication:
             with self._lock:
                 self.store.replay(payload, live=True)
                 self._applied_index = journal.last_index
-            self._role = LEADER
             self._abandon_writes = False
             self.raft_term = epoch
-            self._start_leading()
+            self._lead()
             log.info("leading the journal from index %d, revision %d (term %d)",
                      self._applied_index, self.committed_rev, epoch)
             self._run_role_hooks()
@@ -517,9 +460,8 @@ class Replication:
         is not in the journal; rebuild it from what is."""
         log.warning("stepping down from leading the journal (term %d)%s", self.raft_term,
                     "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
-        self._stop_leading()
+        self._follow_leader()
         self.journal.stop_writing()
-        self._role = FOLLOWER
         for _, p in self._compact_waiters:
             self._settle(p, p.result)
         self._compact_waiters = []
