@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from brain.engine import compactor
 from brain.mvcc.shard import layout_problem
 from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
 
@@ -391,33 +392,17 @@ def parse_seconds(text: str) -> float:
 
 
 def parse_retention(mode: str, text: str) -> float | int:
-    """etcd's --auto-compaction-retention for ``mode``.
+    """etcd's --auto-compaction-retention for ``mode``, as the engine's
+    compactor parses it (brain.engine.compactor.parse_retention).
 
     periodic: seconds to keep; a bare integer counts hours ("1" = 1h), else a
     Go duration ("5m", "1h30m").  revision: the number of revisions to keep.
     0 turns auto compaction off in both modes.
     """
-    t = text.strip()
-    if mode == "revision":
-        try:
-            n = int(t)
-        except ValueError:
-            raise ConfigError(f"--auto-compaction-retention {text!r}: revision mode needs a whole number") from None
-        if n < 0:
-            raise ConfigError(f"--auto-compaction-retention must not be negative, got {text!r}")
-        return n
-    if mode != "periodic":
-        raise ConfigError(f"unknown auto-compaction-mode {mode!r} (use 'periodic' or 'revision')")
     try:
-        seconds = float(int(t) * 3600)
-    except ValueError:
-        try:
-            seconds = parse_go_duration(t)
-        except ValueError as e:
-            raise ConfigError(f"--auto-compaction-retention {text!r}: {e}") from None
-    if seconds < 0:
-        raise ConfigError(f"--auto-compaction-retention must not be negative, got {text!r}")
-    return seconds
+        return compactor.parse_retention(mode, text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def parse_bool(text: str) -> bool:

@@ -41,34 +41,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Protocol
 
 from ..journal import JournalError, JournalFencedError, JournalPurgedError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
+from .items import Confirmation, Delivered, Effects, ForwardOutcome
+from .roles import APPLY_WAIT_SECONDS, LEADER, Forwarder
 
 log = logging.getLogger("brain.engine.replication")
 
-LEADER = "leader"
-FOLLOWER = "follower"
-
-# How long a forwarded write's answer waits for this replica to apply the
-# leader's revisions before the client is told the request timed out.
-APPLY_WAIT_SECONDS = 7.0
 PROMOTE_ATTEMPTS = 20
-
-
-class Forwarder(Protocol):
-    """How a follower reaches the leader (brain.cluster.forwarding)."""
-
-    def forward(self, requests: list, done: Callable[[list | errors.EtcdError], None]) -> None:
-        """Have the leader decide ``requests``; ``done(results)`` (one result
-        or EtcdError each, in order) or ``done(error)`` for all of them,
-        on any thread."""
-
-    def call(self, op: str, args: list, done: Callable[[object, BaseException | None], None]) -> None:
-        """A lease operation only the leader can answer ("keepalive" with
-        [ids], "ttl" with [id, keys], "leases" with [])."""
 
 
 class Replication:
@@ -77,12 +59,6 @@ class Replication:
     says otherwise."""
 
     def __init__(self) -> None:
-        self._role = LEADER
-        self._inbox: list = []  # (index, payload) delivered by the journal
-        self._completions: list = []  # (pending batch, forwarded outcome)
-        # ((pending batch, results, term), barrier outcome): answers decided
-        # without a journal record whose confirmation came back
-        self._confirmed: list = []
         self.unwritten_confirmations = 0  # of them, those that asked the journal
         self._parked: list = []  # heap: (revision, seq, deadline, [(pending, result)])
         self._park_seq = itertools.count()
@@ -110,11 +86,11 @@ class Replication:
 
     @property
     def role(self) -> str:
-        return self._role
+        return self._role.name
 
     @property
     def is_leader(self) -> bool:
-        return self._role == LEADER
+        return self._role.name == LEADER
 
     @property
     def applied_index(self) -> int:
@@ -126,7 +102,7 @@ class Replication:
         """Where linearizable reads get their read index from:
         ``ask(callback(index, exc))`` (default: the journal's)."""
         if self._barrier is not None:
-            self._barrier._ask = ask
+            self._barrier.use_source(ask)
 
     @property
     def leader_id(self) -> int:
@@ -149,10 +125,7 @@ class Replication:
 
     def _deliver(self, index: int, payload: bytes) -> None:
         """(journal thread) A record to apply."""
-        with self._cv:
-            self._inbox.append((index, payload))
-            if len(self._inbox) == 1:
-                self._cv.notify()
+        self._post(Delivered(index, payload))
 
     def _follow_failed(self, exc: BaseException) -> None:
         """(journal thread) The journal cannot deliver any more records."""
@@ -168,14 +141,14 @@ class Replication:
         """(committer, between batches) Start following again when it
         failed, or when the journal is known to hold records that have not
         arrived for a while (a consumer lost across a NATS outage)."""
-        if self._role != FOLLOWER or self._rebuild_pending or self._failed is not None:
+        if self.is_leader or self._rebuild_pending or self._failed is not None:
             return
         now = time.monotonic()
         behind = self._behind
         if behind is not None:
             if self._applied_index >= behind[0]:
                 self._behind = None
-            elif now - behind[1] > 3.0 and not self._inbox:
+            elif now - behind[1] > 3.0 and not self._inboxes[Delivered]:
                 log.warning("the journal holds index %d but this replica is at %d since %.1fs; "
                             "following again", behind[0], self._applied_index, now - behind[1])
                 self._behind = None
@@ -185,15 +158,16 @@ class Replication:
             self.journal.stop_following()
             self._follow()
 
-    def _apply_records(self, records: list) -> None:
+    def _apply_records(self, records: list[Delivered]) -> None:
         """Apply delivered records (a follower's commit)."""
-        if self._role != FOLLOWER:
+        if self.is_leader:
             # Left over from before a promotion: promote applied them already.
             return
         applied = self._applied_index
         nbytes = 0
         with self._lock:
-            for index, payload in records:
+            for record in records:
+                index, payload = record.index, record.payload
                 if index <= applied:
                     continue  # delivered twice across a restart of following
                 try:
@@ -204,31 +178,23 @@ class Replication:
                     break
                 applied = index
                 nbytes += len(payload)
-            new_rev = self.store.revision
-            events = self.store.changes
-            self.store.changes = []
-            self.committed_rev = new_rev
-            self._applied_index = applied
-        self._journal_bytes += nbytes
-        self._batches += 1
-        if events:
-            self.watches.notify(events, new_rev)
+            events = self.store.take_changes()
+        self._checkpointer.journal_bytes += nbytes
+        self._publish(self.store.revision, applied, events)
         if self.store.epoch != self.raft_term:
             self.raft_term = self.store.epoch
             self._run_role_hooks()
         self._release_parked()
-        if self._barrier is not None:
-            self._barrier.applied(applied)
 
     def _journal_ahead(self, index: int) -> None:
         """(any thread) The journal reported an index beyond what this
         replica has.  A follower will receive it; a leader that never wrote
         it has been deposed without noticing: step down."""
-        if self._role == LEADER and index > self.journal.last_index:
+        if self.is_leader and index > self.journal.last_index:
             log.warning("the journal is at index %d, past this leader's last append %d: stepping down",
                         index, self.journal.last_index)
-            self._control(lambda: self._role == LEADER and self._step_down(rebuild=True))
-        elif self._role == FOLLOWER and self._behind is None:
+            self._control(lambda: self.is_leader and self._step_down(rebuild=True))
+        elif not self.is_leader and self._behind is None:
             self._behind = (index, time.monotonic())
 
     # ------------------------------------------------------------------
@@ -253,24 +219,23 @@ class Replication:
         if lease is not None and lease():
             self._settle_results(admitted, results)
             return
-        item = (admitted, results, self.raft_term)
+        term = self.raft_term
         self.unwritten_confirmations += 1
 
         def passed(exc) -> None:  # on an engine or journal thread
-            with self._cv:
-                self._confirmed.append((item, exc))
-                self._cv.notify()
+            self._post(Confirmation(admitted, results, term, exc))
 
         self._barrier.request(passed)
 
     def _settle_confirmed(self, confirmed: list) -> None:
-        for (admitted, results, term), exc in confirmed:
-            if exc is not None:
+        for c in confirmed:
+            admitted, term = c.admitted, c.term
+            if c.exc is not None:
                 for p in admitted:
-                    self._settle(p, None, exc)
-            elif self._role == LEADER and self.raft_term == term:
+                    self._settle(p, None, c.exc)
+            elif self.is_leader and self.raft_term == term:
                 # the journal ended at or before this replica's own records
-                self._settle_results(admitted, results)
+                self._settle_results(admitted, c.results)
             else:
                 # another replica led meanwhile: decided on a store that may
                 # have missed its writes, and applied nowhere
@@ -316,15 +281,13 @@ class Replication:
         if not batch:
             return
         requests = [p.request for p in batch]
-        if any(type(r).__name__ == "_Effects" for r in requests):
+        if any(type(r) is Effects for r in requests):
             for p in batch:
                 self._settle(p, None, errors.ErrNotLeader)
             return
 
         def done(outcome) -> None:  # on the forwarder's thread
-            with self._cv:
-                self._completions.append((batch, outcome))
-                self._cv.notify()
+            self._post(ForwardOutcome(batch, outcome))
 
         try:
             forwarder.forward(requests, done)
@@ -335,7 +298,8 @@ class Replication:
     def _complete_forwarded(self, completions: list) -> None:
         """The leader answered: answer our callers once we applied it."""
         now = time.monotonic()
-        for batch, outcome in completions:
+        for completion in completions:
+            batch, outcome = completion.batch, completion.outcome
             if isinstance(outcome, BaseException):
                 err = outcome if isinstance(outcome, errors.EtcdError) else errors.ErrStopped
                 for p in batch:
@@ -394,42 +358,6 @@ class Replication:
             heapq.heapify(keep)
             self._parked = keep
 
-    def _forward_keepalives(self, lease_ids: list, callback) -> None:
-        """(any thread) A follower's keep-alives go to the leader."""
-        forwarder = self.forwarder
-
-        def done(result, exc) -> None:
-            if exc is not None:
-                err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
-                callback([(i, err) for i in lease_ids])
-            else:
-                callback([(lease_id, outcome) for lease_id, outcome in result])
-
-        if forwarder is None:
-            done(None, errors.ErrNoLeader)
-            return
-        forwarder.call("keepalive", lease_ids, done)
-
-    def _forwarded_call(self, op: str, args: list, timeout: float = APPLY_WAIT_SECONDS):
-        """(any thread but the committer) A lease query for the leader;
-        blocks for the answer."""
-        forwarder = self.forwarder
-        if forwarder is None:
-            raise errors.ErrNoLeader.fresh()
-        fut: Future = Future()
-
-        def done(result, exc) -> None:
-            if exc is not None:
-                fut.set_exception(errors.raisable(exc))
-            else:
-                fut.set_result(result)
-
-        forwarder.call(op, args, done)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            raise errors.ErrTimeout.fresh() from None
-
     # ------------------------------------------------------------------
     # taking and giving up the lead
 
@@ -452,7 +380,7 @@ class Replication:
         fut: Future = Future()
 
         def run() -> None:
-            if self._role == LEADER:
+            if self.is_leader:
                 self._step_down(rebuild=False)
             fut.set_result(None)
 
@@ -460,7 +388,7 @@ class Replication:
         fut.result()
 
     def _promote(self) -> bool:
-        if self._role == LEADER:
+        if self.is_leader:
             return True
         if self._failed is not None:
             return False
@@ -480,9 +408,7 @@ class Replication:
         journal = self.journal
         journal.stop_following()
         self._following = False
-        with self._cv:
-            records, self._inbox = self._inbox, []
-        self._apply_records(records)
+        self._apply_records(self._take_posted(Delivered))
         for _ in range(PROMOTE_ATTEMPTS):
             try:
                 end = _read_index_now(journal)
@@ -506,10 +432,9 @@ class Replication:
             with self._lock:
                 self.store.replay(payload, live=True)
                 self._applied_index = journal.last_index
-            self._role = LEADER
             self._abandon_writes = False
             self.raft_term = epoch
-            self._start_leading()
+            self._lead()
             log.info("leading the journal from index %d, revision %d (term %d)",
                      self._applied_index, self.committed_rev, epoch)
             self._run_role_hooks()
@@ -521,7 +446,7 @@ class Replication:
         """Apply the journal's records up to ``end`` (promotion)."""
         batch: list = []
         for index, payload in self.journal.records(after_index=self._applied_index):
-            batch.append((index, payload))
+            batch.append(Delivered(index, payload))
             if len(batch) >= 256 or index >= end:
                 self._apply_records(batch)
                 batch = []
@@ -535,9 +460,8 @@ class Replication:
         is not in the journal; rebuild it from what is."""
         log.warning("stepping down from leading the journal (term %d)%s", self.raft_term,
                     "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
-        self._stop_leading()
+        self._follow_leader()
         self.journal.stop_writing()
-        self._role = FOLLOWER
         for _, p in self._compact_waiters:
             self._settle(p, p.result)
         self._compact_waiters = []
@@ -570,19 +494,19 @@ class Replication:
         the old store at the committed revision, which the rebuild
         reproduces exactly."""
         started = time.monotonic()
-        self._settle_checkpoint()
+        self._checkpointer.settle(self.store)
         store, applied, nbytes = self._load_store(upto_index=self._applied_index)
         if applied != self._applied_index or store.revision != self.committed_rev:
             self._fail(errors.ErrCorrupt, f"rebuilding the store reached journal index {applied}, revision "
                                           f"{store.revision}; expected {self._applied_index}, {self.committed_rev}")
             log.error("%s", self._failed_reason)
             return
-        store.changes = []
+        store.collect_changes()
         with self.watches.lock:
             with self._lock:
                 self.store = store
             self.watches.hub.store = store
-        self._journal_bytes = nbytes
+        self._checkpointer.journal_bytes = nbytes
         log.info("store rebuilt at revision %d in %.2fs", store.revision, time.monotonic() - started)
 
     def _run_role_hooks(self) -> None:
@@ -598,10 +522,8 @@ class Replication:
             self._barrier.fail_all(errors.ErrStopped)
             if self._following:
                 self.journal.stop_following()
-        with self._cv:
-            confirmed, self._confirmed = self._confirmed, []
-        for (admitted, _results, _term), _exc in confirmed:
-            for p in admitted:
+        for c in self._take_posted(Confirmation):
+            for p in c.admitted:
                 self._settle(p, None, errors.ErrStopped)
         for item in self._parked:
             for p, _ in item[3]:

@@ -106,8 +106,8 @@ class BrainCollector:
         yield _gauge("etcd_debugging_mvcc_slow_watcher_total", "Total number of unsynced slow watchers.", slow)
         yield _gauge("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", streams)
 
-        expired = getattr(getattr(eng, "_leases", None), "expired_total", 0) or 0
-        yield _counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases.", expired)
+        yield _counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases.",
+                       st.leases_expired)
 
         alarms = GaugeMetricFamily("etcd_debugging_server_alarms", "Alarms for every member in cluster. "
                                    "1 for 'server_id' label with current ID. 2 for 'alarm_type' label "

@@ -102,7 +102,7 @@ def import_etcd(source: str, data_dir: str, *, boundaries: list[bytes], name: st
                 leases=leases,
                 cluster_id=replica_of,
                 journal_index=(db.meta.consistent_index or 0) if replica_of else 0,
-                checkpoint_extra={"epoch": db.meta.term or 0} if replica_of else None,
+                epoch=(db.meta.term or 0) if replica_of else 0,
                 origin={"etcd": os.path.abspath(source), "kind": db.kind, "revision": revision,
                         "consistent_index": db.meta.consistent_index, "term": db.meta.term,
                         "storage_version": _storage_version(db)})

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from .. import backend as backend_mod
 from ..engine import datadir
-from ..engine.engine import META_CHECKPOINT, META_IDENTITY, META_LAYOUT
+from ..engine.checkpoint_meta import CheckpointMeta
+from ..engine.engine import META_IDENTITY, META_LAYOUT
 from ..engine.ids import new_id
 from ..mvcc.codec import Record, encode_record
 from ..mvcc.shard import ShardMap
@@ -137,31 +138,28 @@ class DataDirBuilder:
 
     def commit(self, *, revision: int, compact_rev: int, compact_done_rev: int | None = None,
                leases: list[tuple[int, int]] = (), origin: dict | None = None, journal_index: int = 0,
-               cluster_id: int | None = None, checkpoint_extra: dict | None = None) -> BuiltDir:
+               cluster_id: int | None = None, epoch: int = 0) -> BuiltDir:
         """Write the checkpoint meta and move the directory into place.
         `compact_done_rev` (default `compact_rev`) below `compact_rev` makes
         the engine finish that compaction when it opens the directory.  A
         new replica of an existing cluster keeps its `cluster_id` and the
-        `journal_index` the records correspond to; anything else is a new
-        cluster (new IDs) with no journal."""
+        `journal_index` (and `epoch`) the records correspond to; anything
+        else is a new cluster (new IDs) with no journal."""
         try:
             self._flush()
             cluster_id, member_id = cluster_id or new_id(), new_id()
-            checkpoint = {
-                "revision": revision,
-                "compact_rev": compact_rev,
-                "compact_done_rev": compact_rev if compact_done_rev is None else compact_done_rev,
-                "journal_index": journal_index,
-                "leases": [tuple(x) for x in sorted(leases)],
-                **(checkpoint_extra or {}),
-            }
+            checkpoint = CheckpointMeta(
+                revision=revision, journal_index=journal_index,
+                compact_revision=None if compact_rev < 0 else compact_rev,
+                compaction_finished=compact_done_rev is None or compact_done_rev >= compact_rev,
+                leases=tuple(tuple(x) for x in sorted(leases)), epoch=epoch)
             identity = {"cluster_id": cluster_id, "member_id": member_id, "term": 0, "name": self.name}
             if origin:
                 identity["restored_from"] = origin
             self.backend.write(backend_mod.WriteBatch(meta={
                 META_LAYOUT: json.dumps({"boundaries": [b.hex() for b in self.boundaries]}).encode(),
                 META_IDENTITY: json.dumps(identity).encode(),
-                META_CHECKPOINT: json.dumps(checkpoint).encode(),
+                **checkpoint.write_entry(),
             }))
             self.backend.close()
             self._move_into_place()

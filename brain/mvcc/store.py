@@ -150,9 +150,10 @@ class Store:
         # while a Txn is half applied (its Ranges see its own writes).
         self.index_rev = 0
         self._compaction: _Compaction | None = None
-        # When a list, every change applied is appended here as an Event, in
-        # revision order, for the watch hub (the engine drains it per batch).
-        self.changes: list[Event] | None = None
+        # After collect_changes(): every change applied, as an Event in
+        # revision order, for the watch hub (taken per batch by take_changes).
+        # None: not collected (recovery replays history nobody watches yet).
+        self._changes: list[Event] | None = None
         # The newest epoch record replayed (a replicated journal's leader
         # term and that leader's member ID); 0 on a single node.
         self.epoch = 0
@@ -160,6 +161,20 @@ class Store:
 
     # ------------------------------------------------------------------
     # key placement
+
+    def collect_changes(self) -> None:
+        """Collect every change applied from now on (for live watchers)."""
+        if self._changes is None:
+            self._changes = []
+
+    def take_changes(self) -> list[Event]:
+        """The changes applied since the last take, in revision order (none
+        before collect_changes)."""
+        changes = self._changes
+        if not changes:
+            return []
+        self._changes = []
+        return changes
 
     def shard_for_key(self, key: bytes) -> Shard:
         return self.shards[self.shard_map.shard_of(key)]
@@ -250,8 +265,8 @@ class Store:
         shard.active[rev] = (key, value, created, version, lease)
         shard.active_order.append(rev)
         self.lessor.set_key(key, lease)
-        if self.changes is not None:
-            self.changes.append(Event(EVENT_PUT, KeyValue(key, main_of(created), main_of(rev), version, value, lease)))
+        if self._changes is not None:
+            self._changes.append(Event(EVENT_PUT, KeyValue(key, main_of(created), main_of(rev), version, value, lease)))
 
     def _delete_at(self, rev: int, key: bytes) -> None:
         shard = self.shard_for_key(key)
@@ -263,8 +278,8 @@ class Store:
         shard.active[rev] = (key, None, 0, 0, 0)
         shard.active_order.append(rev)
         self.lessor.set_key(key, 0)
-        if self.changes is not None:
-            self.changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
+        if self._changes is not None:
+            self._changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
 
     # ------------------------------------------------------------------
     # reads
@@ -667,6 +682,19 @@ class Store:
                 if entry[1] != expect:
                     raise ValueError(f"payload revision {entry[1]} does not follow {expect - 1}")
                 expect += 1
+
+    def load_checkpoint(self, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
+                        compaction_finished: bool, epoch: int = 0, leader_id: int = 0) -> None:
+        """Take the state a checkpoint recorded (``load_records`` plus its
+        revisions); a physical compaction it records as unfinished starts
+        again from the beginning."""
+        self.load_records(leases)
+        self.revision = revision
+        self.compact_rev = compact_rev
+        self.compact_done_rev = compact_rev if compaction_finished else -1
+        self.epoch, self.leader_id = epoch, leader_id
+        if not compaction_finished:
+            self._start_compaction(compact_rev)
 
     def load_records(self, leases: Iterable[tuple[int, int]] = ()) -> None:
         """Rebuild every shard's key index from the value store (after a
