@@ -888,9 +888,13 @@ def _empty_inboxes() -> dict[type, list]:
 
 
 def _adds_data(req) -> bool:
-    """etcd's quota applies to puts, Txns that may put, and lease grants."""
+    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
+    (its capped applier and quota refuse a request whose cost is above 0): a
+    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
+    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
+    puts only inside a nested Txn, is applied."""
     if isinstance(req, (PutRequest, LeaseGrantRequest)):
         return True
     if isinstance(req, TxnRequest):
-        return not txn_writes_nothing(req)
+        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
     return False
