@@ -34,8 +34,10 @@ applies what the leader journaled and forwards its clients' writes, and the
 cluster package promotes it when it wins the election.  What differs
 between the two (where a batch of writes goes, who answers lease calls, the
 lease clocks and the compactor that only a leader runs) is the role object
-the engine holds (brain/engine/roles.py).  One thread, the committer,
-changes the store in either role.
+the engine holds (brain/engine/roles.py).  Following, forwarding and the
+changes of lead are a Replication the engine holds, which reaches the
+committer only through the interface written there (ReplicaCore).  One
+thread, the committer, changes the store in either role.
 """
 
 from __future__ import annotations
