@@ -34,8 +34,10 @@ applies what the leader journaled and forwards its clients' writes, and the
 cluster package promotes it when it wins the election.  What differs
 between the two (where a batch of writes goes, who answers lease calls, the
 lease clocks and the compactor that only a leader runs) is the role object
-the engine holds (brain/engine/roles.py).  One thread, the committer,
-changes the store in either role.
+the engine holds (brain/engine/roles.py).  Following, forwarding and the
+changes of lead are a Replication the engine holds, which reaches the
+committer only through the interface written there (ReplicaCore).  One
+thread, the committer, changes the store in either role.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
 from .replication import Replication
-from .roles import LEADER, Follower, Leader
+from .roles import LEADER, Follower, Forwarder, Leader
 from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
@@ -192,7 +194,7 @@ class DataDirLocked(RuntimeError):
     pass
 
 
-class Engine(Replication):
+class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         # Parsed before touching the data directory: a bad one fails here.
@@ -223,7 +225,17 @@ class Engine(Replication):
         self.checkpoint_hooks: list = []
         self._role: Leader | Follower | None = None  # set when the engine opens
         self._barrier: ReadBarrier | None = None
-        Replication.__init__(self)
+        self._replication: Replication | None = None  # set when the engine opens
+        self._applied_index = 0
+        # Set by brain.cluster on a replica of a shared journal:
+        self.forwarder: Forwarder | None = None  # how a follower reaches the leader
+        self.leader_hint = None  # () -> member ID the election names
+        # () -> True while this replica, leading, may read without asking the
+        # journal (the election's lease: brain.cluster.election.Election.lease_valid)
+        self.read_lease = None
+        # Called (on the committer) after the role or the leader changed.
+        self.role_hooks: list = []
+        self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
 
     # ------------------------------------------------------------------
     # opening and recovery
@@ -314,13 +326,17 @@ class Engine(Replication):
         log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
+        if shared is not None:
+            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index,
+                                        ahead=lambda index: self._replication.journal_ahead(index),
+                                        max_in_flight=READ_INDEX_IN_FLIGHT)
+        self._replication = Replication(_ReplicaCore(self), self._lock, self.journal, self._barrier,
+                                        self._checkpointer)
         if shared is None:
             self._lead()
         else:
             self._role = self._new_follower()
-            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index, ahead=self._journal_ahead,
-                                        max_in_flight=READ_INDEX_IN_FLIGHT)
-            self._follow()
+            self._replication.follow()
         self._committer.start()
 
     def _load_store(self, upto_index: int | None = None) -> tuple[Store, int, int]:
@@ -350,7 +366,7 @@ class Engine(Replication):
         self._role = self._new_follower()
 
     def _new_follower(self) -> Follower:
-        return Follower(self._forward, lambda: self.forwarder)
+        return Follower(self._replication.forward, lambda: self.forwarder)
 
     def _attached_keys(self, lease_id: int) -> list[bytes]:
         with self._lock:
@@ -362,6 +378,62 @@ class Engine(Replication):
         sink = _FutureSink(1)
         self._enqueue([_Pending(LeaseRevokeRequest(lease_id), sink, 0, local=True)])
         return sink.futures[0]
+
+    # ------------------------------------------------------------------
+    # who leads (the replica's part: brain.engine.replication)
+
+    @property
+    def role(self) -> str:
+        return self._role.name
+
+    @property
+    def is_leader(self) -> bool:
+        return self._role.name == LEADER
+
+    @property
+    def applied_index(self) -> int:
+        """The last journal record this replica applied (on the leader:
+        the last one acknowledged)."""
+        return self._applied_index
+
+    @property
+    def leader_id(self) -> int:
+        """The member ID of the replica leading the journal (0: unknown);
+        on a single node, this one.  The journal's last epoch record names
+        it; until this replica has applied one (a replica started from a
+        snapshot), the election's view (``leader_hint``) stands in."""
+        if self._barrier is None:
+            return self.member_id
+        return self.store.leader_id or (self.leader_hint() if self.leader_hint is not None else 0)
+
+    @property
+    def unwritten_confirmations(self) -> int:
+        """Answers decided without a journal record that asked the journal
+        before they were given (Replication.confirm_unwritten)."""
+        return self._replication.unwritten_confirmations
+
+    def use_read_index(self, ask) -> None:
+        """Where linearizable reads get their read index from:
+        ``ask(callback(index, exc))`` (default: the journal's)."""
+        if self._barrier is not None:
+            self._barrier.use_source(ask)
+
+    def promote(self) -> bool:
+        """(any thread) Try to become the leader; True on success.  Called
+        by the cluster package once it holds the election key."""
+        return self._replication.promote()
+
+    def step_down(self) -> None:
+        """(any thread) Stop leading (the election key was lost)."""
+        self._replication.step_down()
+
+    def _run_role_hooks(self) -> None:
+        self.leader_changes += 1
+        for hook in self.role_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                log.exception("role hook failed")
 
     # ------------------------------------------------------------------
     # reads (served at the committed revision)
@@ -557,8 +629,9 @@ class Engine(Replication):
     def _run(self) -> None:
         # the inboxes handled before the turn's writes, in this order
         # (controls after them: see brain.engine.items)
-        handlers = ((Delivered, self._apply_records), (ForwardOutcome, self._complete_forwarded),
-                    (Confirmation, self._settle_confirmed))
+        replication = self._replication
+        handlers = ((Delivered, replication.apply_records), (ForwardOutcome, replication.complete_forwarded),
+                    (Confirmation, replication.settle_confirmed))
         while True:
             with self._cv:
                 if not self._queue and not any(self._inboxes.values()) and not self._stopping:
@@ -633,7 +706,7 @@ class Engine(Replication):
             # Decided from this replica's store with nothing to append (a
             # failed compare, a delete of nothing, a refused request): no
             # fence vouches that no other replica leads and wrote meanwhile.
-            self._confirm_unwritten(admitted, results)
+            self._replication.confirm_unwritten(admitted, results)
         else:
             self._settle_results(admitted, results)
 
@@ -657,10 +730,19 @@ class Engine(Replication):
             if isinstance(res, Exception):  # an EtcdError, or a refused Effects payload's ValueError
                 self._settle(p, None, res)
             elif p.wait_compact:
-                p.result = res
-                self._compact_waiters.append((p.wait_compact, p))
+                self._await_compaction(p, res)
             else:
                 self._settle(p, res)
+
+    def _await_compaction(self, p: _Pending, result) -> None:
+        """Answer ``result`` once physical compaction reached p.wait_compact."""
+        p.result = result
+        self._compact_waiters.append((p.wait_compact, p))
+
+    def _release_compaction_waiters(self) -> None:
+        for _, p in self._compact_waiters:
+            self._settle(p, p.result)
+        self._compact_waiters = []
 
     def _apply(self, admitted: list[_Pending]) -> tuple[list, bytes]:
         """Apply a batch to the store (lock held): requests are decided,
@@ -708,17 +790,17 @@ class Engine(Replication):
             log.warning("another replica wrote to the journal (%s); stepping down", e)
             for p in admitted:
                 self._settle(p, None, errors.ErrLeaderChanged)
-            self._step_down(rebuild=True)
+            self._replication.step_down_now(rebuild=True)
             return None
         except JournalUnavailableError as e:
-            if not self._abandon_writes or self._closing:
+            if not self._replication.abandoning_writes or self._closing:
                 raise
             # lost the election while the journal could not say whether the
             # batch landed: its callers cannot know either
             log.warning("giving up an append whose outcome is unknown (%s); stepping down", e)
             for p in admitted:
                 self._settle(p, None, errors.ErrTimeoutDueToLeaderFail)
-            self._step_down(rebuild=True)
+            self._replication.step_down_now(rebuild=True)
             return None
         except BaseException as e:
             nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
@@ -744,7 +826,7 @@ class Engine(Replication):
                 self.journal.sync()
                 return
             except JournalUnavailableError as e:
-                if self._stopping or self._closing or self._abandon_writes:
+                if self._stopping or self._closing or self._replication.abandoning_writes:
                     raise
                 if time.monotonic() - started > REQUEST_TIMEOUT:
                     for p in admitted:
@@ -771,10 +853,7 @@ class Engine(Replication):
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
-        self._expire_waiting()
-        self._check_following()
-        if self._rebuild_pending:
-            self._try_rebuild()
+        if self._replication.maintain():
             return  # no checkpoint of a store about to be replaced
         self._checkpointer.maintain(self.store, self._applied_index, may_start=self._failed is None)
 
@@ -862,7 +941,7 @@ class Engine(Replication):
             self._stopping = True
             self._cv.notify()
         self._committer.join()
-        self._close_replication()
+        self._replication.close()
         self.watches.close()
         self._checkpointer.join()
         self.journal.close()
@@ -883,14 +962,136 @@ class Engine(Replication):
                 applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 
 
+class _ReplicaCore:
+    """The engine's committer core as Replication sees it
+    (brain.engine.replication.ReplicaCore, where the contract is written):
+    the one door through which replication reaches the engine's state."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def store(self) -> Store:
+        return self._engine.store
+
+    @property
+    def committed_rev(self) -> int:
+        return self._engine.committed_rev
+
+    @property
+    def applied_index(self) -> int:
+        return self._engine._applied_index
+
+    @property
+    def member_id(self) -> int:
+        return self._engine.member_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self._engine.is_leader
+
+    @property
+    def failed(self) -> errors.EtcdError | None:
+        return self._engine._failed
+
+    @property
+    def forwarder(self) -> Forwarder | None:
+        return self._engine.forwarder
+
+    @property
+    def read_lease(self):
+        return self._engine.read_lease
+
+    @property
+    def raft_term(self) -> int:
+        return self._engine.raft_term
+
+    @raft_term.setter
+    def raft_term(self, term: int) -> None:
+        self._engine.raft_term = term
+
+    def post(self, item) -> None:
+        self._engine._post(item)
+
+    def take_posted(self, kind: type) -> list:
+        return self._engine._take_posted(kind)
+
+    def has_posted(self, kind: type) -> bool:
+        eng = self._engine
+        with eng._cv:
+            return bool(eng._inboxes[kind])
+
+    def wake(self) -> None:
+        eng = self._engine
+        with eng._cv:
+            eng._cv.notify()
+
+    def requeue(self, pending: list) -> None:
+        eng = self._engine
+        with eng._cv:
+            eng._queue.extend(pending)
+
+    def settle(self, p: _Pending, result, exc=None) -> None:
+        self._engine._settle(p, result, exc)
+
+    def settle_results(self, admitted: list, results: list) -> None:
+        self._engine._settle_results(admitted, results)
+
+    def await_compaction(self, p: _Pending, result) -> None:
+        self._engine._await_compaction(p, result)
+
+    def release_compaction_waiters(self) -> None:
+        self._engine._release_compaction_waiters()
+
+    def flush_sinks(self) -> None:
+        self._engine._flush_sinks()
+
+    def publish(self, revision: int, index: int, events: list) -> None:
+        self._engine._publish(revision, index, events)
+
+    def apply_epoch(self, payload: bytes, index: int) -> None:
+        eng = self._engine
+        with eng._lock:
+            eng.store.replay(payload, live=True)
+            eng._applied_index = index
+
+    def fail(self, err: errors.EtcdError, reason: str) -> None:
+        self._engine._fail(err, reason)
+
+    def load_store(self, upto_index: int) -> tuple[Store, int, int]:
+        return self._engine._load_store(upto_index=upto_index)
+
+    def replace_store(self, store: Store) -> None:
+        eng = self._engine
+        with eng.watches.lock:
+            with eng._lock:
+                eng.store = store
+            eng.watches.hub.store = store
+
+    def lead(self) -> None:
+        self._engine._lead()
+
+    def follow_leader(self) -> None:
+        self._engine._follow_leader()
+
+    def role_changed(self) -> None:
+        self._engine._run_role_hooks()
+
+
 def _empty_inboxes() -> dict[type, list]:
     return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
 
 
 def _adds_data(req) -> bool:
-    """etcd's quota applies to puts, Txns that may put, and lease grants."""
+    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
+    (its capped applier and quota refuse a request whose cost is above 0): a
+    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
+    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
+    puts only inside a nested Txn, is applied."""
     if isinstance(req, (PutRequest, LeaseGrantRequest)):
         return True
     if isinstance(req, TxnRequest):
-        return not txn_writes_nothing(req)
+        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
     return False

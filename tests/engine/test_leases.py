@@ -142,6 +142,15 @@ def test_keepalive_moves_the_deadline():
     assert k.expire_due() == [1]
 
 
+def test_a_stopped_keeper_refuses_renewals_as_not_leader():
+    k, rv, clock = keeper_with()
+    k.granted(1, 10)
+    k.stop()
+    with pytest.raises(errors.EtcdError) as e:
+        k.renew(1)
+    assert e.value == errors.ErrNotLeader
+
+
 def test_unknown_lease():
     k, rv, clock = keeper_with()
     with pytest.raises(errors.EtcdError) as e:
@@ -643,6 +652,26 @@ def test_leases_survive_a_crash_from_journal_and_from_checkpoint(config):
     eng = Engine.open(config)
     try:
         assert eng.lease_leases().ids == [] and not eng.range(RangeRequest(b"\0", b"\0")).kvs
+    finally:
+        eng.close()
+
+
+def test_keepalive_on_a_leader_role_that_stepped_down_is_refused(config):
+    """A keep-alive that picked up the Leader role just before a step-down
+    renews on that role's stopped keeper: it must be refused (ErrNotLeader,
+    as a follower answers a renewal it cannot make), never acknowledged."""
+    eng = Engine.open(config)
+    try:
+        eng.lease_grant(LeaseGrantRequest(30, 1))
+        stale = eng._role
+        stale.stop(wait=True)  # what stepping down does to the role it gives up
+        with pytest.raises(errors.EtcdError) as e:
+            stale.lease_keepalive(1)
+        assert e.value == errors.ErrNotLeader
+        assert stale.renew_leases([1]) == [(1, errors.ErrNotLeader)]
+        answers: list = []
+        stale.lease_keepalive_many([1], answers.extend)
+        assert answers == [(1, errors.ErrNotLeader)]
     finally:
         eng.close()
 
