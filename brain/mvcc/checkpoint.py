@@ -54,13 +54,9 @@ def cut(store: Store) -> CheckpointCut:
     frozen = []
     deletes = []
     for shard in store.shards:
-        if shard.frozen:
-            raise RuntimeError("a checkpoint is already in progress")
-        shard.frozen, shard.active = shard.active, {}
-        shard.frozen_order, shard.active_order = shard.active_order, []
-        frozen.append(shard.frozen)
-        deletes.append(shard.pending_deletes)
-        shard.pending_deletes = []
+        records, owed = shard.freeze()
+        frozen.append(records)
+        deletes.append(owed)
     leases = sorted((lease.id, lease.ttl) for lease in store.lessor.leases.values())
     return CheckpointCut(store.revision, store.compact_rev, store.compact_done_rev if not store.compacting else -1,
                          frozen, deletes, leases, store.epoch, store.leader_id)
@@ -69,21 +65,12 @@ def cut(store: Store) -> CheckpointCut:
 def done(store: Store, cut_revision: int) -> None:
     """The cut at `cut_revision` is in the value store."""
     for shard in store.shards:
-        shard.frozen = {}
-        shard.frozen_order = []
+        shard.release_frozen()
     store.memtable_floor = cut_revision
 
 
 def abort(store: Store, cut: CheckpointCut) -> None:
     """The cut was not written: serve its records from memory again and
     keep its deletes for the next checkpoint."""
-    for sid, shard in enumerate(store.shards):
-        dropped = set(shard.pending_deletes)
-        merged = {rev: rec for rev, rec in shard.frozen.items() if rev not in dropped}
-        merged.update(shard.active)
-        shard.active_order = [r for r in shard.frozen_order if r in merged] + shard.active_order
-        shard.active = merged
-        shard.frozen = {}
-        shard.frozen_order = []
-        shard.pending_deletes = [r for r in cut.deletes[sid] if r not in merged] + [
-            r for r in shard.pending_deletes if r not in merged]
+    for shard, deletes in zip(store.shards, cut.deletes):
+        shard.thaw(deletes)

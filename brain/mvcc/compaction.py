@@ -48,29 +48,10 @@ class Compaction:
         """Compact up to `budget` keys; True when every shard is done."""
         shards = self.store.shards
         while self.shard_pos < len(shards):
-            shard = shards[self.shard_pos]
-            index = shard.index
-            if self.cursor is None:
-                it = index.irange()
-            else:
-                it = index.irange(self.cursor, inclusive=(False, True))
-            batch = []
-            for k in it:
-                batch.append(k)
-                if len(batch) >= budget:
-                    break
-            removed: list[int] = []
-            for k in batch:
-                ki = index[k]
-                ki.compact(self.rev, removed)
-                if ki.is_empty():
-                    del index[k]
-                    shard.dead.discard(k)
-            for r in removed:
-                shard.drop(r)
-            budget -= len(batch)
-            if len(batch) and budget <= 0:
-                self.cursor = batch[-1]
+            cursor, done = shards[self.shard_pos].compact(self.rev, self.cursor, budget)
+            budget -= done
+            if cursor is not None:
+                self.cursor = cursor
                 return False
             self.shard_pos += 1
             self.cursor = None

@@ -61,7 +61,7 @@ def range_end_bound(range_end: bytes) -> bytes | None | bool:
 def key_indexes(store: Store, key: bytes, end: bytes | None | bool) -> Iterator[KeyIndex]:
     """KeyIndex objects for [key, end) in key order (end False: just key)."""
     if end is False:
-        ki = store.shard_for_key(key).index.get(key)
+        ki = store.shard_for_key(key).get(key)
         if ki is not None:
             yield ki
         return
@@ -69,10 +69,7 @@ def key_indexes(store: Store, key: bytes, end: bytes | None | bool) -> Iterator[
         return
     shards = store.shards
     for sid in store.shard_map.shards_for(key, end):
-        shard = shards[sid]
-        index = shard.index
-        for k in shard.keys_in(key, end):
-            yield index[k]
+        yield from shards[sid].key_indexes(key, end)
 
 
 def count(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int | None:
@@ -85,7 +82,7 @@ def count(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int | 
     at or above memtable_floor, so those few keys are checked one by one.
     """
     if end is False:
-        ki = store.shard_for_key(key).index.get(key)
+        ki = store.shard_for_key(key).get(key)
         return 1 if ki is not None and ki.get(at) is not None else 0
     if end is not None and end <= key:
         return 0
@@ -105,7 +102,7 @@ def count(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int | 
             if k in checked or k < key or (end is not None and k >= end):
                 continue
             checked.add(k)
-            ki = shard.index.get(k)
+            ki = shard.get(k)
             if ki is None:
                 continue
             total += (ki.get(at) is not None) - ki.is_live()
@@ -120,7 +117,7 @@ def key_value(store: Store, ki: KeyIndex, found: tuple[int, int, int]) -> KeyVal
 
 
 def get_kv(store: Store, key: bytes, at: int) -> KeyValue | None:
-    ki = store.shard_for_key(key).index.get(key)
+    ki = store.shard_for_key(key).get(key)
     if ki is None:
         return None
     found = ki.get(at)

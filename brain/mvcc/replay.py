@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from sortedcontainers import SortedDict, SortedList
-
 from .codec import PUT, decode_batch, decode_record_head
 from .key_index import KeyIndex
 from .revision import from_bytes, main_of, pack
@@ -112,15 +110,11 @@ def load_records(store: Store, leases: Iterable[tuple[int, int]]) -> None:
             else:
                 key_lease.pop(key, None)
             floor = rev
-        shard.index = SortedDict(index)
-        dead = []
+        shard.load(index)
         for key, ki in index.items():
             if ki.is_live():
                 store.keys_live += 1
                 lease = key_lease.get(key)
                 if lease:
                     store.lessor.set_key(key, lease)
-            else:
-                dead.append(key)
-        shard.dead = SortedList(dead)
         store.memtable_floor = store.index_rev = max(store.memtable_floor, main_of(floor))

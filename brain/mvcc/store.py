@@ -51,7 +51,7 @@ from .requests import (
     TxnRequest,
     TxnResult,
 )
-from .revision import SUB_MASK, main_of
+from .revision import main_of
 from .shard import Shard, ShardMap
 
 # How apply() runs each kind of write request: fn(store, request, encoder).
@@ -120,34 +120,19 @@ class Store:
     def put_at(self, rev: int, key: bytes, value: bytes, lease: int) -> None:
         """Record a put of `key` at packed revision `rev`, newer than any in
         the key indexes (Write and replay number them)."""
-        shard = self.shard_for_key(key)
-        ki = shard.key_index(key)
-        last = ki.generations[-1]
-        if last.revs:
-            created, version = last.created, last.version + 1
-        else:
-            created, version = rev & ~SUB_MASK, 1  # (main, 0): see Generation.created
+        created, version = self.shard_for_key(key).put(rev, key, value, lease)
+        if version == 1:
             self.keys_live += 1
-            if len(ki.generations) > 1:  # a deleted key, put again
-                shard.dead.remove(key)
-        ki.put(rev)
         self.index_rev = rev >> 32
-        shard.active[rev] = (key, value, created, version, lease)
-        shard.active_order.append(rev)
         self.lessor.set_key(key, lease)
         if self._changes is not None:
             self._changes.append(Event(EVENT_PUT, KeyValue(key, main_of(created), main_of(rev), version, value, lease)))
 
     def delete_at(self, rev: int, key: bytes) -> None:
         """Record the delete of live `key` at packed revision `rev`."""
-        shard = self.shard_for_key(key)
-        ki = shard.index[key]
-        ki.tombstone(rev)
-        shard.dead.add(key)
+        self.shard_for_key(key).delete(rev, key)
         self.index_rev = rev >> 32
         self.keys_live -= 1
-        shard.active[rev] = (key, None, 0, 0, 0)
-        shard.active_order.append(rev)
         self.lessor.set_key(key, 0)
         if self._changes is not None:
             self._changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
@@ -259,7 +244,7 @@ class Store:
     # sizes
 
     def memtable_entries(self) -> int:
-        return sum(len(s.active) + len(s.frozen) for s in self.shards)
+        return sum(s.memtable_records() for s in self.shards)
 
     def keys_total(self) -> int:
-        return sum(len(s.index) for s in self.shards)
+        return sum(s.keys() for s in self.shards)
