@@ -89,7 +89,7 @@ class CheckpointMeta:
 
     @classmethod
     def of_cut(cls, cut, journal_index: int) -> "CheckpointMeta":
-        """The meta of a store's checkpoint cut (brain.mvcc.store.CheckpointCut,
+        """The meta of a store's checkpoint cut (brain.mvcc.checkpoint.CheckpointCut,
         which keeps the store's -1 conventions) holding the journal up to
         ``journal_index``."""
         return cls(
