@@ -15,8 +15,8 @@ test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTEST)
 
-test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds
-	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 $(PYTEST)
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds, the benchmark smoke on every server
+	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all $(PYTEST)
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
@@ -39,7 +39,7 @@ bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext
 	bash tests/cluster/build.sh
 	$(PYTHON) -m benchmarks.run
 
-bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (6-10 min; what the pytest in tests/benchmarks runs)
+bench-smoke: deps             ## every benchmark workload for a second on each server and cluster (6-10 min; what tests/benchmarks runs under make test-full)
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh

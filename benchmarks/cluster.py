@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.machine import first_line
 from benchmarks.servers import ServerError, StartOptions, cpu_seconds, memory_kb, tool_path
 
 JOURNAL_STREAM = "{name}_journal"  # brain's journal stream in NATS (docs/cluster.md)
@@ -62,7 +63,7 @@ def _data_under(root: Path):
             os.environ["TEST_TMPDIR"] = old
 
 
-def _binary(getter) -> tuple[str | None, str]:
+def binary_or_reason(getter) -> tuple[str | None, str]:
     """(path, "") from a tests.support.binaries getter, or (None, why not)."""
     from tests.support.binaries import ToolMissing
 
@@ -103,9 +104,7 @@ class EtcdClusterFlavor(ClusterFlavor):
         return (True, "") if self.binary() else (False, "etcd-3.6 not built (run benchmarks/build.sh)")
 
     def version(self):
-        from benchmarks.servers import _first_line
-
-        return _first_line([self.binary(), "--version"])
+        return first_line([self.binary(), "--version"]) or "?"
 
     def flags_note(self):
         return "3 members on loopback, defaults"
@@ -126,7 +125,7 @@ class BrainClusterFlavor(ClusterFlavor):
     def available(self):
         from tests.support.binaries import nats_server_binary
 
-        path, why = _binary(nats_server_binary)
+        path, why = binary_or_reason(nats_server_binary)
         return (True, "") if path else (False, f"nats-server: {why}")
 
     def nats_binary(self) -> str:
@@ -135,9 +134,9 @@ class BrainClusterFlavor(ClusterFlavor):
         return nats_server_binary()
 
     def version(self):
-        from benchmarks.servers import Brain, _first_line
+        from benchmarks.servers import Brain
 
-        nats = _first_line([self.nats_binary(), "--version"]).replace("nats-server:", "").strip()
+        nats = (first_line([self.nats_binary(), "--version"]) or "?").replace("nats-server:", "").strip()
         return f"{Brain().version()}; nats-server {nats}"
 
     def flags_note(self):

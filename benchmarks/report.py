@@ -26,10 +26,15 @@ with its machine and load.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.settings import FULL
+from benchmarks.targets import ISSUES, TARGETS, Target, met
+from benchmarks.workloads import CLUSTER, MTLS, ONCE_GROUPS, WORKLOADS, mode_of
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
 PEERS = ["etcd-3.6", "etcd-3.7", "etcd-3.4", "kine"]
@@ -41,120 +46,11 @@ README_BEGIN = "<!-- bench:begin -->"
 README_END = "<!-- bench:end -->"
 
 
-@dataclass(frozen=True)
-class Workload:
-    title: str
-    metric: str          # key in the run's result ("a.b" for a nested one)
-    unit: str
-    higher_better: bool = True
-    latency: str = "latency_ms"  # dict with p50/p99 in ms, or "" for none
-    source: str = ""     # a summary row drawn from another workload's runs
-    scale: float = 1.0   # metric x scale is shown
-    # How the runs make the row's value: "median" of the successful runs' metric; "p99" of the
-    # samples (a list metric) of every successful run pooled (nearest rank: with fewer than 100
-    # samples, the largest); "sum" of the metric over every run that reported it, failed ones too
-    # (acknowledged writes lost must not hide in a failed run).
-    agg: str = "median"
-    # A restart row: the result key of the list of its samples (starts); the value is their median,
-    # "worst" their largest.  A run without the list (before samples were taken) is one sample.
-    samples: str = ""
-
-
-# The rows of each mode; the plain rows are the ones before the mutual TLS ones.
-MTLS = "mtls-"
-CLUSTER = "cluster-"
-
-
-WORKLOADS: dict[str, Workload] = {
-    "put-c1": Workload("put, 256 B values, 1 client", "ops_per_s", "ops/s"),
-    "put-c64": Workload("put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
-    "put-c256": Workload("put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
-    "range-l-c64": Workload("range, one key, linearizable, 64 clients", "ops_per_s", "ops/s"),
-    "range-l-c256": Workload("range, one key, linearizable, 256 clients", "ops_per_s", "ops/s"),
-    "range-s-c64": Workload("range, one key, serializable, 64 clients", "ops_per_s", "ops/s"),
-    "range-s-c256": Workload("range, one key, serializable, 256 clients", "ops_per_s", "ops/s"),
-    "txn-put-c64": Workload("txn-put (kube-apiserver update shape), 64 clients", "ops_per_s", "ops/s"),
-    "txn-put-c256": Workload("txn-put (kube-apiserver update shape), 256 clients", "ops_per_s", "ops/s"),
-    "list": Workload("paginated list of a {list_keys:,}-key prefix, limit {list_limit}, {list_clients} clients "
-                     "(a whole listing is one op)", "ops_per_s", "listings/s"),
-    "count": Workload("count_only over the {list_keys:,}-key prefix, {list_clients} clients", "ops_per_s", "ops/s"),
-    "watch": Workload("watch fan-out: {watch_watchers:,} watchers on one prefix, a gRPC stream each; "
-                      "{watch_events} puts as fast as they go", "delivered_per_s", "events/s"),
-    "watch-shared": Workload("watch fan-out: {watch_watchers:,} watchers, watchers on one connection share a "
-                             "stream (clientv3's default)", "delivered_per_s", "events/s"),
-    "lease": Workload("{lease_leases:,} x (lease grant + put with lease), then the {lease_ttl} s expiries",
-                      "grant_put_per_s", "grant+put/s"),
-    "keepalive": Workload("{keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive stream, at most "
-                          "{keepalive_window:,} keep-alives in flight, {keepalive_duration:g} s; nothing may "
-                          "expire (TTL {keepalive_ttl} s)", "keepalives_per_s", "keep-alives/s"),
-    "k8s-mix": Workload("Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
-                        "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
-                        "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
-    "check-perf": Workload("etcdctl check perf --load {check_perf_load}", "writes_per_s", "writes/s"),
-    "restart": Workload("restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
-                        "linearizable count over them answers (count checked)",
-                        "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
-    "restart-kill9": Workload("the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
-                              "tail just under its 128 MiB checkpoint threshold to replay)",
-                              "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart",
-                              samples="ready_after_kill9_s_samples"),
-    "rss": Workload("resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
-                    higher_better=False, latency="", source="restart", scale=1 / 1024),
-    # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one
-    # (etcd 3.6 and 3.7 in two configurations each, default and -fast).
-    "mtls-put-c64": Workload("mutual TLS: put, 256 B values, 64 clients", "ops_per_s", "ops/s"),
-    "mtls-put-c256": Workload("mutual TLS: put, 256 B values, 256 clients", "ops_per_s", "ops/s"),
-    "mtls-txn-put-c64": Workload("mutual TLS: txn-put, 64 clients", "ops_per_s", "ops/s"),
-    "mtls-txn-put-c256": Workload("mutual TLS: txn-put, 256 clients", "ops_per_s", "ops/s"),
-    "mtls-range-l-c64": Workload("mutual TLS: range, one key, linearizable, 64 clients", "ops_per_s", "ops/s"),
-    "mtls-range-l-c256": Workload("mutual TLS: range, one key, linearizable, 256 clients", "ops_per_s", "ops/s"),
-    "mtls-watch": Workload("mutual TLS: watch fan-out, {watch_watchers:,} watchers, a gRPC stream each",
-                           "delivered_per_s", "events/s"),
-    "mtls-watch-shared": Workload("mutual TLS: watch fan-out, {watch_watchers:,} watchers, shared streams",
-                                  "delivered_per_s", "events/s"),
-    "mtls-keepalive": Workload("mutual TLS: {keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive "
-                               "stream", "keepalives_per_s", "keep-alives/s"),
-    # Clusters: 3 brains on 3 nats-servers (brain) against 3 etcd 3.6 members (etcd-3.6).
-    "cluster-put-c64": Workload("cluster: put, 64 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-put-c256": Workload("cluster: put, 256 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-txn-put-c64": Workload("cluster: txn-put, 64 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-txn-put-c256": Workload("cluster: txn-put, 256 clients over every endpoint", "ops_per_s", "ops/s"),
-    "cluster-range-l-c64": Workload("cluster: range, one key, linearizable, 64 clients over every endpoint",
-                                    "ops_per_s", "ops/s"),
-    "cluster-range-l-c256": Workload("cluster: range, one key, linearizable, 256 clients over every endpoint",
-                                     "ops_per_s", "ops/s"),
-    "cluster-watch": Workload("cluster: watch fan-out, {watch_watchers:,} watchers (a stream each) over every "
-                              "endpoint", "delivered_per_s", "events/s"),
-    "cluster-watch-shared": Workload("cluster: watch fan-out, {watch_watchers:,} watchers, shared streams",
-                                     "delivered_per_s", "events/s"),
-    "cluster-failover": Workload("cluster: acknowledged writes lost over every failover run (clustercheck "
-                                 "verify after the kills)", "lost", "writes lost", higher_better=False,
-                                 latency="", agg="sum"),
-    "cluster-pause-leader": Workload("cluster: write pause after kill -9 of the leader (brain's, etcd's), "
-                                     "p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
-                                     higher_better=False, latency="", source="cluster-failover", agg="p99"),
-    "cluster-pause-nats": Workload("cluster: write pause after kill -9 of the NATS stream leader's nats-server "
-                                   "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
-                                   higher_better=False, latency="", source="cluster-failover", agg="p99"),
-}
-
-
-_TITLE_DEFAULTS = {"list_keys": 100_000, "list_limit": 500, "list_clients": 4, "watch_watchers": 1000,
-                   "watch_events": 200, "lease_leases": 10_000, "lease_ttl": 5, "k8s_nodes": 10_000,
-                   "k8s_pod_rate": 200, "k8s_pods": 3000, "k8s_duration": 10.0, "check_perf_load": "l",
-                   "restart_keys": 1_000_000, "restart_val": 1024, "restart_tail": 120_000,
-                   "keepalive_leases": 10_000, "keepalive_window": 1000, "keepalive_duration": 8.0,
-                   "keepalive_ttl": 5}
-
-# Groups run once per server whatever the rounds setting (their rows say so).
-ONCE = ("restart", "check-perf")
-
-
 def planned_runs(workload: str, settings: dict | None) -> int:
     """How many runs per server the harness makes of ``workload``."""
     w = WORKLOADS.get(workload)
     base = (w.source or workload) if w else workload
-    if base in ONCE:
+    if (w.group if w else workload) in ONCE_GROUPS:
         return 1
     # A merged run's workloads keep the rounds that run planned.
     merged = ((settings or {}).get("rounds_of_merged") or {}).get(base)
@@ -162,7 +58,7 @@ def planned_runs(workload: str, settings: dict | None) -> int:
 
 
 def title(workload: str, settings: dict | None = None) -> str:
-    vals = dict(_TITLE_DEFAULTS)
+    vals = dataclasses.asdict(FULL)
     vals.update(settings or {})
     try:
         return WORKLOADS[workload].title.format(**vals)
@@ -418,7 +314,9 @@ def _cells_note(agg: dict, workload: str, servers) -> str:
 
 
 def targets(agg: dict, settings: dict | None = None) -> list[dict]:
-    """The issue's targets, each: target, value, goal, status (pass / miss / n/a) and a note.
+    """The targets of benchmarks/targets.py, each: target, value, goal, status (pass / miss / n/a), a
+    note and the issue that asked for it.  An issue's targets are judged only when the run measured a
+    workload of its mode.
 
     A target whose workload failed on brain is a miss (the note carries the error); one whose
     peer did not run, whose restart load was cut short, whose cells come from different runs, or
@@ -426,11 +324,12 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     pass, is n/a."""
     t: list[dict] = []
     keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
-    issue = "5"
+    issue = ""
 
     def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na=""):
-        """``also``: further (workload, server) cells the value rests on, whose runs count too;
-        ``na``: a reason the value cannot be called met (a miss stays a miss)."""
+        """One row of the current ``issue``.  ``also``: further (workload, server) cells the value
+        rests on, whose runs count too; ``na``: a reason the value cannot be called met (a miss
+        stays a miss)."""
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
         short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
         for w2, s2 in also:
@@ -451,7 +350,7 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         t.append({"target": name, "value": value, "goal": goal, "status": status, "note": note, "issue": issue,
                   "ran": workload in agg})
 
-    def add_ratio(name, w, peer, goal_text, ok, key="value"):
+    def add_ratio(name, w, peer, goal, key="value"):
         """A ratio target: brain over ``peer`` (under mutual TLS, the better etcd configuration)."""
         r = compare(agg, w, peer, key)
         note, na = "", ""
@@ -463,85 +362,63 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
             na = f"{FAST_CONFIG[peer]} (fast gRPC) not measured: against the default configuration alone"
         elif r.peer and r.peer != peer:
             note = f"against {r.peer}, the better configuration"
-        add(name, r.value, r.value is not None and ok(r.value), goal_text, w, note, peer=r.peer or peer, na=na)
+        add(name, r.value, met(goal, r.value), goal, w, note, peer=r.peer or peer, na=na)
 
-    for w in ("put-c64", "put-c256", "txn-put-c64", "txn-put-c256", "range-l-c64", "range-l-c256"):
-        add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 1.5", lambda r: r >= 1.5)
-    for w in ("list", "count"):
-        add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 3", lambda r: r >= 3)
-    for w in ("watch", "watch-shared"):
-        add_ratio(f"{w}: brain/etcd-3.6 delivered events/s", w, "etcd-3.6", ">= 1", lambda r: r >= 1)
-        add_ratio(f"{w}: brain/etcd-3.6 p99 delivery latency", w, "etcd-3.6", "<= 1", lambda r: r <= 1, "p99")
     b = agg.get("restart", {}).get("brain") or {}
     partial = (b.get("extra") or {}).get("partial")
     pnote = f"partial load: {_oneline(partial, 160)}" if partial else ""
-    for what, w in (("SIGTERM", "restart"), ("kill -9", "restart-kill9")):
-        c = agg.get(w, {}).get("brain") or {}
-        v, n = c.get("worst"), len(c.get("samples") or [])
-        few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
-        note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
-        add(f"restart ({what}) with {keys}: brain seconds, worst sample", v, v is not None and v <= 10, "<= 10 s",
-            "restart", note, na=few)
-    for peer in ("etcd-3.6", "etcd-3.4"):
-        r = compare(agg, "rss", peer)
-        note = pnote or ("partial load on " + peer if _extra(agg, "restart", peer, "partial") else "")
-        if r.why == "runs differ":
-            note = _cells_note(agg, "rss", ["brain", peer])
-        add(f"RSS after loading {keys}: brain/{peer}", r.value, r.value is not None and r.value <= 1, "<= 1", "rss",
-            note, peer=peer)
-    for w in ("put-c1", "put-c64", "put-c256"):
-        add_ratio(f"{w}: brain/kine throughput", w, "kine", ">= 10", lambda r: r >= 10)
-    p = _extra(agg, "check-perf", "brain", "pass")
-    add("etcdctl check perf --load l on brain", None if p is None else (1.0 if p else 0.0), bool(p), "PASS",
-        "check-perf", "" if p is None else ("PASS" if p else "FAIL"))
 
-    # Issue 10: mutual TLS, brain / etcd 3.6 (the better of its default and fast gRPC configurations).
-    issue = "10"
-    if any(w.startswith(MTLS) for w in agg):
-        for w in ("mtls-put-c64", "mtls-put-c256", "mtls-txn-put-c64", "mtls-txn-put-c256", "mtls-range-l-c64",
-                  "mtls-range-l-c256"):
-            add_ratio(f"{w}: brain/etcd-3.6 throughput", w, "etcd-3.6", ">= 1.5", lambda r: r >= 1.5)
-            add_ratio(f"{w}: brain/etcd-3.6 server CPU per op", w, "etcd-3.6", "< 1", lambda r: r < 1,
-                      "cpu_us_per_op")
-        for w in ("mtls-watch", "mtls-watch-shared"):
-            add_ratio(f"{w}: brain/etcd-3.6 delivered events/s", w, "etcd-3.6", ">= 1", lambda r: r >= 1)
-            add_ratio(f"{w}: brain/etcd-3.6 p99 delivery latency", w, "etcd-3.6", "<= 1", lambda r: r <= 1, "p99")
-        add_ratio("mtls-keepalive: brain/etcd-3.6 keep-alives/s, nothing expired", "mtls-keepalive", "etcd-3.6",
-                  ">= 1", lambda r: r >= 1)
-
-    # Issue 9: the clusters.
-    issue = "9"
-    if any(w.startswith(CLUSTER) for w in agg):
-        for w in ("cluster-put-c64", "cluster-put-c256", "cluster-txn-put-c64", "cluster-txn-put-c256"):
-            add_ratio(f"{w}: brain cluster/etcd-3.6 cluster throughput", w, "etcd-3.6", ">= 1.0",
-                      lambda r: r >= 1.0)
-        for w in ("cluster-range-l-c64", "cluster-range-l-c256"):
-            single = w[len(CLUSTER):]
+    def judge(spec: Target) -> None:
+        w, peer = spec.workload, spec.peer
+        name = spec.name.format(workload=w, peer=peer, versus=spec.versus, keys=keys)
+        if spec.kind == "ratio":
+            add_ratio(name, w, peer, spec.goal, spec.key)
+        elif spec.kind == "restart":
+            c = agg.get(w, {}).get("brain") or {}
+            v, n = c.get("worst"), len(c.get("samples") or [])
+            few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
+            note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
+            add(name, v, met(spec.goal, v), spec.goal, WORKLOADS[w].source or w, note, na=few)
+        elif spec.kind == "rss":
+            r = compare(agg, w, peer)
+            note = pnote or ("partial load on " + peer if _extra(agg, WORKLOADS[w].source, peer, "partial") else "")
+            if r.why == "runs differ":
+                note = _cells_note(agg, w, ["brain", peer])
+            add(name, r.value, met(spec.goal, r.value), spec.goal, w, note, peer=peer)
+        elif spec.kind == "check-perf":
+            p = _extra(agg, w, "brain", "pass")
+            add(name, None if p is None else (1.0 if p else 0.0), bool(p), spec.goal, w,
+                "" if p is None else ("PASS" if p else "FAIL"))
+        elif spec.kind == "cluster-vs-single":
             bcell = agg.get(w, {}).get("brain") or {}
-            scell = agg.get(single, {}).get("brain") or {}
+            scell = agg.get(spec.versus, {}).get("brain") or {}
             bc, bs = bcell.get("value"), scell.get("value")
             r = bc / bs if bc is not None and bs else None
             note = ""
             if r is not None and not same_run(bcell, scell):  # measured in different runs: not comparable
                 r, note = None, f"runs differ: the cluster from {_from(bcell)}, the single brain from {_from(scell)}"
-            add(f"{w}: brain cluster/single brain ({single}) throughput", r, r is not None and r >= 1.5, ">= 1.5",
-                w, note, also=[(single, "brain")])
-        for w, goal, what in (("cluster-pause-leader", 3.0, "brain's leader"),
-                              ("cluster-pause-nats", 7.0, "the NATS stream leader")):
+            add(name, r, met(spec.goal, r), spec.goal, w, note, also=[(spec.versus, "brain")])
+        elif spec.kind == "pause":
             c = agg.get(w, {}).get("brain") or {}
             v = c.get("value")
-            e = (agg.get(w, {}).get("etcd-3.6") or {}).get("value")
-            note = f"{len(c.get('samples') or [])} kills" + (f"; etcd 3.6 leader: {_fmt(e)} s" if e is not None
-                                                             and w.endswith("leader") else "")
-            add(f"write pause after kill -9 of {what}, p99 (s)", v, v is not None and v <= goal, f"<= {goal:g} s",
-                w, note)
-        v = (agg.get("cluster-failover", {}).get("brain") or {}).get("value")
-        add("acknowledged writes lost over every brain failover run", v, v == 0, "0", "cluster-failover")
+            e = (agg.get(w, {}).get(peer) or {}).get("value") if peer else None
+            note = f"{len(c.get('samples') or [])} kills" + (f"; {peer.replace('-', ' ')} leader: {_fmt(e)} s"
+                                                             if e is not None else "")
+            add(name, v, met(spec.goal, v), spec.goal, w, note)
+        elif spec.kind == "lost":
+            v = (agg.get(w, {}).get("brain") or {}).get("value")
+            add(name, v, met(spec.goal, v), spec.goal, w)
+        else:
+            raise ValueError(f"{spec.name}: no target of kind {spec.kind!r}")
+
+    for one in ISSUES:
+        if one.mode != "plain" and not any(mode_of(w) == one.mode for w in agg):
+            continue
+        issue = one.number
+        for spec in TARGETS:
+            if spec.issue == issue:
+                judge(spec)
     return t
-
-
-ISSUE_TITLES = {"5": "issue 5: single node, plaintext", "10": "issue 10: mutual TLS",
-                "9": "issue 9: brain cluster on NATS JetStream vs etcd 3.6 cluster"}
 
 
 # ---------------------------------------------------------------------------
@@ -552,11 +429,6 @@ ISSUE_TITLES = {"5": "issue 5: single node, plaintext", "10": "issue 10: mutual 
 def _servers_in(data: dict) -> list[str]:
     ran = {r["server"] for r in data["runs"]}
     return [s for s in SERVERS if s in ran]
-
-
-def mode_of(workload: str) -> str:
-    """plain, mtls or cluster: which mode of the run a workload belongs to."""
-    return "mtls" if workload.startswith(MTLS) else "cluster" if workload.startswith(CLUSTER) else "plain"
 
 
 MODE_TITLES = {"plain": "plaintext, one server", "mtls": "mutual TLS, one server",
@@ -796,8 +668,9 @@ def runs_section(data: dict) -> list[str]:
 def targets_section(agg: dict, settings: dict | None) -> list[str]:
     out: list[str] = []
     tg = targets(agg, settings)
-    for issue, heading in ISSUE_TITLES.items():
-        rows = [t for t in tg if t["issue"] == issue]
+    for issue in ISSUES:
+        heading = issue.title
+        rows = [t for t in tg if t["issue"] == issue.number]
         if not any(t["ran"] for t in rows):  # none of its workloads was part of this run
             continue
         if out:
@@ -941,8 +814,9 @@ def readme_block(data: dict, md_rel: str) -> str:
     mach = m.get("machine", {})
     tg = targets(agg, m.get("settings"))
     tally = []
-    for issue, heading in ISSUE_TITLES.items():
-        rows = [t for t in tg if t["issue"] == issue]
+    for issue in ISSUES:
+        heading = issue.title
+        rows = [t for t in tg if t["issue"] == issue.number]
         if not any(t["ran"] for t in rows):
             continue
         passed = sum(1 for t in rows if t["status"] == "pass")

@@ -13,7 +13,8 @@ so the fast ones run only in the mutual TLS groups (``tls_only``).
 Each start gets a fresh data directory under the run's temporary root, free
 loopback ports, its stdout/stderr in ``server.log`` beside the data dir, and
 returns once a linearizable gRPC Range succeeds.  ``stop()`` sends SIGTERM to
-the process group, waits, then SIGKILLs it.
+the process group, waits, then SIGKILLs it.  The process handling is
+tests.support.harness, the one the tests use.
 
 Resource readings come from /proc: CPU is utime+stime (plus cutime+cstime of
 waited children) summed over the server's process group, memory is VmRSS
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -40,7 +40,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.machine import first_line
+from benchmarks.probes import ready_range
+from tests.support.harness import REPO_ROOT, ServerProcess, ServerStartError, brain_env, free_port, port_taken
+from tests.support.tls import TestPKI
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -58,12 +61,6 @@ def tool_path(name: str) -> Path | None:
     """A built tool (benchmark, brainload, etcdctl-3.6, ...) or None."""
     p = bin_dir() / name
     return p if p.is_file() and os.access(p, os.X_OK) else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerError(RuntimeError):
@@ -125,43 +122,10 @@ def memory_kb(pgid: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TLSFiles:
-    """Mutual TLS for a server and the tools pointed at it: the server's
-    certificate and key, the CA both sides trust, a client certificate."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-    def server_flags(self) -> list[str]:
-        return ["--cert-file", str(self.server_cert), "--key-file", str(self.server_key),
-                "--trusted-ca-file", str(self.ca), "--client-cert-auth"]
-
-    def tool_flags(self) -> list[str]:
-        """For etcd's benchmark, etcdctl and brainload alike."""
-        return ["--cacert", str(self.ca), "--cert", str(self.client_cert), "--key", str(self.client_key)]
-
-    def kine_flags(self) -> list[str]:
-        """kine's names for the same (a --trusted-ca-file makes it require a client certificate)."""
-        return ["--server-cert-file", str(self.server_cert), "--server-key-file", str(self.server_key),
-                "--trusted-ca-file", str(self.ca)]
-
-
-def make_tls(directory: Path) -> TLSFiles:
-    """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate signed by it."""
-    from tests.support.tls import make_test_pki
-
-    pki = make_test_pki(directory)
-    return TLSFiles(pki.ca.cert, pki.server.cert, pki.server.key, pki.client.cert, pki.client.key)
-
-
 @dataclass
 class StartOptions:
     big_quota: bool = False  # the 1M-key restart run: 8 GiB backend quota
-    tls: TLSFiles | None = None  # https:// with client-cert auth instead of http://
+    tls: TestPKI | None = None  # https:// with client-cert auth instead of http://
 
     @property
     def scheme(self) -> str:
@@ -212,15 +176,6 @@ class Flavor:
         return None
 
 
-def _first_line(cmd: list[str]) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"? ({e})"
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0].strip() if text else "?"
-
-
 class Etcd(Flavor):
     """A single etcd member.  ``fast_grpc``: HTTP on a port of its own (--listen-client-http-urls),
     so the client port is grpc-go's own server also under TLS."""
@@ -245,7 +200,7 @@ class Etcd(Flavor):
         return f"{self._binary_name} not built (run benchmarks/build.sh)"
 
     def version(self) -> str:
-        return _first_line([self.binary(), "--version"])
+        return first_line([self.binary(), "--version"]) or "?"
 
     def command(self, data_dir, port, peer_port, opts):
         client = f"{opts.scheme}://127.0.0.1:{port}"
@@ -291,7 +246,7 @@ class Kine(Flavor):
         return "kine not built (run benchmarks/build.sh)"
 
     def version(self):
-        return _first_line([self.binary(), "--version"])
+        return first_line([self.binary(), "--version"]) or "?"
 
     def _help(self) -> str:
         if not hasattr(self, "_help_text"):
@@ -331,7 +286,7 @@ class Brain(Flavor):
         return "brain/__main__.py not found"
 
     def version(self):
-        v = _first_line([sys.executable, "-m", "brain", "serve", "--version"])
+        v = first_line([sys.executable, "-m", "brain", "serve", "--version"]) or "?"
         try:
             rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
                                  capture_output=True, text=True, timeout=10).stdout.strip()
@@ -357,10 +312,7 @@ class Brain(Flavor):
         return cmd
 
     def env(self):
-        env = dict(os.environ)
-        pp = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
-        return env
+        return brain_env(os.environ)
 
     def cwd(self):
         return str(REPO_ROOT)
@@ -383,32 +335,6 @@ def all_flavors() -> list[Flavor]:
 # ---------------------------------------------------------------------------
 
 
-def _range_once(endpoint: str, timeout: float, serializable: bool = False,
-                count_prefix: bytes | None = None, tls: TLSFiles | None = None) -> int | None:
-    """A linearizable Range (unless ``serializable``): of one key, or with
-    ``count_prefix`` a count_only Range over that prefix, whose count it returns."""
-    import grpc
-
-    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-
-    if tls is None:
-        channel = grpc.insecure_channel(endpoint)
-    else:
-        creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.client_key.read_bytes(),
-                                             tls.client_cert.read_bytes())
-        channel = grpc.secure_channel(endpoint, creds)
-    try:
-        kv = rpc_pb2_grpc.KVStub(channel)
-        if count_prefix is None:
-            kv.Range(rpc_pb2.RangeRequest(key=b"/bench-readiness", serializable=serializable), timeout=timeout)
-            return None
-        end = count_prefix[:-1] + bytes([count_prefix[-1] + 1])
-        return int(kv.Range(rpc_pb2.RangeRequest(key=count_prefix, range_end=end, count_only=True,
-                                                 serializable=serializable), timeout=timeout).count)
-    finally:
-        channel.close()
-
-
 @dataclass
 class Server:
     flavor: Flavor
@@ -417,7 +343,6 @@ class Server:
     ready_timeout: float = 60.0
     port: int = 0
     peer_port: int = 0
-    proc: subprocess.Popen | None = None
     started_at: float = 0.0
     ready_after_s: float | None = None
     # With count_prefix set, "ready" is the first linearizable count_only
@@ -428,13 +353,20 @@ class Server:
     # barely moved by other load on the machine.
     ready_cpu_s: float | None = None
 
+    def __post_init__(self) -> None:
+        self._process = ServerProcess(self.root / "server.log")
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self._process.proc
+
     @property
     def data_dir(self) -> Path:
         return self.root / "data"
 
     @property
     def log_path(self) -> Path:
-        return self.root / "server.log"
+        return self._process.log_path
 
     @property
     def endpoint(self) -> str:
@@ -481,13 +413,7 @@ class Server:
         return self.proc.pid
 
     def log_tail(self, nbytes: int = 4000) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - nbytes))
-                return f.read().decode("utf-8", "replace")
-        except OSError as e:
-            return f"<no log: {e}>"
+        return self._process.log_tail(nbytes)
 
     def start(self) -> float:
         """Start and wait for a linearizable Range (see count_prefix); returns seconds from spawn to ready."""
@@ -496,58 +422,45 @@ class Server:
                 self.port, self.peer_port = free_port(), free_port()
             try:
                 return self._start_once()
-            except ServerError as e:
+            except ServerStartError as e:
                 self.kill()
-                if "address already in use" in str(e).lower() and attempt < 2:
+                if port_taken(e) and attempt < 2:
                     continue
-                raise
+                raise ServerError(str(e)) from None
         raise AssertionError("unreachable")
 
     def _start_once(self) -> float:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.flavor.command(self.data_dir, self.port, self.peer_port, self.opts)
-        with open(self.log_path, "ab", buffering=0) as log:
-            log.write(("\n=== start: " + " ".join(cmd) + "\n").encode())
-            self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.flavor.env(), cwd=self.flavor.cwd(), start_new_session=True)
-        self.ready_after_s = self._wait_ready()
+        self.started_at = time.monotonic()
+        self._process.spawn(cmd, env=self.flavor.env(), cwd=self.flavor.cwd())
+        self._process.poll_ready(self._probe, self.started_at + self.ready_timeout, self.flavor.name, pause=0.01,
+                                 detail=lambda: f"\n--- log tail ---\n{self.log_tail()}")
+        self.ready_after_s = time.monotonic() - self.started_at
         self.ready_cpu_s = self.cpu_seconds()
         return self.ready_after_s
 
-    def _wait_ready(self) -> float:
-        """Poll: TCP connect every 10 ms, then a linearizable Range on a fresh channel."""
-        deadline = self.started_at + self.ready_timeout
-        last = "not attempted"
-        while True:
-            if self.proc is None or self.proc.poll() is not None:
-                rc = None if self.proc is None else self.proc.returncode
-                raise ServerError(f"{self.flavor.name} exited during startup (exit code {rc})\n"
-                                  f"--- log tail ---\n{self.log_tail()}")
-            now = time.monotonic()
-            if now > deadline:
-                raise ServerError(f"{self.flavor.name} not ready after {self.ready_timeout:.0f}s "
-                                  f"(last error: {last})\n--- log tail ---\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    pass
-            except OSError as e:
-                last = f"connect: {e}"
-                time.sleep(0.01)
-                continue
-            try:
-                limit = min(2.0, max(0.2, deadline - now)) if self.count_prefix is None else max(1.0, deadline - now)
-                self.ready_count = _range_once(self.endpoint, timeout=limit, count_prefix=self.count_prefix,
-                                               tls=self.opts.tls)
-                return time.monotonic() - self.started_at
-            except Exception as e:  # grpc.RpcError and friends
-                details = e.details() if hasattr(e, "details") else str(e)
-                code = e.code() if hasattr(e, "code") else type(e).__name__
-                last = f"range: {code}: {details}"
-                time.sleep(0.02)
+    def _probe(self, remaining: float) -> str | None:
+        """A TCP connect (every 10 ms until one is accepted), then a linearizable Range on a fresh
+        channel (every 20 ms), which with count_prefix set is a count_only Range over it."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                pass
+        except OSError as e:
+            return f"connect: {e}"
+        try:
+            limit = min(2.0, max(0.2, remaining)) if self.count_prefix is None else max(1.0, remaining)
+            self.ready_count = ready_range(self.endpoint, timeout=limit, count_prefix=self.count_prefix,
+                                           tls=self.opts.tls)
+            return None
+        except Exception as e:  # grpc.RpcError and friends
+            details = e.details() if hasattr(e, "details") else str(e)
+            code = e.code() if hasattr(e, "code") else type(e).__name__
+            time.sleep(0.01)  # with poll_ready's pause: 20 ms between Ranges
+            return f"range: {code}: {details}"
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._process.running
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pid) if self.alive() else float("nan")
@@ -558,47 +471,12 @@ class Server:
     def stop(self, grace: float = 30.0) -> float:
         """SIGTERM the process group, wait up to ``grace``, then SIGKILL.  Returns seconds taken."""
         t0 = time.monotonic()
-        proc = self.proc
-        if proc is None:
-            return 0.0
-        if proc.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                proc.wait(timeout=30)
-        self._reap_group()
-        self.proc = None
+        self._process.stop(grace)
         return time.monotonic() - t0
 
     def kill(self) -> None:
         """SIGKILL the process group (no clean shutdown); the data dir is kept."""
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-        self._reap_group()
-        self.proc = None
-
-    def _signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            try:
-                self.proc.send_signal(sig)
-            except ProcessLookupError:
-                pass
-
-    def _reap_group(self) -> None:
-        # Leftover children of the group (none expected) get SIGKILL too.
-        if self.proc is not None and _group_pids(self.proc.pid):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self._process.kill()
 
     def remove(self) -> None:
         self.kill()

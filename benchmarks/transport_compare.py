@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.servers import Brain, Etcd, Server, StartOptions, make_tls, tool_path
+from benchmarks.servers import Brain, Etcd, Server, StartOptions, tool_path
+from tests.support.tls import make_test_pki
 
 WORKLOADS = ["put", "txn-put", "range-l", "watch", "watch-shared"]
 
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     workloads = a.workloads.split(",")
     root = Path(tempfile.mkdtemp(prefix="brain-transport-", dir=a.tmp_root))
-    tls = make_tls(root / "pki")
+    tls = make_test_pki(root / "pki")
     def flavors_for(mode: str) -> list:
         etcd = [Etcd("etcd-3.6", "etcd-3.6", from_path=False)]
         if mode == "mtls":

@@ -11,12 +11,14 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from brain.engine import compactor
+from brain.mvcc.shard import layout_problem
+from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
+
 DEFAULT_NAME = "default"
 DEFAULT_LISTEN_CLIENT_URLS = ("http://localhost:2379",)
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # 1.5 MiB
-DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
-MAX_QUOTA_BACKEND_BYTES = 8 * 1024 * 1024 * 1024  # etcd's suggested ceiling
 GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
 # Each open Watch or LeaseKeepAlive stream holds one grpcio thread for its
 # whole life, so this bounds the streams served at once (etcd has no such
@@ -115,7 +117,7 @@ class ServerConfig:
     log_format: str = "text"
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     # "native": every listener is served by brain's own transport
-    # (brain._transport through brain.api.front); "grpcio": grpcio only.
+    # (brain._transport through brain.api.native_front); "grpcio": grpcio only.
     grpc_front: str = "native"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     # engine tuning (brain-only flags); None leaves the engine's default
@@ -200,16 +202,9 @@ class ServerConfig:
         if self.shards is not None and self.shards < 1:
             raise ConfigError(f"--shards must be at least 1, got {self.shards}")
         if self.shard_boundaries is not None:
-            b = self.shard_boundaries
-            if any(not k for k in b):
-                raise ConfigError("--shard-boundaries: a boundary key must not be empty")
-            if any(b[i] >= b[i + 1] for i in range(len(b) - 1)):
-                raise ConfigError("--shard-boundaries: keys must be strictly increasing (bytewise)")
-            if self.shards is not None and self.shards != len(b) + 1:
-                raise ConfigError(
-                    f"--shards {self.shards} needs {self.shards - 1} boundary keys, "
-                    f"--shard-boundaries gives {len(b)}"
-                )
+            problem = layout_problem(self.shards, self.shard_boundaries)
+            if problem is not None:
+                raise ConfigError(problem)
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.log_format not in LOG_FORMATS:
@@ -397,33 +392,17 @@ def parse_seconds(text: str) -> float:
 
 
 def parse_retention(mode: str, text: str) -> float | int:
-    """etcd's --auto-compaction-retention for ``mode``.
+    """etcd's --auto-compaction-retention for ``mode``, as the engine's
+    compactor parses it (brain.engine.compactor.parse_retention).
 
     periodic: seconds to keep; a bare integer counts hours ("1" = 1h), else a
     Go duration ("5m", "1h30m").  revision: the number of revisions to keep.
     0 turns auto compaction off in both modes.
     """
-    t = text.strip()
-    if mode == "revision":
-        try:
-            n = int(t)
-        except ValueError:
-            raise ConfigError(f"--auto-compaction-retention {text!r}: revision mode needs a whole number") from None
-        if n < 0:
-            raise ConfigError(f"--auto-compaction-retention must not be negative, got {text!r}")
-        return n
-    if mode != "periodic":
-        raise ConfigError(f"unknown auto-compaction-mode {mode!r} (use 'periodic' or 'revision')")
     try:
-        seconds = float(int(t) * 3600)
-    except ValueError:
-        try:
-            seconds = parse_go_duration(t)
-        except ValueError as e:
-            raise ConfigError(f"--auto-compaction-retention {text!r}: {e}") from None
-    if seconds < 0:
-        raise ConfigError(f"--auto-compaction-retention must not be negative, got {text!r}")
-    return seconds
+        return compactor.parse_retention(mode, text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def parse_bool(text: str) -> bool:

@@ -15,18 +15,31 @@ without knowing where lines end up.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Callable
 
 
-def human_bytes(n: float) -> str:
-    """SI units with one decimal, as etcd's tools print sizes."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+SI_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+
+
+def human_bytes(n: float, *, etcdctl: bool = False) -> str:
+    """A size in SI units (1 kB = 1000 B), rounded half up to a tenth as
+    go-humanize rounds the sizes etcd's tools print.  Progress lines keep
+    the tenth in every unit but bytes; ``etcdctl=True`` prints a size the
+    way etcdctl and etcdutl do (go-humanize's Bytes): the tenth only below
+    10, so 165,208,064 is "165 MB" there and "165.2 MB" in a progress line.
+    """
+    exponent = 0
+    while abs(n) >= 1000 and exponent < len(SI_UNITS) - 1:
         n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
+        exponent += 1
+    if exponent == 0:
+        return f"{math.floor(n + 0.5)} B"
+    tenths = math.floor(n * 10 + 0.5) / 10
+    digits = 0 if etcdctl and tenths >= 10 else 1
+    return f"{tenths:.{digits}f} {SI_UNITS[exponent]}"
 
 
 def human_seconds(s: float) -> str:

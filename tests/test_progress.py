@@ -44,3 +44,14 @@ def test_bytes_only_and_item_totals():
 def test_human_units():
     assert human_bytes(999) == "999 B" and human_bytes(165_208_064) == "165.2 MB"
     assert human_seconds(59.4) == "59s" and human_seconds(61) == "1m01s" and human_seconds(7322) == "2h02m"
+
+
+def test_human_bytes_rounds_half_up_to_a_tenth_as_etcds_tools_do():
+    # 1.15 and 2.25 are halves: up, whatever their binary fraction says
+    assert human_bytes(1150) == "1.2 kB" and human_bytes(2250) == "2.3 kB"
+    assert human_bytes(2249) == "2.2 kB" and human_bytes(999_949) == "999.9 kB"
+    assert human_bytes(1_000_000) == "1.0 MB" and human_bytes(9.5) == "10 B"
+    # etcdctl's `snapshot status` (go-humanize's Bytes): the tenth only below 10
+    assert human_bytes(165_208_064, etcdctl=True) == "165 MB"
+    assert human_bytes(9_949, etcdctl=True) == "9.9 kB" and human_bytes(9_950, etcdctl=True) == "10 kB"
+    assert human_bytes(7, etcdctl=True) == "7 B" and human_bytes(2250, etcdctl=True) == "2.3 kB"

@@ -21,11 +21,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Sequence
 
-import grpc
-
 from brain.api.convert import Header
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.rpc_table import Rpc, ServiceTable
 from brain.api.unary import abort_with
-from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from brain.mvcc.errors import EtcdError
 
 log = logging.getLogger("brain.api.cluster")
@@ -36,7 +35,7 @@ ErrMembershipFixed = EtcdError("FAILED_PRECONDITION", "brain: membership changes
 ErrLearnersUnsupported = EtcdError("FAILED_PRECONDITION", "brain: learner members are not supported")
 
 
-class ClusterService(rpc_pb2_grpc.ClusterServicer):
+class ClusterService:
     """MemberList and friends: one member on a single node; on a cluster
     replica (``cluster``: a brain.cluster.Replica) every replica in the
     cluster's membership bucket, and MemberAdd/MemberRemove change it."""
@@ -126,16 +125,11 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):
         abort_with(context, err, "MemberPromote")
 
 
-def cluster_handlers(svc: ClusterService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    from brain.api.server import unary_handler  # server imports this module
-
-    def unary(name, req, resp):
-        return unary_handler(getattr(svc, name), req, resp, recv_limit)
-
-    return {
-        "MemberAdd": unary("MemberAdd", rpc_pb2.MemberAddRequest, rpc_pb2.MemberAddResponse),
-        "MemberRemove": unary("MemberRemove", rpc_pb2.MemberRemoveRequest, rpc_pb2.MemberRemoveResponse),
-        "MemberUpdate": unary("MemberUpdate", rpc_pb2.MemberUpdateRequest, rpc_pb2.MemberUpdateResponse),
-        "MemberList": unary("MemberList", rpc_pb2.MemberListRequest, rpc_pb2.MemberListResponse),
-        "MemberPromote": unary("MemberPromote", rpc_pb2.MemberPromoteRequest, rpc_pb2.MemberPromoteResponse),
-    }
+    def rpc_table(self) -> ServiceTable:
+        return ServiceTable("etcdserverpb.Cluster", (
+            Rpc("MemberAdd", rpc_pb2.MemberAddRequest, rpc_pb2.MemberAddResponse, self.MemberAdd),
+            Rpc("MemberRemove", rpc_pb2.MemberRemoveRequest, rpc_pb2.MemberRemoveResponse, self.MemberRemove),
+            Rpc("MemberUpdate", rpc_pb2.MemberUpdateRequest, rpc_pb2.MemberUpdateResponse, self.MemberUpdate),
+            Rpc("MemberList", rpc_pb2.MemberListRequest, rpc_pb2.MemberListResponse, self.MemberList),
+            Rpc("MemberPromote", rpc_pb2.MemberPromoteRequest, rpc_pb2.MemberPromoteResponse, self.MemberPromote),
+        ))

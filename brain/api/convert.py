@@ -169,10 +169,14 @@ def txn_reads_serializable(m: rpc_pb2.TxnRequest) -> bool:
 
 
 def txn_is_readonly(m: rpc_pb2.TxnRequest) -> bool:
-    """etcd's isTxnReadonly: every op of both branches is a Range.
+    """etcd's IsTxnReadonly: every op of both branches is a Range.
 
-    A nested Txn or an empty op makes the transaction a write (it goes
-    through etcd's raft path and with it the request-size check).
+    Such a Txn is a read (answered locally, behind the read barrier unless
+    serializable).  A nested Txn, even one of Ranges only, or an empty op
+    makes the transaction a write: it goes through etcd's raft path and with
+    it the request-size check; brain commits it like a write.  Whether
+    applying a Txn may change anything is another question, the engine's
+    (brain.mvcc.validation.txn_writes_nothing).
     """
     for op in m.success:
         if op.WhichOneof("request") != "request_range":

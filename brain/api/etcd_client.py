@@ -1,6 +1,7 @@
 """A client of a running etcd, for `brain mirror` and `brain snapshot save`:
-what they ask of the source, over etcd's own API, returned as plain values
-(brain.mvcc.requests Events), so nothing above this module sees protobuf.
+what they ask of the source (brain.migrate.source.Source), over etcd's own
+API, returned as plain values, so nothing outside brain/api sees grpc or
+protobuf.
 
 TLS follows etcdctl's flags: --cacert (CA bundle to verify the server; the
 system's if not given), --cert/--key (a client certificate for
@@ -13,21 +14,18 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator
 
 import grpc
 
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from brain.migrate.source import SourceError, WatchBatch
 from brain.mvcc.requests import EVENT_DELETE, EVENT_PUT, Event, KeyValue
 
 MAX_MESSAGE = 256 << 20
 # A key no one uses: probes read it (count only), so they cost nothing.
 PROBE_KEY = b"\xff\xffbrain-mirror/compaction-probe"
-
-
-class SourceError(Exception):
-    """The source cannot be read (message says why)."""
 
 
 @dataclass(frozen=True)
@@ -79,17 +77,6 @@ def _kv(pb) -> KeyValue:
 def _error(e: grpc.RpcError, what: str) -> SourceError:
     code = e.code()
     return SourceError(f"{what}: {code.name if code else 'UNKNOWN'}: {e.details()}")
-
-
-@dataclass
-class WatchBatch:
-    """One watch response: events (whole revisions, in order) and etcd's
-    revision when it sent them; `compacted` set when etcd canceled the
-    watch because the revision asked for is compacted."""
-
-    revision: int
-    events: list[Event] = field(default_factory=list)
-    compacted: int = 0
 
 
 class EtcdClient:

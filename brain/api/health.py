@@ -39,7 +39,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from brain.api.pb.grpc.health.v1 import health_pb2
-from brain.api.unary import SHUTTING_DOWN, abort_with
+from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
+from brain.api.unary import SHUTTING_DOWN, stepped_rpc
 from brain.mvcc.errors import EtcdError
 
 log = logging.getLogger("brain.api.health")
@@ -189,16 +190,7 @@ class HealthService:
 
         return cancel
 
-    # -- the grpcio servicer ------------------------------------------------------------
-
-    def Check(self, request, context):
-        try:
-            return self.check(request)
-        except EtcdError as e:
-            abort_with(context, e, "Check")
-
-    def List(self, request, context):
-        return self.list(request)
+    # -- Watch on grpcio (the native front subscribes with watch()) ----------------------
 
     def WatchRaw(self, raw: bytes, context):
         """Watch on the request's bytes: a malformed one gets grpc-go's text."""
@@ -224,10 +216,14 @@ class HealthService:
         finally:
             cancel()
 
-    def steps(self) -> dict:
-        """Method name -> (request class, step), for the native front."""
-        return {"Check": (health_pb2.HealthCheckRequest, self.check),
-                "List": (health_pb2.HealthListRequest, self.list)}
+    def rpc_table(self) -> ServiceTable:
+        # Check and List neither wait for a write nor read the store: no engine
+        return ServiceTable(SERVICE, (
+            stepped_rpc(None, "Check", health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse, self.check),
+            stepped_rpc(None, "List", health_pb2.HealthListRequest, health_pb2.HealthListResponse, self.list),
+            Rpc("Watch", health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse, self.WatchRaw,
+                shape=SERVER_STREAM, subscribe=self.watch, encode=encode, raw_request=True),
+        ))
 
     # -- polling a replica's state while someone watches ----------------------------------
 
@@ -254,14 +250,3 @@ class HealthService:
         if monitor is not None:
             monitor.join(2)
 
-
-def health_handlers(svc: HealthService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    from brain.api.server import unary_handler  # server imports this module
-
-    return {
-        "Check": unary_handler(svc.Check, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse, recv_limit),
-        "List": unary_handler(svc.List, health_pb2.HealthListRequest, health_pb2.HealthListResponse, recv_limit),
-        "Watch": grpc.unary_stream_rpc_method_handler(
-            svc.WatchRaw, request_deserializer=None,
-            response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
-    }

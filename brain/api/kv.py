@@ -14,10 +14,10 @@ InternalRaftRequest, i.e. the client's request plus a small envelope.
 from __future__ import annotations
 
 from brain.api import convert
-from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from brain.api.unary import Deferred, run_step
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.rpc_table import LINEARIZABLE, SERIALIZABLE, ServiceTable
+from brain.api.unary import Deferred, stepped_rpc
 from brain.mvcc.errors import ErrRequestTooLarge
-from brain.mvcc.validation import is_txn_readonly
 
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # etcd's --max-request-bytes default (1.5 MiB)
 
@@ -42,7 +42,7 @@ def raft_envelope_bytes(payload_len: int, member_id: int) -> int:
     return 1 + _varint_len(payload_len) + 2 + 1 + header
 
 
-class KVService(rpc_pb2_grpc.KVServicer):
+class KVService:
     """KV calls on top of an engine (see brain.engine.Engine)."""
 
     def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
@@ -60,7 +60,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
             return False
         return size + raft_envelope_bytes(size, self.header.member_id) > self.max_request_bytes
 
-    # -- steps (brain.api.unary) ----------------------------------------
+    # -- steps (brain.api.unary); both transports run them (rpc_table) ----
 
     def range(self, m):
         return convert.range_response(self.engine.range(convert.range_request(m)), self.header)
@@ -82,12 +82,16 @@ class KVService(rpc_pb2_grpc.KVServicer):
         return convert.delete_range_response(res, self.header)
 
     def txn(self, m):
-        if not convert.txn_is_readonly(m) and self._too_large(m):
+        # etcd's rule (convert.txn_is_readonly): a Txn of Ranges only is a
+        # read, answered here; any other is proposed like a write, even one
+        # whose nested Txns hold only Ranges: the size limit applies and it
+        # is ordered with the writes (decided by the leader on a replica),
+        # which makes it linearizable.  Writing nothing, it adds no record.
+        if convert.txn_is_readonly(m):
+            return convert.txn_response(self.engine.txn(convert.txn_request(m)), self.header)
+        if self._too_large(m):
             raise ErrRequestTooLarge.fresh()
-        req = convert.txn_request(m)
-        if is_txn_readonly(req):  # also a nested Txn of Ranges: no journal record
-            return convert.txn_response(self.engine.txn(req), self.header)
-        return Deferred(req, self._txn_done)
+        return Deferred(convert.txn_request(m), self._txn_done)
 
     def _txn_done(self, res):
         return convert.txn_response(res, self.header)
@@ -98,26 +102,23 @@ class KVService(rpc_pb2_grpc.KVServicer):
     def _compact_done(self, res):
         return convert.compaction_response(res, self.header)
 
-    def steps(self) -> dict:
-        """Method name -> (request class, step), for the batching front."""
-        return {"Range": (rpc_pb2.RangeRequest, self.range), "Put": (rpc_pb2.PutRequest, self.put),
-                "DeleteRange": (rpc_pb2.DeleteRangeRequest, self.delete_range),
-                "Txn": (rpc_pb2.TxnRequest, self.txn), "Compact": (rpc_pb2.CompactionRequest, self.compact)}
+    def rpc_table(self) -> ServiceTable:
+        e = self.engine
+        return ServiceTable("etcdserverpb.KV", (
+            stepped_rpc(e, "Range", rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, self.range, read_kind_range),
+            stepped_rpc(e, "Put", rpc_pb2.PutRequest, rpc_pb2.PutResponse, self.put),
+            stepped_rpc(e, "DeleteRange", rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse,
+                        self.delete_range),
+            stepped_rpc(e, "Txn", rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, self.txn, read_kind_txn),
+            stepped_rpc(e, "Compact", rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, self.compact),
+        ))
 
-    # -- the grpcio servicer -----------------------------------------------
 
-    def Range(self, request, context):
-        return run_step(self.engine, self.range, request, context, "Range", linearizable=not request.serializable)
+def read_kind_range(request) -> int:
+    return SERIALIZABLE if request.serializable else LINEARIZABLE
 
-    def Put(self, request, context):
-        return run_step(self.engine, self.put, request, context, "Put")
 
-    def DeleteRange(self, request, context):
-        return run_step(self.engine, self.delete_range, request, context, "DeleteRange")
-
-    def Txn(self, request, context):
-        linearizable = convert.txn_is_readonly(request) and not convert.txn_reads_serializable(request)
-        return run_step(self.engine, self.txn, request, context, "Txn", linearizable=linearizable)
-
-    def Compact(self, request, context):
-        return run_step(self.engine, self.compact, request, context, "Compact")
+def read_kind_txn(request) -> int | None:
+    if not convert.txn_is_readonly(request):
+        return None
+    return SERIALIZABLE if convert.txn_reads_serializable(request) else LINEARIZABLE

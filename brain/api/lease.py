@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import logging
 
-import grpc
-
 from brain.api import convert
-from brain.api.unary import Deferred, abort_with, run_step
-from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.rpc_table import BIDI_STREAM, Rpc, ServiceTable, read_kind_always
+from brain.api.unary import Deferred, abort_with, stepped_rpc
 from brain.mvcc import errors
 from brain.mvcc.requests import LeaseGrantRequest, LeaseRevokeRequest
 
 log = logging.getLogger("brain.api.lease")
 
 
-class LeaseService(rpc_pb2_grpc.LeaseServicer):
+class LeaseService:
     """Lease calls on top of an engine (see brain.engine.Engine)."""
 
     def __init__(self, engine) -> None:
@@ -106,20 +105,21 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
             out.append(resp.SerializeToString())
         return out
 
-    def steps(self) -> dict:
-        """Method name -> (request class, step), for the batching front."""
-        return {"LeaseGrant": (rpc_pb2.LeaseGrantRequest, self.lease_grant),
-                "LeaseRevoke": (rpc_pb2.LeaseRevokeRequest, self.lease_revoke),
-                "LeaseTimeToLive": (rpc_pb2.LeaseTimeToLiveRequest, self.lease_time_to_live),
-                "LeaseLeases": (rpc_pb2.LeaseLeasesRequest, self.lease_leases)}
+    def rpc_table(self) -> ServiceTable:
+        e = self.engine
+        return ServiceTable("etcdserverpb.Lease", (
+            stepped_rpc(e, "LeaseGrant", rpc_pb2.LeaseGrantRequest, rpc_pb2.LeaseGrantResponse, self.lease_grant),
+            stepped_rpc(e, "LeaseRevoke", rpc_pb2.LeaseRevokeRequest, rpc_pb2.LeaseRevokeResponse,
+                        self.lease_revoke),
+            Rpc("LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest, rpc_pb2.LeaseKeepAliveResponse, self.LeaseKeepAlive,
+                shape=BIDI_STREAM, session="keepalive"),
+            stepped_rpc(e, "LeaseTimeToLive", rpc_pb2.LeaseTimeToLiveRequest, rpc_pb2.LeaseTimeToLiveResponse,
+                        self.lease_time_to_live, read_kind_always),
+            stepped_rpc(e, "LeaseLeases", rpc_pb2.LeaseLeasesRequest, rpc_pb2.LeaseLeasesResponse, self.lease_leases,
+                        read_kind_always),
+        ))
 
-    # -- the grpcio servicer -----------------------------------------------
-
-    def LeaseGrant(self, request, context):
-        return run_step(self.engine, self.lease_grant, request, context, "LeaseGrant")
-
-    def LeaseRevoke(self, request, context):
-        return run_step(self.engine, self.lease_revoke, request, context, "LeaseRevoke")
+    # -- LeaseKeepAlive on grpcio (the native front has its own sessions) ----
 
     def LeaseKeepAlive(self, request_iterator, context):
         for request in request_iterator:
@@ -135,29 +135,3 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):
             except Exception as e:  # noqa: BLE001
                 abort_with(context, e, "LeaseKeepAlive")
             yield resp
-
-    def LeaseTimeToLive(self, request, context):
-        return run_step(self.engine, self.lease_time_to_live, request, context, "LeaseTimeToLive",
-                        linearizable=True)
-
-    def LeaseLeases(self, request, context):
-        return run_step(self.engine, self.lease_leases, request, context, "LeaseLeases", linearizable=True)
-
-
-def lease_handlers(svc: LeaseService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    from brain.api.server import unary_handler  # server imports this module
-
-    return {
-        "LeaseGrant": unary_handler(svc.LeaseGrant, rpc_pb2.LeaseGrantRequest, rpc_pb2.LeaseGrantResponse, recv_limit),
-        "LeaseRevoke": unary_handler(svc.LeaseRevoke, rpc_pb2.LeaseRevokeRequest, rpc_pb2.LeaseRevokeResponse,
-                                     recv_limit),
-        "LeaseKeepAlive": grpc.stream_stream_rpc_method_handler(
-            svc.LeaseKeepAlive,
-            request_deserializer=rpc_pb2.LeaseKeepAliveRequest.FromString,
-            response_serializer=rpc_pb2.LeaseKeepAliveResponse.SerializeToString,
-        ),
-        "LeaseTimeToLive": unary_handler(svc.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest,
-                                         rpc_pb2.LeaseTimeToLiveResponse, recv_limit),
-        "LeaseLeases": unary_handler(svc.LeaseLeases, rpc_pb2.LeaseLeasesRequest, rpc_pb2.LeaseLeasesResponse,
-                                     recv_limit),
-    }

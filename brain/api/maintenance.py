@@ -21,7 +21,7 @@ agree, and etcd's source where 3.6 differs):
 * Defragment answers success: lmdb reuses freed pages, so there is nothing
   to defragment; it runs a checkpoint, which moves the journal into the
   value store and applies pending compaction deletes, so in-use bytes drop.
-* Snapshot streams a consistent snapshot (brain.engine.snapshot), an etcd
+* Snapshot streams a consistent snapshot (brain.migrate.snapshot), an etcd
   database file holding the retained history and the leases, in 32 KiB
   blobs with ``remaining_bytes`` and ``version``, then its sha256 as a last
   message, as etcd's server does.
@@ -36,19 +36,17 @@ from __future__ import annotations
 import logging
 import re
 
-import grpc
-
 from brain.api import convert
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
 from brain.api.unary import abort_with
-from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from brain.engine import snapshot as snapshots
+from brain.migrate import snapshot as snapshots
 from brain.engine.alarms import ALARM_NONE
+from brain.engine.config import DEFAULT_QUOTA_BYTES
 from brain.etcd_version import ETCD_VERSION, STORAGE_VERSION
 from brain.mvcc.errors import EtcdError, ErrNotLeader
 
 log = logging.getLogger("brain.api.maintenance")
-
-DEFAULT_QUOTA_BYTES = 2 << 30  # etcd reports its default for a quota of 0
 
 ErrBadLeaderTransferee = EtcdError("FAILED_PRECONDITION", "etcdserver: bad leader transferee")
 ErrWrongDowngradeVersionFormat = EtcdError("INVALID_ARGUMENT", "etcdserver: wrong downgrade target version format")
@@ -70,7 +68,7 @@ def alarm_text(member_id: int, alarm: int) -> str:
     return " ".join(parts) + " " if parts else ""
 
 
-class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
+class MaintenanceService:
     """Maintenance calls on top of an engine (see brain.engine.Engine)."""
 
     def __init__(self, engine, cluster=None) -> None:
@@ -98,7 +96,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
             resp.raftTerm = eng.raft_term
             resp.isLearner = False
             resp.storageVersion = STORAGE_VERSION
-            resp.dbSizeQuota = eng.config.quota_backend_bytes or DEFAULT_QUOTA_BYTES
+            resp.dbSizeQuota = eng.config.quota_backend_bytes or DEFAULT_QUOTA_BYTES  # etcd: its default for 0
             resp.downgradeInfo.SetInParent()
             resp.errors.extend(alarm_text(m, a) for m, a in eng.alarms.get())
             if st.failed:
@@ -229,23 +227,14 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
             abort_with(context, e, "Downgrade")
 
 
-def maintenance_handlers(svc: MaintenanceService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    from brain.api.server import unary_handler  # server imports this module
-
-    def unary(name, req, resp):
-        return unary_handler(getattr(svc, name), req, resp, recv_limit)
-
-    return {
-        "Alarm": unary("Alarm", rpc_pb2.AlarmRequest, rpc_pb2.AlarmResponse),
-        "Status": unary("Status", rpc_pb2.StatusRequest, rpc_pb2.StatusResponse),
-        "Defragment": unary("Defragment", rpc_pb2.DefragmentRequest, rpc_pb2.DefragmentResponse),
-        "Hash": unary("Hash", rpc_pb2.HashRequest, rpc_pb2.HashResponse),
-        "HashKV": unary("HashKV", rpc_pb2.HashKVRequest, rpc_pb2.HashKVResponse),
-        "Snapshot": grpc.unary_stream_rpc_method_handler(
-            svc.Snapshot,
-            request_deserializer=rpc_pb2.SnapshotRequest.FromString,
-            response_serializer=rpc_pb2.SnapshotResponse.SerializeToString,
-        ),
-        "MoveLeader": unary("MoveLeader", rpc_pb2.MoveLeaderRequest, rpc_pb2.MoveLeaderResponse),
-        "Downgrade": unary("Downgrade", rpc_pb2.DowngradeRequest, rpc_pb2.DowngradeResponse),
-    }
+    def rpc_table(self) -> ServiceTable:
+        return ServiceTable("etcdserverpb.Maintenance", (
+            Rpc("Alarm", rpc_pb2.AlarmRequest, rpc_pb2.AlarmResponse, self.Alarm),
+            Rpc("Status", rpc_pb2.StatusRequest, rpc_pb2.StatusResponse, self.Status),
+            Rpc("Defragment", rpc_pb2.DefragmentRequest, rpc_pb2.DefragmentResponse, self.Defragment),
+            Rpc("Hash", rpc_pb2.HashRequest, rpc_pb2.HashResponse, self.Hash),
+            Rpc("HashKV", rpc_pb2.HashKVRequest, rpc_pb2.HashKVResponse, self.HashKV),
+            Rpc("Snapshot", rpc_pb2.SnapshotRequest, rpc_pb2.SnapshotResponse, self.Snapshot, shape=SERVER_STREAM),
+            Rpc("MoveLeader", rpc_pb2.MoveLeaderRequest, rpc_pb2.MoveLeaderResponse, self.MoveLeader),
+            Rpc("Downgrade", rpc_pb2.DowngradeRequest, rpc_pb2.DowngradeResponse, self.Downgrade),
+        ))

@@ -1,8 +1,8 @@
 """The gRPC server: listeners, options, services, graceful shutdown.
 
 ``ApiServer`` binds the etcd v3 services of one engine to every
---listen-client-urls entry; ``run(config)`` is `brain serve`: open the
-engine, serve until SIGTERM/SIGINT, drain in-flight calls, close the engine.
+--listen-client-urls entry, on the native transport or grpcio, and drains
+in-flight calls when stopped (brain.cli.serve wires it to the engine).
 
 Options mirror etcd's server where clients can tell the difference:
 
@@ -23,29 +23,26 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import stat
-import sys
 import threading
 from concurrent import futures
 
 import grpc
-from google.protobuf.message import DecodeError
 
-from brain.api import front as native_front
-from brain.api import preflight
-from brain.api.cluster import ClusterService, cluster_handlers
+from brain.api import native_front
+from brain.api.cluster import ClusterService
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
-from brain.api import health as health_api
-from brain.api.health import HealthService, health_handlers
+from brain.api.health import HealthService
 from brain.api.kv import KVService
-from brain.api.maintenance import MaintenanceService, maintenance_handlers
-from brain.api.lease import LeaseService, lease_handlers
-from brain.api.watch import WatchService, watch_handlers
-from brain.api.pb.etcdserverpb import rpc_pb2
-from brain.api.pb.grpc.health.v1.health_pb2 import HealthCheckRequest
-from brain.config import ConfigError, ListenURL, ServerConfig, format_key
+from brain.api.lease import LeaseService
+from brain.api.maintenance import MaintenanceService
+from brain.api.rpc_table import SERVER_STREAM, UNARY, ServiceTable
+from brain.api.unary import call_on_bytes
+from brain.api.watch import WatchService
+from brain.config import ConfigError, ListenURL, ServerConfig
+from brain.metrics import build_registry
+from brain.metrics.http import HttpEndpoints
 
 log = logging.getLogger("brain.api.server")
 
@@ -136,26 +133,27 @@ def _bind_failure_reason(lu: ListenURL) -> str:
     return "bind failed"
 
 
-def unary_handler(method, request_cls, response_cls, recv_limit: int) -> grpc.RpcMethodHandler:
+def unary_handler(call, request_cls, response_cls, recv_limit: int) -> grpc.RpcMethodHandler:
     """A unary handler that receives raw bytes, applies the receive limit
-    with grpc-go's wording, parses, and calls ``method(request, context)``."""
-    parse = request_cls.FromString
-
-    def handle(raw: bytes, context: grpc.ServicerContext):
-        if len(raw) > recv_limit:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"grpc: received message larger than max ({len(raw)} vs. {recv_limit})",
-            )
-        try:
-            request = parse(raw)
-        except DecodeError as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
-        return method(request, context)
-
+    with grpc-go's wording, parses, and calls ``call(request, context)``."""
     return grpc.unary_unary_rpc_method_handler(
-        handle, request_deserializer=None, response_serializer=response_cls.SerializeToString
-    )
+        call_on_bytes(call, request_cls, recv_limit), request_deserializer=None,
+        response_serializer=response_cls.SerializeToString)
+
+
+def grpc_handlers(table: ServiceTable, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
+    """grpcio's handlers for one service's table (brain.api.rpc_table)."""
+    handlers = {}
+    for rpc in table.rpcs:
+        if rpc.shape == UNARY:
+            handlers[rpc.name] = unary_handler(rpc.call, rpc.request, rpc.response, recv_limit)
+            continue
+        parse = None if rpc.raw_request else rpc.request.FromString
+        serialize = None if rpc.response is None else rpc.response.SerializeToString
+        stream = (grpc.unary_stream_rpc_method_handler if rpc.shape == SERVER_STREAM
+                  else grpc.stream_stream_rpc_method_handler)
+        handlers[rpc.name] = stream(rpc.call, request_deserializer=parse, response_serializer=serialize)
+    return handlers
 
 
 def add_service(server: grpc.Server, service_name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
@@ -163,34 +161,11 @@ def add_service(server: grpc.Server, service_name: str, handlers: dict[str, grpc
     server.add_registered_method_handlers(service_name, handlers)
 
 
-def kv_handlers(svc: KVService, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
-    return {
-        "Range": unary_handler(svc.Range, rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, recv_limit),
-        "Put": unary_handler(svc.Put, rpc_pb2.PutRequest, rpc_pb2.PutResponse, recv_limit),
-        "DeleteRange": unary_handler(svc.DeleteRange, rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse, recv_limit),
-        "Txn": unary_handler(svc.Txn, rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, recv_limit),
-        "Compact": unary_handler(svc.Compact, rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, recv_limit),
-    }
-
-
 def check_front(config: ServerConfig) -> None:
     """The transport --grpc-front names can be loaded (ConfigError if not):
     a missing native module stops brain instead of silently serving grpcio."""
     if config.grpc_front == "native" and not native_front.available():
         raise ConfigError(native_front.unavailable_message())
-
-
-def check_modules(config: ServerConfig) -> None:
-    """Every module the configuration needs imports, before anything is
-    bound or created: the transport, and a cluster replica's NATS client."""
-    check_front(config)
-    if config.journal_url:
-        from brain.journal.natsio import NatsClientMissing, import_nats
-
-        try:
-            import_nats()
-        except NatsClientMissing as e:
-            raise ConfigError(str(e)) from None
 
 
 class ApiServer:
@@ -205,9 +180,9 @@ class ApiServer:
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
         self._front: native_front.NativeFront | None = None
-        self._handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
-        self._steps: dict[str, dict] = {}
-        self._services: dict = {}
+        self._tables: list[ServiceTable] = []
+        self._watch: WatchService | None = None  # the native front's sessions use these two
+        self._lease: LeaseService | None = None
         self.health: HealthService | None = None  # made with the services, in start()
         self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
         self._http = None
@@ -219,69 +194,27 @@ class ApiServer:
         return list(self.config.advertise_client_urls) or list(self.endpoints)
 
     def _make_services(self) -> None:
-        recv_limit = self.config.grpc_max_recv_bytes
-        kv = KVService(self.engine, max_request_bytes=self.config.max_request_bytes)
-        lease = LeaseService(self.engine)
-        watch = WatchService(self.engine, max_request_bytes=self.config.max_request_bytes)
-        maintenance = MaintenanceService(self.engine, self.cluster)
+        engine, config = self.engine, self.config
+        kv = KVService(engine, max_request_bytes=config.max_request_bytes)
+        self._lease = LeaseService(engine)
+        self._watch = WatchService(engine, max_request_bytes=config.max_request_bytes)
         cluster = self.cluster
-        health = self.health = HealthService(None if cluster is None else cluster.serving_problem)
-        self._services = {"kv": kv, "lease": lease, "watch": watch, "maintenance": maintenance}
-        self._handlers = {
-            "etcdserverpb.KV": kv_handlers(kv, recv_limit),
-            "etcdserverpb.Maintenance": maintenance_handlers(maintenance, recv_limit),
-            "etcdserverpb.Cluster": cluster_handlers(
-                ClusterService(self.engine, self.config.name, self.client_urls, self.cluster), recv_limit),
-            "etcdserverpb.Lease": lease_handlers(lease, recv_limit),
-            "etcdserverpb.Watch": watch_handlers(watch),
-            health_api.SERVICE: health_handlers(health, recv_limit),
-        }
-        self._steps = {"etcdserverpb.KV": kv.steps(), "etcdserverpb.Lease": lease.steps(),
-                       health_api.SERVICE: health.steps()}
+        self.health = HealthService(None if cluster is None else cluster.serving_problem)
+        self._tables = [kv.rpc_table(), MaintenanceService(engine, cluster).rpc_table(),
+                        ClusterService(engine, config.name, self.client_urls, cluster).rpc_table(),
+                        self._lease.rpc_table(), self._watch.rpc_table(), self.health.rpc_table()]
 
     def _add_services(self, server: grpc.Server) -> None:
         self._make_services()
-        for service, handlers in self._handlers.items():
-            add_service(server, service, handlers)
-
-    def _front_methods(self) -> list[native_front.Method]:
-        """Every method: the hot unary ones as steps (reads classified for
-        the read barrier), Watch and LeaseKeepAlive as event-driven
-        sessions, Snapshot and the rare unary calls in the pool."""
-        reads = {"Range": native_front.read_kind_range, "Txn": native_front.read_kind_txn,
-                 "LeaseTimeToLive": native_front.read_kind_always, "LeaseLeases": native_front.read_kind_always}
-        streams = {("etcdserverpb.Watch", "Watch"): "watch", ("etcdserverpb.Lease", "LeaseKeepAlive"): "keepalive"}
-        subscriptions = {(health_api.SERVICE, "Watch"): (HealthCheckRequest, self.health.watch, health_api.encode)}
-        methods = []
-        for service, handlers in self._handlers.items():
-            steps = self._steps.get(service, {})
-            for name, handler in handlers.items():
-                if name in steps:
-                    request_cls, step = steps[name]
-                    methods.append(native_front.Method(service, name, request_cls=request_cls, step=step,
-                                                       read=reads.get(name)))
-                elif (service, name) in streams:
-                    methods.append(native_front.Method(service, name, stream=streams[service, name]))
-                elif (service, name) in subscriptions:
-                    request_cls, subscribe, encode = subscriptions[service, name]
-                    methods.append(native_front.Method(service, name, request_cls=request_cls,
-                                                       subscribe=subscribe, encode=encode))
-                elif handler.unary_stream is not None:
-                    m = self._services["maintenance"]
-                    methods.append(native_front.Method(service, name, request_cls=rpc_pb2.SnapshotRequest,
-                                                       call=getattr(m, name), server_stream=True))
-                elif handler.unary_unary is not None:
-                    methods.append(native_front.Method(service, name, call=handler.unary_unary))
-        return methods
+        recv_limit = self.config.grpc_max_recv_bytes
+        for table in self._tables:
+            add_service(server, table.service, grpc_handlers(table, recv_limit))
 
     def http_endpoints(self):
         """etcd's HTTP endpoints for the client port (made on first use:
         the metrics registry hooks into the engine)."""
         with self._http_lock:
             if self._http is None:
-                from brain.metrics import build_registry
-                from brain.metrics.http import HttpEndpoints
-
                 self._http = HttpEndpoints(self.engine, build_registry(self.engine, self.grpc_stats,
                                                                        self.transport_stats))
             return self._http
@@ -309,9 +242,9 @@ class ApiServer:
         self._executor = futures.ThreadPoolExecutor(max_workers=min(config.grpc_workers, 16),
                                                     thread_name_prefix="brain-pool")
         front = native_front.NativeFront(
-            self.engine, self._front_methods(), recv_limit=config.grpc_max_recv_bytes, stats=self.grpc_stats,
-            pool=self._executor, http=_LazyHttp(self), watch_service=self._services["watch"],
-            lease_service=self._services["lease"],
+            self.engine, native_front.front_methods(self._tables, config.grpc_max_recv_bytes),
+            recv_limit=config.grpc_max_recv_bytes, stats=self.grpc_stats, pool=self._executor, http=_LazyHttp(self),
+            watch_service=self._watch, lease_service=self._lease,
             keepalive_time_ms=int(config.grpc_keepalive_interval * 1000),
             keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
             keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000))
@@ -433,170 +366,3 @@ class _LazyHttp:
 
     def answer(self, method: str, target: str):
         return self.api.http_endpoints().answer(method, target)
-
-
-def _engine_config(config: ServerConfig):
-    from brain.engine import EngineConfig
-
-    kw = dict(
-        data_dir=config.data_dir,
-        name=config.name,
-        max_txn_ops=config.max_txn_ops,
-        quota_backend_bytes=config.quota_backend_bytes,
-        auto_compaction_mode=config.auto_compaction_mode,
-        auto_compaction_retention=config.auto_compaction_retention,
-    )
-    shards = config.effective_shards()
-    if shards is not None:
-        kw["shards"] = shards
-    if config.shard_boundaries is not None:
-        kw["shard_boundaries"] = list(config.shard_boundaries)
-    if config.backend is not None:
-        kw["backend"] = config.backend
-    for field, value in (
-        ("checkpoint_interval_seconds", config.checkpoint_interval),
-        ("checkpoint_journal_bytes", config.checkpoint_journal_bytes),
-        ("checkpoint_memtable_records", config.checkpoint_memtable_records),
-        ("segment_bytes", config.journal_segment_bytes),
-        ("watch_progress_notify_interval", config.watch_progress_notify_interval),
-        ("watch_queue_events", config.watch_queue_events),
-    ):
-        if value is not None:
-            kw[field] = value
-    return EngineConfig(**kw)
-
-
-def _open_replica(config: ServerConfig, engine_config):
-    """A cluster replica (brain.cluster) for --journal-url."""
-    from brain.cluster import ClusterOptions, Replica
-
-    options = ClusterOptions(
-        journal_url=config.journal_url, name=config.name,
-        client_urls=tuple(config.advertise_client_urls or config.listen_client_urls),
-        election_timeout_ms=config.election_timeout, heartbeat_interval_ms=config.heartbeat_interval,
-        journal_replicas=config.journal_replicas, read_lease=config.read_lease)
-    return Replica.open(options, engine_config)
-
-
-def _describe_layout(engine_config) -> str:
-    from brain.mvcc.shard import default_boundaries
-
-    shards = engine_config.shards
-    bounds = engine_config.shard_boundaries
-    if bounds is None:
-        try:
-            bounds = default_boundaries(shards)
-        except ValueError:
-            bounds = []
-    if not bounds:
-        return f"{shards} shard"
-    return f"{shards} shards split at [{', '.join(format_key(b) for b in bounds)}]"
-
-
-def run(config: ServerConfig) -> int:
-    """`brain serve`: returns the process exit code."""
-    from brain import __version__
-    from brain.engine import Engine
-
-    try:
-        config.validate()
-        engine_config = _engine_config(config)
-    except (ConfigError, ValueError, TypeError) as e:
-        log.error("invalid configuration: %s", e)
-        return 2
-    try:
-        check_modules(config)
-        preflight.check_before_data_dir(config)  # listeners and TLS files, then the data dir
-    except (preflight.StartupError, ConfigError) as e:
-        log.error("%s", e)
-        return 1
-
-    stop = threading.Event()
-    replica = None
-
-    def on_signal(signum, _frame) -> None:
-        name = signal.Signals(signum).name
-        if stop.is_set():
-            log.warning("received %s again, exiting without draining", name)
-            os._exit(1)
-        log.info("received %s, shutting down", name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        try:
-            if config.journal_url:
-                replica = _open_replica(config, engine_config)
-                engine = replica.engine
-            else:
-                engine = Engine.open(engine_config)
-        except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
-            # expected refusals (dir locked, layout mismatch, I/O) need no traceback
-            from brain.journal import JournalError
-
-            expected = isinstance(e, (OSError, ValueError, RuntimeError, JournalError))
-            log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=not expected)
-            return 1
-        close = replica.close if replica is not None else engine.close
-        if stop.is_set():  # told to stop while recovering
-            close()
-            return 0
-        api = ApiServer(engine, config, cluster=replica)
-        # Metrics and health listen before the client port: whoever sees the
-        # client port accept can rely on /health being there too.
-        metrics = None
-        if config.listen_metrics_urls:
-            from brain.metrics import MetricsServer
-
-            metrics = MetricsServer(engine, config.listen_metrics_urls, grpc_stats=api.grpc_stats,
-                                    transport_stats=api.transport_stats,
-                                    cert_file=config.cert_file, key_file=config.key_file)
-            try:
-                metrics.start()
-            except (ConfigError, OSError, ValueError) as e:
-                log.error("%s", e)
-                close()
-                return 1
-            log.info("serving metrics and health on %s", ",".join(metrics.endpoints))
-        try:
-            api.start()
-        except (ListenError, ConfigError) as e:
-            log.error("%s", e)
-            if metrics is not None:
-                metrics.stop()
-            close()
-            return 1
-        if replica is not None:
-            replica.on_removed = stop.set
-            replica.start()
-        log.info(
-            "brain %s serving client requests",
-            __version__,
-            extra={
-                "fields": {
-                    "name": config.name,
-                    "data-dir": os.path.abspath(config.data_dir),
-                    "endpoints": ",".join(api.endpoints),
-                    "grpc-front": api.front_kind,
-                    "advertise": ",".join(config.advertise_client_urls) or "-",
-                    "layout": _describe_layout(engine_config),
-                    "cluster-id": f"{engine.cluster_id:x}",
-                    "member-id": f"{engine.member_id:x}",
-                    "pid": os.getpid(),
-                    "python": sys.version.split()[0],
-                }
-            },
-        )
-        while not stop.wait(1.0):
-            pass
-        if metrics is not None:
-            metrics.stop()
-        log.info("stopping gRPC server (grace %.1fs)", config.shutdown_grace)
-        api.stop(config.shutdown_grace)
-        log.info("closing engine")
-        close()
-        log.info("stopped")
-        return 0
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)

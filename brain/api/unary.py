@@ -7,9 +7,9 @@ A call is split into a *step* that runs at once and, for writes, a
     step(request) -> Deferred(write, finish)   (writes: finish(result) once
                                                 the journal record is synced)
 
-The split lets the batching front (brain.api.front) hand a whole batch of
-writes to the engine without a thread per call, while the grpcio servicers
-run the same steps and simply wait on the write's future.
+The split lets the native front (brain.api.native_front) hand a whole batch
+of writes to the engine without a thread per call, while grpcio runs the
+same steps (``stepped_rpc``'s handler) and simply waits on the write's future.
 
 Errors: the engine and the steps raise EtcdError; ``status_of`` turns one
 into the gRPC status etcd would send, with etcd's exact text.  Any other
@@ -23,7 +23,9 @@ import logging
 from typing import Callable, NamedTuple, NoReturn
 
 import grpc
+from google.protobuf.message import DecodeError
 
+from brain.api.rpc_table import LINEARIZABLE, Rpc
 from brain.mvcc.errors import EtcdError
 
 log = logging.getLogger("brain.api")
@@ -62,8 +64,8 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException, method: str) -
 
 def wait_read_barrier(engine) -> None:
     """Block until linearizable reads may be answered (the engine's read
-    barrier), raising the EtcdError it fails with.  The grpcio servicers'
-    way; the native front asks once per batch instead."""
+    barrier), raising the EtcdError it fails with.  grpcio's way; the native
+    front asks once per batch instead."""
     engine.wait_linearizable()
 
 
@@ -79,3 +81,38 @@ def run_step(engine, step, request, context, method: str, linearizable: bool = F
         return out
     except Exception as e:  # noqa: BLE001 - every failure becomes a status
         abort_with(context, e, method)
+
+
+def stepped_rpc(engine, method: str, request_cls, response_cls, step, read=None) -> Rpc:
+    """The table row of a unary RPC written as a step: the native front runs
+    ``step`` itself; grpcio's handler runs it with run_step, behind the read
+    barrier when ``read`` (the RPC's read kind) says LINEARIZABLE.  ``engine``
+    may be None for a service whose steps neither defer nor read (health)."""
+    if read is None:
+        def call(request, context):
+            return run_step(engine, step, request, context, method)
+    else:
+        def call(request, context):
+            return run_step(engine, step, request, context, method, linearizable=read(request) == LINEARIZABLE)
+    return Rpc(method, request_cls, response_cls, call, step=step, read=read)
+
+
+def call_on_bytes(call, request_cls, recv_limit: int):
+    """``call(request, context)`` as a handler of the request's bytes: the
+    receive limit applied with grpc-go's wording, then the request parsed
+    (a malformed one is grpc-go's INTERNAL "error unmarshalling request")."""
+    parse = request_cls.FromString
+
+    def handle(raw: bytes, context: grpc.ServicerContext):
+        if len(raw) > recv_limit:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"grpc: received message larger than max ({len(raw)} vs. {recv_limit})",
+            )
+        try:
+            request = parse(raw)
+        except DecodeError as e:
+            context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
+        return call(request, context)
+
+    return handle

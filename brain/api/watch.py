@@ -17,6 +17,7 @@ import grpc
 from brain.api.convert import Header, fill_kv
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.pb.mvccpb import kv_pb2
+from brain.api.rpc_table import BIDI_STREAM, Rpc, ServiceTable
 from brain.mvcc.requests import EVENT_DELETE
 
 log = logging.getLogger("brain.api.watch")
@@ -132,6 +133,12 @@ class WatchService:
     def encode_all(self, items) -> list[bytes]:
         return [data for resp in items for data in self.encode(resp, resp.prev_kv)]
 
+    def rpc_table(self) -> ServiceTable:
+        # Watch yields encoded responses: no serializer
+        return ServiceTable("etcdserverpb.Watch", (
+            Rpc("Watch", rpc_pb2.WatchRequest, None, self.Watch, shape=BIDI_STREAM, session="watch"),
+        ))
+
     # -- the RPC on grpcio (a thread per stream) ----------------------------
 
     def Watch(self, request_iterator, context):
@@ -193,9 +200,3 @@ class WatchStream:
     def close(self) -> None:
         self.handle.close()
 
-
-def watch_handlers(svc: WatchService) -> dict[str, grpc.RpcMethodHandler]:
-    return {
-        "Watch": grpc.stream_stream_rpc_method_handler(
-            svc.Watch, request_deserializer=rpc_pb2.WatchRequest.FromString, response_serializer=None),
-    }

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from ..engine import snapshot as snapshots
+from ..migrate import snapshot as snapshots
 
 log = logging.getLogger("brain.cluster.bootstrap")
 

@@ -129,18 +129,12 @@ class Replica:
         eng = self.engine
         self.forwarding.start()
         self.snapshots.start()
-        cp = eng.backend.get_meta(b"brain.checkpoint")
-        cp_index = 0
-        if cp is not None:
-            import json
-
-            cp_index = json.loads(cp).get("journal_index", 0)
         self.membership.register(Member(eng.member_id, self.options.name, list(self.options.client_urls), [],
-                                        checkpoint_index=cp_index, applied_index=eng.statistics().applied_index))
+                                        checkpoint_index=eng.checkpoint_index(), applied_index=eng.applied_index))
         self.membership.on_removed = self._removed
         log.info("joined cluster %s (%x) as member %x (%s); journal R%d, applied index %d",
                  self.cluster_name, eng.cluster_id, eng.member_id, self.options.name,
-                 journal_replicas_of(self.journal), eng.statistics().applied_index)
+                 journal_replicas_of(self.journal), eng.applied_index)
 
     def start(self) -> None:
         """Campaign for the lead (call once clients can reach this replica)."""
@@ -282,13 +276,3 @@ def journal_replicas_of(journal: JetStreamJournal) -> int:
     except Exception:  # noqa: BLE001
         return 0
 
-
-def wait_for_leader(replica: Replica, timeout: float = 30.0) -> int:
-    """Block until the cluster has a leader this replica knows (tests)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lid = replica.leader_id()
-        if lid and (replica.engine.is_leader or replica.engine.store.leader_id == lid):
-            return lid
-        time.sleep(0.05)
-    raise TimeoutError("no leader")

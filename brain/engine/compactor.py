@@ -29,12 +29,18 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, 
 
 
 def parse_retention(mode: str, retention: str) -> float:
-    """Seconds (periodic) or a revision count (revision); 0 disables."""
+    """Seconds (periodic) or a revision count (revision); 0 disables.
+    The one parser of --auto-compaction-retention: brain.config checks the
+    flag with it, the engine parses it once when it starts."""
+    text = retention
     retention = retention.strip()
     if mode == "revision":
-        n = int(retention)
+        try:
+            n = int(retention)
+        except ValueError:
+            raise ValueError(f"--auto-compaction-retention {text!r}: revision mode needs a whole number") from None
         if n < 0:
-            raise ValueError("--auto-compaction-retention must not be negative")
+            raise ValueError(f"--auto-compaction-retention must not be negative, got {text!r}")
         return n
     if mode != "periodic":
         raise ValueError(f"unknown --auto-compaction-mode {mode!r} (periodic or revision)")
@@ -50,7 +56,7 @@ def parse_retention(mode: str, retention: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos != len(retention) or not retention:
-        raise ValueError(f"invalid --auto-compaction-retention {retention!r}")
+        raise ValueError(f"invalid --auto-compaction-retention {text!r}")
     return total
 
 
@@ -84,10 +90,11 @@ class PeriodicPlanner:
 
 
 class Compactor:
-    def __init__(self, mode: str, retention: str, current_revision: Callable[[], int],
+    def __init__(self, mode: str, amount: float, current_revision: Callable[[], int],
                  compact: Callable[[CompactRequest], object]) -> None:
+        """``amount``: the retention as parse_retention gives it."""
         self.mode = mode
-        self.amount = parse_retention(mode, retention)
+        self.amount = amount
         self._rev = current_revision
         self._compact = compact
         self._stop = threading.Event()
@@ -103,9 +110,11 @@ class Compactor:
         self._thread = threading.Thread(target=self._loop, name="brain-compactor", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop deciding compactions; ``wait``: until the thread is gone (not
+        from a thread its compaction request may be waiting for)."""
         self._stop.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join()
 
     def _try(self, rev: int) -> bool:

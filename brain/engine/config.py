@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..journal import DEFAULT_SEGMENT_BYTES
 from ..mvcc.shard import DEFAULT_SHARDS
+from ..mvcc.validation import DEFAULT_MAX_TXN_OPS
 
 DEFAULT_QUOTA_BYTES = 2 << 30  # etcd's default --quota-backend-bytes
-MAX_QUOTA_BYTES = 8 << 30  # etcd warns above this; we accept it
 
 
 @dataclass
@@ -16,13 +17,13 @@ class EngineConfig:
     name: str = "default"
     shards: int = DEFAULT_SHARDS
     shard_boundaries: list[bytes] | None = None  # None: the Kubernetes-aware default
-    max_txn_ops: int = 128
+    max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     quota_backend_bytes: int = DEFAULT_QUOTA_BYTES
     auto_compaction_mode: str = "periodic"
     auto_compaction_retention: str = "0"
     backend: str = "lmdb"
     # Journal segments roll over at this size.
-    segment_bytes: int = 64 << 20
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
     # A checkpoint moves the memtable into the value store and lets old
     # journal segments go; it starts when any of these is exceeded.
     checkpoint_interval_seconds: float = 60.0

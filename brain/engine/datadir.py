@@ -14,7 +14,10 @@ import os
 from dataclasses import dataclass
 
 # Names brain creates in a data directory; any of them marks it as brain's.
-BRAIN_ENTRIES = ("LOCK", "journal", "values")
+LOCK_FILE = "LOCK"  # flock'ed by the one process using the directory
+JOURNAL_DIR = "journal"  # the local journal's segment files
+VALUES_DIR = "values"  # the value store
+BRAIN_ENTRIES = (LOCK_FILE, JOURNAL_DIR, VALUES_DIR)
 IGNORED_ENTRIES = ("lost+found",)
 # A restore or import into an existing directory works in hidden entries
 # and marks the directory incomplete while it swaps contents (restore.py).

@@ -4,7 +4,11 @@ Writes: callers `submit` requests; one committer thread takes everything that
 queued up, applies it to the store as one batch, appends one journal record
 for the whole batch, fdatasyncs once, and only then publishes the new
 revision and completes the callers (group commit).  While it syncs, the next
-batch queues.
+batch queues.  A leader's commit and a follower's apply of a journal record
+end the same way, in `_publish`: the committed revision and applied index
+move together, watchers are notified, waiting linearizable reads go ahead.
+Other threads hand the committer work as typed items (brain.engine.items),
+one inbox per kind.
 
 Reads are served at `committed_rev`, the newest revision whose journal record
 is on disk, so no reader sees a write that a crash could undo, even though the
@@ -15,8 +19,10 @@ while waiting on the disk (journal sync, checkpoint writes), and the queue's
 condition variable is never taken while holding `_lock`.
 
 Crash safety: the value store only receives whole checkpoints (records up to
-a cut, plus the cut's journal index, in one atomic synced write).  Recovery =
-load the last checkpoint + replay journal records after its index.  A journal
+a cut, plus the cut's journal index, in one atomic synced write:
+brain/engine/checkpointing.py, its meta's format in checkpoint_meta.py).
+Recovery (brain/engine/recovery.py) = load the last checkpoint + replay
+journal records after its index.  A journal
 failure after a batch was applied in memory cannot be rolled back, so the
 engine stops taking writes (reads keep working at the committed revision,
 which never included that batch) until it is restarted.
@@ -25,14 +31,18 @@ Roles: on its own local journal the engine is always the *leader*: its
 committer decides every write.  On a shared journal (a replica of a brain
 cluster, see brain/engine/replication.py) it starts as a *follower* that
 applies what the leader journaled and forwards its clients' writes, and the
-cluster package promotes it when it wins the election.  One thread, the
-committer, changes the store in either role.
+cluster package promotes it when it wins the election.  What differs
+between the two (where a batch of writes goes, who answers lease calls, the
+lease clocks and the compactor that only a leader runs) is the role object
+the engine holds (brain/engine/roles.py).  Following, forwarding and the
+changes of lead are a Replication the engine holds, which reaches the
+committer only through the interface written there (ReplicaCore).  One
+thread, the committer, changes the store in either role.
 """
 
 from __future__ import annotations
 
 import errno
-import gc
 import fcntl
 import json
 import logging
@@ -45,9 +55,9 @@ from dataclasses import dataclass
 
 from .. import backend as backend_mod
 from ..journal import (
-    Journal,
     JournalFencedError,
     JournalUnavailableError,
+    SegmentJournal,
     SharedJournal,
 )
 from ..mvcc.store import Store
@@ -60,24 +70,25 @@ from ..mvcc.requests import (
     RangeRequest,
     TxnRequest,
 )
-from ..mvcc.shard import default_boundaries
-from ..mvcc.validation import is_txn_readonly
+from ..mvcc.shard import default_boundaries, layout_problem
+from ..mvcc.validation import txn_writes_nothing
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
-from .compactor import Compactor
-from . import datadir
+from .compactor import Compactor, parse_retention
+from . import datadir, recovery
+from .checkpoint_meta import CheckpointMeta
+from .checkpointing import Checkpointer
 from .config import EngineConfig
+from .history import History
+from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
-from .replication import FOLLOWER, LEADER, Replication
+from .replication import Replication
+from .roles import LEADER, Follower, Forwarder, Leader
 from .watching import WatchManager, WatchStreamHandle
 from .ids import new_id
 
 log = logging.getLogger("brain.engine")
 
-# A recovered index this large is moved out of the cyclic GC's reach.
-FREEZE_INDEX_KEYS = 100_000
-
-META_CHECKPOINT = b"brain.checkpoint"
 META_IDENTITY = b"brain.identity"
 META_LAYOUT = b"brain.layout"
 META_ALARMS = b"brain.alarms"
@@ -109,6 +120,7 @@ class EngineStatistics:
     backend_in_use_bytes: int
     leases: int
     failed: str | None
+    leases_expired: int = 0  # revoked by expiry since this replica began leading
     role: str = LEADER
     applied_index: int = 0
     leader_id: int = 0
@@ -178,44 +190,28 @@ class _Pending:
         self.deadline = 0.0  # set when first forwarded to a leader
 
 
-class _Effects:
-    """A payload of effects to journal and apply as it is (a mirror's)."""
-
-    __slots__ = ("payload",)
-
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
-
-
 class DataDirLocked(RuntimeError):
     pass
 
 
-class Engine(Replication):
+class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        # Fail on a bad retention before touching the data directory.
-        Compactor(config.auto_compaction_mode, config.auto_compaction_retention, lambda: 0, lambda r: None)
+        # Parsed before touching the data directory: a bad one fails here.
+        self._retention = parse_retention(config.auto_compaction_mode, config.auto_compaction_retention)
         self._lock = threading.Lock()
         self._cv = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
+        # Everything else for the committer, by kind (brain.engine.items).
+        self._inboxes: dict[type, list] = _empty_inboxes()
         self._stopping = False
         self._closing = False
         self._failed: errors.EtcdError | None = None
         self._failed_reason: str | None = None
         self._compact_waiters: list[tuple[int, _Pending]] = []
         self._dirty_sinks: list[_BatchSink] = []  # settled outcomes not yet delivered
-        self._checkpoint_thread: threading.Thread | None = None
-        self._checkpoint_done = threading.Event()
-        self._checkpoint_error: BaseException | None = None
-        self._last_checkpoint_time = time.monotonic()
-        self._journal_bytes = 0
         self._batches = 0
         self._requests = 0
-        self._checkpoints = 0
-        self._last_checkpoint_seconds = 0.0
-        self._backend_size = 0
-        self._backend_in_use = 0
         self.raft_term = 1
         self.cluster_id = 0
         self.member_id = 0
@@ -227,10 +223,19 @@ class Engine(Replication):
         # of a batch, every checkpoint write.  Called on engine threads.
         self.journal_sync_hooks: list = []
         self.checkpoint_hooks: list = []
-        self._leases: LeaseKeeper | None = None
-        self._compactor: Compactor | None = None
+        self._role: Leader | Follower | None = None  # set when the engine opens
         self._barrier: ReadBarrier | None = None
-        Replication.__init__(self)
+        self._replication: Replication | None = None  # set when the engine opens
+        self._applied_index = 0
+        # Set by brain.cluster on a replica of a shared journal:
+        self.forwarder: Forwarder | None = None  # how a follower reaches the leader
+        self.leader_hint = None  # () -> member ID the election names
+        # () -> True while this replica, leading, may read without asking the
+        # journal (the election's lease: brain.cluster.election.Election.lease_valid)
+        self.read_lease = None
+        # Called (on the committer) after the role or the leader changed.
+        self.role_hooks: list = []
+        self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
 
     # ------------------------------------------------------------------
     # opening and recovery
@@ -250,7 +255,7 @@ class Engine(Replication):
         cfg = self.config
         datadir.check_servable(cfg.data_dir)  # not etcd's directory, nor anyone else's
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(cfg.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = os.open(os.path.join(cfg.data_dir, datadir.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -268,14 +273,14 @@ class Engine(Replication):
     def _open_locked(self, shared: SharedJournal | None, cluster_id: int | None) -> None:
         cfg = self.config
         boundaries = cfg.shard_boundaries if cfg.shard_boundaries is not None else default_boundaries(cfg.shards)
-        if len(boundaries) + 1 != cfg.shards:
-            raise ValueError(f"--shards {cfg.shards} needs {cfg.shards - 1} boundaries, got {len(boundaries)}")
+        problem = layout_problem(cfg.shards, boundaries)
+        if problem is not None:
+            raise ValueError(problem)
         self._boundaries = list(boundaries)
-        values_dir = os.path.join(cfg.data_dir, "values")
-        opts = {}
+        values_dir = os.path.join(cfg.data_dir, datadir.VALUES_DIR)
         if cfg.backend == "lmdb":
             os.makedirs(values_dir, exist_ok=True)
-        self.backend = backend_mod.open_backend(cfg.backend, values_dir, cfg.shards, **opts)
+        self.backend = backend_mod.open_backend(cfg.backend, values_dir, cfg.shards)
 
         layout = self.backend.get_meta(META_LAYOUT)
         identity = self.backend.get_meta(META_IDENTITY)
@@ -302,109 +307,133 @@ class Engine(Replication):
 
         started = time.monotonic()
         if shared is None:
-            self.journal = Journal.open(os.path.join(cfg.data_dir, "journal"), segment_bytes=cfg.segment_bytes)
+            self.journal = SegmentJournal.open(os.path.join(cfg.data_dir, datadir.JOURNAL_DIR),
+                                               segment_bytes=cfg.segment_bytes)
         else:
             self.journal = shared
-        # Recovery allocates millions of long-lived index objects and no
-        # garbage cycles: the cyclic GC would rescan them again and again.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self.store, self._applied_index, self._journal_bytes = self._load_store()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        if self.store.keys_total() >= FREEZE_INDEX_KEYS:
-            # Keep the recovered index out of future full collections, each
-            # of which would otherwise walk every one of its objects.
-            gc.freeze()
+        with recovery.index_building():
+            self.store, self._applied_index, replayed_bytes = self._load_store()
+        recovery.keep_out_of_gc(self.store)
+        self._checkpointer = Checkpointer(self.backend, self.journal, self._lock, cfg, self.checkpoint_hooks,
+                                          journal_bytes=replayed_bytes)
         self.committed_rev = self.store.revision
         if shared is not None:
             self.raft_term = self.store.epoch
         self._lease_ids = IdGenerator(self.member_id)
         self.watches = WatchManager(self.store, self._lock, progress_interval=cfg.watch_progress_notify_interval,
                                     max_queued_events=cfg.watch_queue_events)
-        self.store.changes = []
-        self._refresh_backend_size()
+        self.store.collect_changes()
         log.info("recovered to revision %d in %.2fs", self.committed_rev, time.monotonic() - started)
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
-        if shared is None:
-            self._role = LEADER
-            self._start_leading()
-        else:
-            self._role = FOLLOWER
-            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index, ahead=self._journal_ahead,
+        if shared is not None:
+            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index,
+                                        ahead=lambda index: self._replication.journal_ahead(index),
                                         max_in_flight=READ_INDEX_IN_FLIGHT)
-            self._follow()
+        self._replication = Replication(_ReplicaCore(self), self._lock, self.journal, self._barrier,
+                                        self._checkpointer)
+        if shared is None:
+            self._lead()
+        else:
+            self._role = self._new_follower()
+            self._replication.follow()
         self._committer.start()
 
     def _load_store(self, upto_index: int | None = None) -> tuple[Store, int, int]:
-        """A store recovered from the last checkpoint plus the journal after
-        it (up to ``upto_index`` if given).  Returns the store, the index of
-        the last record it holds, and the journal bytes replayed."""
-        store = Store(self.backend, self._boundaries, self.config.max_txn_ops)
-        started = time.monotonic()
-        cp = self.backend.get_meta(META_CHECKPOINT)
-        journal_index = 0
-        if cp is not None:
-            meta = json.loads(cp)
-            store.load_records(meta["leases"])
-            store.revision = meta["revision"]
-            store.compact_rev = meta["compact_rev"]
-            store.compact_done_rev = meta["compact_done_rev"]
-            store.epoch = meta.get("epoch", 0)
-            store.leader_id = meta.get("leader_id", 0)
-            journal_index = meta["journal_index"]
-            log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
-                     store.revision, journal_index, store.keys_total(), time.monotonic() - started)
-        if store.compact_done_rev < store.compact_rev:
-            store._start_compaction(store.compact_rev)
-        replayed = 0
-        replayed_bytes = 0
-        last = journal_index
-        last_log = time.monotonic()
-        for index, payload in self.journal.records(after_index=journal_index):
-            if upto_index is not None and index > upto_index:
-                break
-            store.replay(payload)
-            replayed_bytes += len(payload)
-            replayed += 1
-            last = index
-            if time.monotonic() - last_log > 2.0:
-                log.info("replaying journal: %d records, revision %d", replayed, store.revision)
-                last_log = time.monotonic()
-        if replayed:
-            log.info("replayed %d journal records to revision %d", replayed, store.revision)
-        return store, last, replayed_bytes
+        """brain.engine.recovery.load_store of this engine's value store and
+        journal (store, last index held, journal bytes replayed)."""
+        return recovery.load_store(self.backend, self.journal, self._boundaries, self.config.max_txn_ops,
+                                   upto_index)
 
-    def _start_leading(self) -> None:
-        """Lease clocks and auto-compaction run where writes are decided."""
+    def _lead(self) -> None:
+        """Take the leader's role: lease clocks and auto-compaction run
+        where writes are decided."""
         cfg = self.config
-        self._leases = LeaseKeeper(self._expire_lease)
+        keeper = LeaseKeeper(self._expire_lease)
         # Lease clocks: every recovered lease gets its full TTL from now.
-        self._leases.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
+        keeper.restore((lease.id, lease.ttl) for lease in self.store.lessor.leases.values())
         if cfg.lease_expiry:
-            self._leases.start()
-        self._compactor = Compactor(cfg.auto_compaction_mode, cfg.auto_compaction_retention,
-                                    lambda: self.committed_rev, self.compact)
-        self._compactor.start()
+            keeper.start()
+        compactor = Compactor(cfg.auto_compaction_mode, self._retention, lambda: self.committed_rev, self.compact)
+        compactor.start()
+        self._role = Leader(self._commit, keeper, compactor, committed_revision=lambda: self.committed_rev,
+                            attached_keys=self._attached_keys)
 
-    def _stop_leading(self) -> None:
-        """Undo _start_leading.  Safe on the committer thread: the
-        compactor, which may be waiting for a write, is not joined."""
-        leases, self._leases = self._leases, None
-        if leases is not None:
-            leases.stop()
-        compactor, self._compactor = self._compactor, None
-        if compactor is not None:
-            compactor._stop.set()
+    def _follow_leader(self) -> None:
+        """Give up the leader's role (on the committer thread: the
+        compactor, which may be waiting for a write, is not joined)."""
+        self._role.stop(wait=False)
+        self._role = self._new_follower()
+
+    def _new_follower(self) -> Follower:
+        return Follower(self._replication.forward, lambda: self.forwarder)
+
+    def _attached_keys(self, lease_id: int) -> list[bytes]:
+        with self._lock:
+            lease = self.store.lessor.leases.get(lease_id)
+            return sorted(lease.keys) if lease is not None else []
 
     def _expire_lease(self, lease_id: int) -> Future:
         """A lease's deadline passed: revoke it, here or nowhere."""
         sink = _FutureSink(1)
         self._enqueue([_Pending(LeaseRevokeRequest(lease_id), sink, 0, local=True)])
         return sink.futures[0]
+
+    # ------------------------------------------------------------------
+    # who leads (the replica's part: brain.engine.replication)
+
+    @property
+    def role(self) -> str:
+        return self._role.name
+
+    @property
+    def is_leader(self) -> bool:
+        return self._role.name == LEADER
+
+    @property
+    def applied_index(self) -> int:
+        """The last journal record this replica applied (on the leader:
+        the last one acknowledged)."""
+        return self._applied_index
+
+    @property
+    def leader_id(self) -> int:
+        """The member ID of the replica leading the journal (0: unknown);
+        on a single node, this one.  The journal's last epoch record names
+        it; until this replica has applied one (a replica started from a
+        snapshot), the election's view (``leader_hint``) stands in."""
+        if self._barrier is None:
+            return self.member_id
+        return self.store.leader_id or (self.leader_hint() if self.leader_hint is not None else 0)
+
+    @property
+    def unwritten_confirmations(self) -> int:
+        """Answers decided without a journal record that asked the journal
+        before they were given (Replication.confirm_unwritten)."""
+        return self._replication.unwritten_confirmations
+
+    def use_read_index(self, ask) -> None:
+        """Where linearizable reads get their read index from:
+        ``ask(callback(index, exc))`` (default: the journal's)."""
+        if self._barrier is not None:
+            self._barrier.use_source(ask)
+
+    def promote(self) -> bool:
+        """(any thread) Try to become the leader; True on success.  Called
+        by the cluster package once it holds the election key."""
+        return self._replication.promote()
+
+    def step_down(self) -> None:
+        """(any thread) Stop leading (the election key was lost)."""
+        self._replication.step_down()
+
+    def _run_role_hooks(self) -> None:
+        self.leader_changes += 1
+        for hook in self.role_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                log.exception("role hook failed")
 
     # ------------------------------------------------------------------
     # reads (served at the committed revision)
@@ -424,8 +453,7 @@ class Engine(Replication):
         barrier = self._barrier
         if barrier is None:
             return True
-        lease = self.read_lease
-        if self._role == LEADER and lease is not None and lease():
+        if self._role.within_read_lease(self.read_lease):
             # A leader within its lease: no other writer can exist, so the
             # journal ends at this replica's last append.  A record appended
             # but not yet acknowledged may already be stored, and applied by a
@@ -492,7 +520,7 @@ class Engine(Replication):
         completes with the new revision once the payload is durable;
         readers and watchers see it then.  A payload that does not continue
         the revision is refused with ValueError and nothing is applied."""
-        return self.submit(_Effects(payload))
+        return self.submit(Effects(payload))
 
     def _enqueue(self, pending: list[_Pending]) -> None:
         with self._cv:
@@ -528,7 +556,7 @@ class Engine(Replication):
         return self._write(req)
 
     def txn(self, req: TxnRequest):
-        if is_txn_readonly(req):
+        if txn_writes_nothing(req):
             with self._lock:
                 return self.store.txn_readonly(req, self.committed_rev)
         return self._write(req)
@@ -554,17 +582,9 @@ class Engine(Replication):
     def lease_revoke(self, req):
         return self._write(req)
 
-    def _lease_keeper(self) -> LeaseKeeper:
-        keeper = self._leases
-        if keeper is None:
-            raise errors.ErrNotLeader.fresh()
-        return keeper
-
     def lease_keepalive(self, lease_id: int) -> int:
         """Renew a lease (not journaled, as in etcd); returns its TTL."""
-        if self._role != LEADER:
-            return self._forwarded_call("keepalive", [lease_id])[0][1]
-        return self._lease_keeper().renew(lease_id)
+        return self._role.lease_keepalive(lease_id)
 
     def lease_keepalive_many(self, lease_ids, callback) -> None:
         """Renew several leases; ``callback([(id, outcome), ...])`` follows,
@@ -574,76 +594,60 @@ class Engine(Replication):
         caller's thread (on the leader, at once) or, where the renewal needs
         a round trip (a follower asks the leader), on another thread later:
         callers must not block on it."""
-        if self._role != LEADER:
-            self._forward_keepalives(list(lease_ids), callback)
-            return
-        callback(self.renew_leases(lease_ids))
+        self._role.lease_keepalive_many(lease_ids, callback)
 
     def renew_leases(self, lease_ids) -> list:
-        """The leader's part of lease_keepalive_many."""
-        keeper = self._leases
-        out = []
-        for lease_id in lease_ids:
-            if keeper is None:
-                out.append((lease_id, errors.ErrNotLeader))
-                continue
-            try:
-                out.append((lease_id, keeper.renew(lease_id)))
-            except errors.EtcdError as e:
-                out.append((lease_id, 0 if e == errors.ErrLeaseNotFound else e))
-        return out
+        """The leader's part of lease_keepalive_many (ErrNotLeader for
+        each on a follower)."""
+        return self._role.renew_leases(lease_ids)
 
     def lease_time_to_live(self, lease_id: int, keys: bool = False) -> LeaseTimeToLiveResult:
-        if self._role != LEADER:
-            return self._forwarded_call("ttl", [lease_id, keys])
-        left = self._lease_keeper().remaining(lease_id)
-        if left is None:
-            raise errors.ErrLeaseNotFound.fresh()
-        attached: list[bytes] = []
-        if keys:
-            with self._lock:
-                lease = self.store.lessor.leases.get(lease_id)
-                attached = sorted(lease.keys) if lease is not None else []
-        return LeaseTimeToLiveResult(self.committed_rev, lease_id, int(left[0]), left[1], attached)
+        return self._role.lease_time_to_live(lease_id, keys)
 
     def lease_leases(self) -> LeaseLeasesResult:
         """Live lease IDs, soonest expiry first (etcd's order)."""
-        if self._role != LEADER:
-            return self._forwarded_call("leases", [])
-        return LeaseLeasesResult(self.committed_rev, self._lease_keeper().ids_by_expiry())
+        return self._role.lease_leases()
 
     # ------------------------------------------------------------------
     # the committer thread
 
+    def _post(self, item) -> None:
+        """(any thread) Hand ``item`` (one of brain.engine.items) to the
+        committer's next turn."""
+        with self._cv:
+            inbox = self._inboxes[type(item)]
+            inbox.append(item)
+            if len(inbox) == 1:
+                self._cv.notify()
+
+    def _take_posted(self, kind: type) -> list:
+        """(committer) The items of ``kind`` posted since the turn began."""
+        with self._cv:
+            items, self._inboxes[kind] = self._inboxes[kind], []
+        return items
+
     def _run(self) -> None:
+        # the inboxes handled before the turn's writes, in this order
+        # (controls after them: see brain.engine.items)
+        replication = self._replication
+        handlers = ((Delivered, replication.apply_records), (ForwardOutcome, replication.complete_forwarded),
+                    (Confirmation, replication.settle_confirmed))
         while True:
             with self._cv:
-                if (not self._queue and not self._inbox and not self._completions and not self._confirmed
-                        and not self._stopping):
+                if not self._queue and not any(self._inboxes.values()) and not self._stopping:
                     idle_wait = 0.0 if self.store.compacting else 0.2
                     if idle_wait:
                         self._cv.wait(idle_wait)
                 batch = list(self._queue)
                 self._queue.clear()
-                records, self._inbox = self._inbox, []
-                completions, self._completions = self._completions, []
-                confirmed, self._confirmed = self._confirmed, []
+                posted, self._inboxes = self._inboxes, _empty_inboxes()
                 stopping = self._stopping
-            controls = [p for p in batch if isinstance(p.request, _Control)]
-            if controls:
-                batch = [p for p in batch if not isinstance(p.request, _Control)]
-            if records:
-                self._apply_records(records)
-            if completions:
-                self._complete_forwarded(completions)
-            if confirmed:
-                self._settle_confirmed(confirmed)
+            for kind, handle in handlers:
+                if posted[kind]:
+                    handle(posted[kind])
             if batch:
                 try:
-                    if self._role == LEADER:
-                        self._commit(batch)
-                    else:
-                        self._forward(batch)
+                    self._role.writes(batch)
                 except BaseException as e:  # never leave callers hanging
                     log.exception("commit failed")
                     self._fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
@@ -651,16 +655,16 @@ class Engine(Replication):
                         self._settle(p, None, errors.ErrStopped)
             self._maintain()
             self._flush_sinks()
-            for c in controls:
-                c.request.fn()
+            for control in posted[Control]:
+                control.fn()
             if stopping and not batch:
                 with self._cv:
-                    if not self._queue:
+                    if not self._queue and not self._inboxes[Control]:
                         return
 
     def _over_quota(self) -> bool:
         quota = self.config.quota_backend_bytes
-        return quota >= 0 and self._backend_in_use + self._journal_bytes > quota
+        return quota >= 0 and self._checkpointer.bytes_in_use > quota
 
     def _commit(self, batch: list[_Pending]) -> None:
         if self._failed is not None:
@@ -687,8 +691,7 @@ class Engine(Replication):
         with self._lock:
             results, payload = self._apply(admitted)
             new_rev = self.store.revision
-            events = self.store.changes
-            self.store.changes = []
+            events = self.store.take_changes()
         index = self._applied_index
         if payload:
             # the append is fenced on this replica's last record: once it
@@ -696,43 +699,56 @@ class Engine(Replication):
             index = self._make_durable(payload, admitted)
             if index is None:
                 return
-        with self._lock:
-            # together, so that a reader of both sees a matching pair
-            self.committed_rev = new_rev
-            self._applied_index = index
-        if events:
-            self.watches.notify(events, new_rev)
-        self._batches += 1
+        self._publish(new_rev, index, events)
         self._requests += len(admitted)
-        if self._leases is not None:
-            self._leases.on_commit([p.request for p in admitted], results)
+        self._role.keeper.on_commit([p.request for p in admitted], results)  # the leader's commit
         if not payload and self._barrier is not None:
             # Decided from this replica's store with nothing to append (a
             # failed compare, a delete of nothing, a refused request): no
             # fence vouches that no other replica leads and wrote meanwhile.
-            self._confirm_unwritten(admitted, results)
+            self._replication.confirm_unwritten(admitted, results)
         else:
             self._settle_results(admitted, results)
+
+    def _publish(self, revision: int, index: int, events: list) -> None:
+        """Make a batch that is in the journal visible: readers see
+        ``revision`` and the journal ``index`` holding it, watchers get its
+        ``events``, reads waiting for ``index`` go ahead.  The leader's commit
+        and the follower's apply both end here."""
+        with self._lock:
+            # together, so that a reader of both sees a matching pair
+            self.committed_rev = revision
+            self._applied_index = index
+        if events:
+            self.watches.notify(events, revision)
+        self._batches += 1
         if self._barrier is not None:
-            self._barrier.applied(self._applied_index)
+            self._barrier.applied(index)
 
     def _settle_results(self, admitted: list[_Pending], results: list) -> None:
         for p, res in zip(admitted, results):
-            if isinstance(res, errors.EtcdError):
-                self._settle(p, None, res)
-            elif isinstance(res, Exception):  # a refused _Effects payload
+            if isinstance(res, Exception):  # an EtcdError, or a refused Effects payload's ValueError
                 self._settle(p, None, res)
             elif p.wait_compact:
-                p.result = res
-                self._compact_waiters.append((p.wait_compact, p))
+                self._await_compaction(p, res)
             else:
                 self._settle(p, res)
+
+    def _await_compaction(self, p: _Pending, result) -> None:
+        """Answer ``result`` once physical compaction reached p.wait_compact."""
+        p.result = result
+        self._compact_waiters.append((p.wait_compact, p))
+
+    def _release_compaction_waiters(self) -> None:
+        for _, p in self._compact_waiters:
+            self._settle(p, p.result)
+        self._compact_waiters = []
 
     def _apply(self, admitted: list[_Pending]) -> tuple[list, bytes]:
         """Apply a batch to the store (lock held): requests are decided,
         effects payloads are replayed as they are.  Returns one result per
         pending write and the journal payload of them all."""
-        if not any(type(p.request) is _Effects for p in admitted):
+        if not any(type(p.request) is Effects for p in admitted):
             return self.store.apply([p.request for p in admitted])
         results: list = []
         parts: list[bytes] = []
@@ -746,7 +762,7 @@ class Engine(Replication):
                 run.clear()
 
         for p in admitted:
-            if type(p.request) is not _Effects:
+            if type(p.request) is not Effects:
                 run.append(p.request)
                 continue
             flush_run()
@@ -774,17 +790,17 @@ class Engine(Replication):
             log.warning("another replica wrote to the journal (%s); stepping down", e)
             for p in admitted:
                 self._settle(p, None, errors.ErrLeaderChanged)
-            self._step_down(rebuild=True)
+            self._replication.step_down_now(rebuild=True)
             return None
         except JournalUnavailableError as e:
-            if not self._abandon_writes or self._closing:
+            if not self._replication.abandoning_writes or self._closing:
                 raise
             # lost the election while the journal could not say whether the
             # batch landed: its callers cannot know either
             log.warning("giving up an append whose outcome is unknown (%s); stepping down", e)
             for p in admitted:
                 self._settle(p, None, errors.ErrTimeoutDueToLeaderFail)
-            self._step_down(rebuild=True)
+            self._replication.step_down_now(rebuild=True)
             return None
         except BaseException as e:
             nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
@@ -794,7 +810,7 @@ class Engine(Replication):
             for p in admitted:
                 self._settle(p, None, err)
             return None
-        self._journal_bytes += len(payload)
+        self._checkpointer.journal_bytes += len(payload)
         for hook in self.journal_sync_hooks:
             hook(synced)
         return self.journal.last_index
@@ -810,7 +826,7 @@ class Engine(Replication):
                 self.journal.sync()
                 return
             except JournalUnavailableError as e:
-                if self._stopping or self._closing or self._abandon_writes:
+                if self._stopping or self._closing or self._replication.abandoning_writes:
                     raise
                 if time.monotonic() - started > REQUEST_TIMEOUT:
                     for p in admitted:
@@ -837,117 +853,16 @@ class Engine(Replication):
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
-        self._expire_waiting()
-        self._check_following()
-        if self._rebuild_pending:
-            self._try_rebuild()
+        if self._replication.maintain():
             return  # no checkpoint of a store about to be replaced
-        self._checkpoint_maintenance()
-
-    # ------------------------------------------------------------------
-    # checkpoints
-
-    def _checkpoint_due(self) -> bool:
-        cfg = self.config
-        if self._journal_bytes == 0:
-            return False
-        return (
-            self._journal_bytes >= cfg.checkpoint_journal_bytes
-            or self.store.memtable_entries() >= cfg.checkpoint_memtable_records
-            or time.monotonic() - self._last_checkpoint_time >= cfg.checkpoint_interval_seconds
-        )
-
-    def _checkpoint_maintenance(self) -> None:
-        t = self._checkpoint_thread
-        if t is not None:
-            if not self._checkpoint_done.is_set():
-                return
-            t.join()
-            self._checkpoint_thread = None
-            self._finish_checkpoint()
-        if self._failed is None and self._checkpoint_due():
-            self._start_checkpoint()
-
-    def _start_checkpoint(self) -> None:
-        with self._lock:
-            cut = self.store.checkpoint_cut()
-        index = self._applied_index
-        self._cut_index = index
-        self._cut = cut
-        self._cut_bytes = self._journal_bytes
-        self._checkpoint_done.clear()
-        self._checkpoint_error = None
-        self._checkpoint_thread = threading.Thread(
-            target=self._write_checkpoint, args=(cut, index), name="brain-checkpoint", daemon=True)
-        self._checkpoint_thread.start()
-
-    def _write_checkpoint(self, cut, index: int) -> None:
-        started = time.monotonic()
-        try:
-            meta = {
-                "revision": cut.revision,
-                "compact_rev": cut.compact_rev,
-                "compact_done_rev": cut.compact_done_rev,
-                "journal_index": index,
-                "leases": cut.leases,
-                "epoch": cut.epoch,
-                "leader_id": cut.leader_id,
-            }
-            batch = backend_mod.WriteBatch(
-                puts=list(cut.records()),
-                deletes=list(cut.deleted()),
-                meta={META_CHECKPOINT: json.dumps(meta).encode()},
-            )
-            self.backend.write(batch)
-            self._last_checkpoint_seconds = time.monotonic() - started
-            for hook in self.checkpoint_hooks:
-                hook(self._last_checkpoint_seconds)
-            log.debug("checkpoint at revision %d: %d records, %d deletes in %.3fs",
-                      cut.revision, len(batch.puts), len(batch.deletes), self._last_checkpoint_seconds)
-        except BaseException as e:
-            self._checkpoint_error = e
-        finally:
-            self._checkpoint_done.set()
-
-    def _finish_checkpoint(self) -> None:
-        err = self._checkpoint_error
-        if err is not None:
-            log.error("checkpoint failed (%r); journal segments are kept", err)
-            # The frozen records go back to being served from memory; they
-            # are written again by the next checkpoint.
-            with self._lock:
-                self.store.checkpoint_abort(self._cut)
-            self._last_checkpoint_time = time.monotonic()
-            return
-        with self._lock:
-            self.store.checkpoint_done()
-        try:
-            self.journal.release(self._cut_index)
-        except Exception as e:  # noqa: BLE001 - only space is lost; retried at the next checkpoint
-            log.warning("releasing journal records up to %d failed: %r", self._cut_index, e)
-        self._journal_bytes -= self._cut_bytes
-        self._checkpoints += 1
-        self._last_checkpoint_time = time.monotonic()
-        self._refresh_backend_size()
-
-    def _settle_checkpoint(self) -> None:
-        """Wait for a checkpoint being written (committer thread only)."""
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
-            self._checkpoint_thread = None
-            self._finish_checkpoint()
-
-    def _refresh_backend_size(self) -> None:
-        st = self.backend.statistics()
-        self._backend_size = st.size_bytes
-        self._backend_in_use = st.in_use_bytes
+        self._checkpointer.maintain(self.store, self._applied_index, may_start=self._failed is None)
 
     # ------------------------------------------------------------------
     # alarms, compaction pins, work on the committer thread (maintenance)
 
     def _raise_nospace(self) -> None:
         log.warning("backend quota of %d bytes exceeded (%d in use); raising the NOSPACE alarm",
-                    self.config.quota_backend_bytes, self._backend_in_use + self._journal_bytes)
+                    self.config.quota_backend_bytes, self._checkpointer.bytes_in_use)
         self.alarm_activate(self.member_id, ALARM_NOSPACE)
 
     def _store_alarms(self, encoded: bytes) -> None:
@@ -960,6 +875,11 @@ class Engine(Replication):
     def alarm_deactivate(self, member_id: int, alarm: int) -> bool:
         """Clear an alarm; False if it was not raised."""
         return self.alarms.deactivate(member_id, alarm, self._store_alarms)
+
+    def history(self) -> History:
+        """The committed history, for readers that walk it while writes go
+        on (hashes, snapshots, export, the mirror): brain/engine/history.py."""
+        return History(self._lock, self.store, self)
 
     def pin_compaction(self) -> None:
         """Hold physical compaction (logical compaction still happens)
@@ -990,20 +910,18 @@ class Engine(Replication):
 
     def checkpoint(self) -> None:
         """Run a full checkpoint now (used by tests and shutdown)."""
-        self.on_committer(self._checkpoint_now)
+        self.on_committer(lambda: self._checkpointer.now(self.store, self._applied_index,
+                                                         may_start=self._failed is None))
 
-    def _checkpoint_now(self) -> None:
-        self._settle_checkpoint()
-        if self._failed is None and self._journal_bytes:
-            self._start_checkpoint()
-            self._settle_checkpoint()
+    def checkpoint_index(self) -> int:
+        """The last journal index the value store's checkpoint holds (0:
+        none yet); a replica's records up to it may be purged."""
+        meta = CheckpointMeta.read(self.backend)
+        return 0 if meta is None else meta.journal_index
 
     def _control(self, fn) -> None:
         """Run fn on the committer thread (the journal's only writer)."""
-        p = _Pending(_Control(fn), None, 0)
-        with self._cv:
-            self._queue.append(p)
-            self._cv.notify()
+        self._post(Control(fn))
 
     # ------------------------------------------------------------------
     # shutdown and introspection
@@ -1014,10 +932,7 @@ class Engine(Replication):
                 return
         # a batch waiting for an unreachable shared journal gives up now
         self._closing = True
-        if self._compactor is not None:
-            self._compactor.stop()
-        if self._leases is not None:
-            self._leases.stop()
+        self._role.stop(wait=True)
         try:
             self.checkpoint()
         except Exception:
@@ -1026,39 +941,157 @@ class Engine(Replication):
             self._stopping = True
             self._cv.notify()
         self._committer.join()
-        self._close_replication()
+        self._replication.close()
         self.watches.close()
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.join()
+        self._checkpointer.join()
         self.journal.close()
         self.backend.close()
         os.close(self._lock_fd)
 
     def statistics(self) -> EngineStatistics:
         with self._lock:
-            s = self.store
+            s, cp = self.store, self._checkpointer
             return EngineStatistics(
                 revision=s.revision, committed_revision=self.committed_rev, compact_revision=s.compact_rev,
                 keys_total=s.keys_total(), keys_live=s.keys_live, memtable_records=s.memtable_entries(),
-                batches=self._batches, requests=self._requests, checkpoints=self._checkpoints,
-                last_checkpoint_seconds=self._last_checkpoint_seconds,
-                journal_bytes_since_checkpoint=self._journal_bytes,
-                backend_size_bytes=self._backend_size, backend_in_use_bytes=self._backend_in_use,
-                leases=len(s.lessor), failed=self._failed_reason, role=self._role,
+                batches=self._batches, requests=self._requests, checkpoints=cp.checkpoints,
+                last_checkpoint_seconds=cp.last_seconds, journal_bytes_since_checkpoint=cp.journal_bytes,
+                backend_size_bytes=cp.backend_size, backend_in_use_bytes=cp.backend_in_use,
+                leases=len(s.lessor), failed=self._failed_reason,
+                leases_expired=self._role.leases_expired(), role=self._role.name,
                 applied_index=self._applied_index, leader_id=self.leader_id, epoch=s.epoch)
 
 
-class _Control:
-    __slots__ = ("fn",)
+class _ReplicaCore:
+    """The engine's committer core as Replication sees it
+    (brain.engine.replication.ReplicaCore, where the contract is written):
+    the one door through which replication reaches the engine's state."""
 
-    def __init__(self, fn) -> None:
-        self.fn = fn
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def store(self) -> Store:
+        return self._engine.store
+
+    @property
+    def committed_rev(self) -> int:
+        return self._engine.committed_rev
+
+    @property
+    def applied_index(self) -> int:
+        return self._engine._applied_index
+
+    @property
+    def member_id(self) -> int:
+        return self._engine.member_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self._engine.is_leader
+
+    @property
+    def failed(self) -> errors.EtcdError | None:
+        return self._engine._failed
+
+    @property
+    def forwarder(self) -> Forwarder | None:
+        return self._engine.forwarder
+
+    @property
+    def read_lease(self):
+        return self._engine.read_lease
+
+    @property
+    def raft_term(self) -> int:
+        return self._engine.raft_term
+
+    @raft_term.setter
+    def raft_term(self, term: int) -> None:
+        self._engine.raft_term = term
+
+    def post(self, item) -> None:
+        self._engine._post(item)
+
+    def take_posted(self, kind: type) -> list:
+        return self._engine._take_posted(kind)
+
+    def has_posted(self, kind: type) -> bool:
+        eng = self._engine
+        with eng._cv:
+            return bool(eng._inboxes[kind])
+
+    def wake(self) -> None:
+        eng = self._engine
+        with eng._cv:
+            eng._cv.notify()
+
+    def requeue(self, pending: list) -> None:
+        eng = self._engine
+        with eng._cv:
+            eng._queue.extend(pending)
+
+    def settle(self, p: _Pending, result, exc=None) -> None:
+        self._engine._settle(p, result, exc)
+
+    def settle_results(self, admitted: list, results: list) -> None:
+        self._engine._settle_results(admitted, results)
+
+    def await_compaction(self, p: _Pending, result) -> None:
+        self._engine._await_compaction(p, result)
+
+    def release_compaction_waiters(self) -> None:
+        self._engine._release_compaction_waiters()
+
+    def flush_sinks(self) -> None:
+        self._engine._flush_sinks()
+
+    def publish(self, revision: int, index: int, events: list) -> None:
+        self._engine._publish(revision, index, events)
+
+    def apply_epoch(self, payload: bytes, index: int) -> None:
+        eng = self._engine
+        with eng._lock:
+            eng.store.replay(payload, live=True)
+            eng._applied_index = index
+
+    def fail(self, err: errors.EtcdError, reason: str) -> None:
+        self._engine._fail(err, reason)
+
+    def load_store(self, upto_index: int) -> tuple[Store, int, int]:
+        return self._engine._load_store(upto_index=upto_index)
+
+    def replace_store(self, store: Store) -> None:
+        eng = self._engine
+        with eng.watches.lock:
+            with eng._lock:
+                eng.store = store
+            eng.watches.hub.store = store
+
+    def lead(self) -> None:
+        self._engine._lead()
+
+    def follow_leader(self) -> None:
+        self._engine._follow_leader()
+
+    def role_changed(self) -> None:
+        self._engine._run_role_hooks()
+
+
+def _empty_inboxes() -> dict[type, list]:
+    return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
 
 
 def _adds_data(req) -> bool:
-    """etcd's quota applies to puts, Txns that may put, and lease grants."""
+    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
+    (its capped applier and quota refuse a request whose cost is above 0): a
+    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
+    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
+    puts only inside a nested Txn, is applied."""
     if isinstance(req, (PutRequest, LeaseGrantRequest)):
         return True
     if isinstance(req, TxnRequest):
-        return not is_txn_readonly(req)
+        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
     return False

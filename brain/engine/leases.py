@@ -237,8 +237,15 @@ class LeaseKeeper:
     def renew(self, lease_id: int) -> int:
         """Restart the lease's deadline; returns its TTL.  Raises
         ErrLeaseNotFound for an unknown lease, and for an expired one after
-        its revoke completed (ErrTimeout if that takes over `renew_wait`)."""
+        its revoke completed (ErrTimeout if that takes over `renew_wait`).
+
+        A stopped keeper raises ErrNotLeader: its clocks are nobody's (the
+        leader that ran them stepped down, or the engine closes), so a
+        renewal acknowledged here would hold on no leader; the client asks
+        again where the lead is, as a follower's answer tells it to."""
         with self._cv:
+            if self._stopping:
+                raise errors.ErrNotLeader.fresh()
             t = self._timers.get(lease_id)
             if t is None:
                 raise errors.ErrLeaseNotFound.fresh()

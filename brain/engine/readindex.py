@@ -66,6 +66,10 @@ class ReadBarrier:
         self._seq = itertools.count()
         self.round_trips = 0
 
+    def use_source(self, ask: Callable) -> None:
+        """Start later round trips with ``ask`` instead."""
+        self._ask = ask
+
     def request(self, callback: Callable[[BaseException | None], None]) -> None:
         with self._lock:
             self._waiting.append(callback)

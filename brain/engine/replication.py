@@ -28,6 +28,11 @@ is rebuilt from the last local checkpoint and the journal, up to the last
 record this replica knows is in the journal; when the election was lost
 without a failed append, the store is exact and following resumes.
 
+The engine holds a Replication (a single node holds one too, that never
+follows) and hands it the turns' delivered records, forwarded answers and
+confirmations; Replication reaches the engine only through ReplicaCore,
+the committer core's interface written below, and the engine's lock.
+
 Invariant: on a follower, everything in the store is in the journal
 (``committed_rev == store.revision``); on the leader, at most the batch
 being synced is not.
@@ -46,55 +51,114 @@ from typing import Callable, Protocol
 from ..journal import JournalError, JournalFencedError, JournalPurgedError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
+from ..mvcc.store import Store
+from .checkpointing import Checkpointer
+from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
+from .readindex import ReadBarrier
+from .roles import APPLY_WAIT_SECONDS, Forwarder
 
 log = logging.getLogger("brain.engine.replication")
 
-LEADER = "leader"
-FOLLOWER = "follower"
-
-# How long a forwarded write's answer waits for this replica to apply the
-# leader's revisions before the client is told the request timed out.
-APPLY_WAIT_SECONDS = 7.0
 PROMOTE_ATTEMPTS = 20
 
 
-class Forwarder(Protocol):
-    """How a follower reaches the leader (brain.cluster.forwarding)."""
+class ReplicaCore(Protocol):
+    """What replication asks of the engine's committer core (the engine
+    implements it: brain.engine.engine).  The contract:
 
-    def forward(self, requests: list, done: Callable[[list | errors.EtcdError], None]) -> None:
-        """Have the leader decide ``requests``; ``done(results)`` (one result
-        or EtcdError each, in order) or ``done(error)`` for all of them,
-        on any thread."""
+    - Only the committer thread changes the store, under the engine's lock
+      (handed to Replication apart); every method here runs on it unless
+      marked *any thread*.
+    - ``publish`` is how a follower's applied batch becomes visible: the
+      committed revision and the applied index move together, watchers and
+      waiting reads are told.  ``apply_epoch`` is the one other move of the
+      applied index (a new leader's epoch record, which holds no revision).
+    - Every queued write is settled exactly once: ``settle`` (at once),
+      ``settle_results`` (a batch's results, compactions once finished),
+      ``await_compaction``, or ``requeue`` (decided again next turn).
+      Batch sinks deliver on ``flush_sinks``.
+    - ``lead`` and ``follow_leader`` swap the role object; ``role_changed``
+      is said after the role or the leader's term changed.
+    """
 
-    def call(self, op: str, args: list, done: Callable[[object, BaseException | None], None]) -> None:
-        """A lease operation only the leader can answer ("keepalive" with
-        [ids], "ttl" with [id, keys], "leases" with [])."""
+    @property
+    def store(self) -> Store: ...
+    @property
+    def committed_rev(self) -> int: ...
+    @property
+    def applied_index(self) -> int: ...
+    @property
+    def member_id(self) -> int: ...
+    @property
+    def is_leader(self) -> bool: ...
+    @property
+    def failed(self) -> errors.EtcdError | None: ...
+    @property
+    def forwarder(self) -> Forwarder | None: ...
+    @property
+    def read_lease(self) -> Callable[[], bool] | None: ...
+    raft_term: int  # the journal's epoch this replica last saw (set on a new epoch record)
+
+    def post(self, item) -> None:
+        """(any thread) Hand one of brain.engine.items to the next turn."""
+
+    def take_posted(self, kind: type) -> list:
+        """The items of ``kind`` posted since the turn began."""
+
+    def has_posted(self, kind: type) -> bool:
+        """Items of ``kind`` wait for the next turn."""
+
+    def wake(self) -> None:
+        """(any thread) Wake the committer (a sync loop rechecks why it waits)."""
+
+    def requeue(self, pending: list) -> None:
+        """Queue writes again, to be decided in the next turn."""
+
+    def settle(self, p, result, exc=None) -> None: ...
+    def settle_results(self, admitted: list, results: list) -> None: ...
+    def await_compaction(self, p, result) -> None:
+        """Answer ``result`` once physical compaction reached p.wait_compact."""
+
+    def release_compaction_waiters(self) -> None:
+        """Answer every write waiting for compaction now."""
+
+    def flush_sinks(self) -> None: ...
+    def publish(self, revision: int, index: int, events: list) -> None: ...
+    def apply_epoch(self, payload: bytes, index: int) -> None:
+        """Apply a new leader's epoch record, at journal ``index``."""
+
+    def fail(self, err: errors.EtcdError, reason: str) -> None:
+        """Refuse writes with ``err`` until restart."""
+
+    def load_store(self, upto_index: int) -> tuple[Store, int, int]:
+        """A store recovered from the checkpoint and the journal up to
+        ``upto_index``: (store, last index held, journal bytes replayed)."""
+
+    def replace_store(self, store: Store) -> None:
+        """Serve from ``store`` from now on (reads and watches included)."""
+
+    def lead(self) -> None: ...
+    def follow_leader(self) -> None: ...
+    def role_changed(self) -> None: ...
 
 
 class Replication:
-    """The replica half of the Engine (mixed into it; see the module
-    docstring).  Every method here runs on the committer thread unless it
-    says otherwise."""
+    """The replica's following, forwarding and changes of lead (see the
+    module docstring), held by the engine and talking to it only through
+    ``core`` (ReplicaCore).  ``barrier`` is None on a single node, which
+    leads its local journal from the start and never follows.  Every
+    method runs on the committer thread unless it says otherwise."""
 
-    def __init__(self) -> None:
-        self._role = LEADER
-        self._inbox: list = []  # (index, payload) delivered by the journal
-        self._completions: list = []  # (pending batch, forwarded outcome)
-        # ((pending batch, results, term), barrier outcome): answers decided
-        # without a journal record whose confirmation came back
-        self._confirmed: list = []
+    def __init__(self, core: ReplicaCore, lock: threading.Lock, journal, barrier: ReadBarrier | None,
+                 checkpointer: Checkpointer) -> None:
+        self._core = core
+        self._lock = lock  # the engine's: guards the store (see brain.engine.engine)
+        self._journal = journal
+        self._barrier = barrier
+        self._checkpointer = checkpointer
         self.unwritten_confirmations = 0  # of them, those that asked the journal
         self._parked: list = []  # heap: (revision, seq, deadline, [(pending, result)])
         self._park_seq = itertools.count()
-        self._applied_index = 0
-        self.forwarder: Forwarder | None = None
-        self.leader_hint = None  # () -> member ID the election names (brain.cluster sets it)
-        # () -> True while this replica, leading, may read without asking the
-        # journal (the election's lease: brain.cluster.election.Election.lease_valid)
-        self.read_lease = None
-        # Called (on the committer) after the role or the leader changed.
-        self.role_hooks: list = []
-        self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
         self._follow_error: BaseException | None = None
         self._following = False
         # set (from any thread) when this replica lost the election: a batch
@@ -105,139 +169,118 @@ class Replication:
         self._refollow_at = 0.0  # following failed: start again at this time
         self._behind: tuple[int, float] | None = None  # (an index the journal has, since when)
 
-    # ------------------------------------------------------------------
-    # who leads
-
     @property
-    def role(self) -> str:
-        return self._role
-
-    @property
-    def is_leader(self) -> bool:
-        return self._role == LEADER
-
-    @property
-    def applied_index(self) -> int:
-        """The last journal record this replica applied (on the leader:
-        the last one acknowledged)."""
-        return self._applied_index
-
-    def use_read_index(self, ask) -> None:
-        """Where linearizable reads get their read index from:
-        ``ask(callback(index, exc))`` (default: the journal's)."""
-        if self._barrier is not None:
-            self._barrier._ask = ask
-
-    @property
-    def leader_id(self) -> int:
-        """The member ID of the replica leading the journal (0: unknown);
-        on a single node, this one.  The journal's last epoch record names
-        it; until this replica has applied one (a replica started from a
-        snapshot), the election's view (``leader_hint``) stands in."""
-        if self._barrier is None:
-            return self.member_id
-        return self.store.leader_id or (self.leader_hint() if self.leader_hint is not None else 0)
+    def abandoning_writes(self) -> bool:
+        """(any thread) The election was lost: a batch waiting for an
+        unreachable journal gives up."""
+        return self._abandon_writes
 
     # ------------------------------------------------------------------
     # following
 
-    def _follow(self) -> None:
+    def follow(self) -> None:
         """Start receiving the journal's records after the applied index."""
         self._follow_error = None
         self._following = True
-        self.journal.follow(self._applied_index, self._deliver, self._follow_failed)
+        self._journal.follow(self._core.applied_index, self._deliver, self._follow_failed)
 
     def _deliver(self, index: int, payload: bytes) -> None:
         """(journal thread) A record to apply."""
-        with self._cv:
-            self._inbox.append((index, payload))
-            if len(self._inbox) == 1:
-                self._cv.notify()
+        self._core.post(Delivered(index, payload))
 
     def _follow_failed(self, exc: BaseException) -> None:
         """(journal thread) The journal cannot deliver any more records."""
         self._follow_error = exc
         if isinstance(exc, JournalPurgedError):
             log.error("following the journal failed: %s", exc)
-            self._fail(errors.ErrStopped, f"journal records needed by this replica were purged: {exc}")
+            self._core.fail(errors.ErrStopped, f"journal records needed by this replica were purged: {exc}")
         else:
             log.warning("following the journal failed (%s); trying again in 1s", exc)
             self._refollow_at = time.monotonic() + 1.0
 
+    def maintain(self) -> bool:
+        """(between batches) Time out answers that waited too long, follow
+        again where following stalled, retry a pending rebuild.  True while
+        the store is still to be rebuilt (no checkpoint of a store about to
+        be replaced)."""
+        self._expire_waiting()
+        self._check_following()
+        if self._rebuild_pending:
+            self._try_rebuild()
+            return True
+        return False
+
     def _check_following(self) -> None:
-        """(committer, between batches) Start following again when it
-        failed, or when the journal is known to hold records that have not
-        arrived for a while (a consumer lost across a NATS outage)."""
-        if self._role != FOLLOWER or self._rebuild_pending or self._failed is not None:
+        """Start following again when it failed, or when the journal is
+        known to hold records that have not arrived for a while (a consumer
+        lost across a NATS outage)."""
+        core = self._core
+        if core.is_leader or self._rebuild_pending or core.failed is not None:
             return
         now = time.monotonic()
         behind = self._behind
         if behind is not None:
-            if self._applied_index >= behind[0]:
+            if core.applied_index >= behind[0]:
                 self._behind = None
-            elif now - behind[1] > 3.0 and not self._inbox:
+            elif now - behind[1] > 3.0 and not core.has_posted(Delivered):
                 log.warning("the journal holds index %d but this replica is at %d since %.1fs; "
-                            "following again", behind[0], self._applied_index, now - behind[1])
+                            "following again", behind[0], core.applied_index, now - behind[1])
                 self._behind = None
                 self._refollow_at = now
         if self._refollow_at and now >= self._refollow_at:
             self._refollow_at = 0.0
-            self.journal.stop_following()
-            self._follow()
+            self._journal.stop_following()
+            self.follow()
 
-    def _apply_records(self, records: list) -> None:
+    def apply_records(self, records: list[Delivered]) -> None:
         """Apply delivered records (a follower's commit)."""
-        if self._role != FOLLOWER:
+        core = self._core
+        if core.is_leader:
             # Left over from before a promotion: promote applied them already.
             return
-        applied = self._applied_index
+        applied = core.applied_index
         nbytes = 0
+        store = core.store
         with self._lock:
-            for index, payload in records:
+            for record in records:
+                index, payload = record.index, record.payload
                 if index <= applied:
                     continue  # delivered twice across a restart of following
                 try:
-                    self.store.replay(payload, live=True)
+                    store.replay(payload, live=True)
                 except ValueError as e:
-                    self._fail(errors.ErrCorrupt, f"journal record {index} cannot be applied: {e}")
+                    core.fail(errors.ErrCorrupt, f"journal record {index} cannot be applied: {e}")
                     log.error("journal record %d cannot be applied (%s); this replica stops applying", index, e)
                     break
                 applied = index
                 nbytes += len(payload)
-            new_rev = self.store.revision
-            events = self.store.changes
-            self.store.changes = []
-            self.committed_rev = new_rev
-            self._applied_index = applied
-        self._journal_bytes += nbytes
-        self._batches += 1
-        if events:
-            self.watches.notify(events, new_rev)
-        if self.store.epoch != self.raft_term:
-            self.raft_term = self.store.epoch
-            self._run_role_hooks()
+            events = store.take_changes()
+        self._checkpointer.journal_bytes += nbytes
+        core.publish(store.revision, applied, events)
+        if store.epoch != core.raft_term:
+            core.raft_term = store.epoch
+            core.role_changed()
         self._release_parked()
-        if self._barrier is not None:
-            self._barrier.applied(applied)
 
-    def _journal_ahead(self, index: int) -> None:
+    def journal_ahead(self, index: int) -> None:
         """(any thread) The journal reported an index beyond what this
         replica has.  A follower will receive it; a leader that never wrote
         it has been deposed without noticing: step down."""
-        if self._role == LEADER and index > self.journal.last_index:
+        core = self._core
+        if core.is_leader and index > self._journal.last_index:
             log.warning("the journal is at index %d, past this leader's last append %d: stepping down",
-                        index, self.journal.last_index)
-            self._control(lambda: self._role == LEADER and self._step_down(rebuild=True))
-        elif self._role == FOLLOWER and self._behind is None:
+                        index, self._journal.last_index)
+            core.post(Control(lambda: core.is_leader and self.step_down_now(rebuild=True)))
+        elif not core.is_leader and self._behind is None:
             self._behind = (index, time.monotonic())
 
     # ------------------------------------------------------------------
     # answers decided without a journal record
 
-    def _confirm_unwritten(self, admitted: list, results: list) -> None:
-        """(committer, leading) Settle a batch that appended nothing (failed
-        compares, deletes of nothing, refused requests) once this replica is
-        known to have decided it on the whole journal.
+    def confirm_unwritten(self, admitted: list, results: list) -> None:
+        """(leading) Settle a batch that appended nothing (failed compares,
+        deletes of nothing, refused requests) once this replica is known to
+        have decided it on the whole journal.
 
         A batch that appends is vouched for by the fence on its record.  One
         that does not was decided on this replica's store alone, and a
@@ -248,29 +291,30 @@ class Replication:
         a read index no higher than this replica's own last append, asked
         after the decision, while it still leads in the same term.  Otherwise
         nothing was applied and the requests are decided again by whoever
-        leads (``_settle_confirmed``)."""
-        lease = self.read_lease
+        leads (``settle_confirmed``)."""
+        core = self._core
+        lease = core.read_lease
         if lease is not None and lease():
-            self._settle_results(admitted, results)
+            core.settle_results(admitted, results)
             return
-        item = (admitted, results, self.raft_term)
+        term = core.raft_term
         self.unwritten_confirmations += 1
 
         def passed(exc) -> None:  # on an engine or journal thread
-            with self._cv:
-                self._confirmed.append((item, exc))
-                self._cv.notify()
+            core.post(Confirmation(admitted, results, term, exc))
 
         self._barrier.request(passed)
 
-    def _settle_confirmed(self, confirmed: list) -> None:
-        for (admitted, results, term), exc in confirmed:
-            if exc is not None:
+    def settle_confirmed(self, confirmed: list[Confirmation]) -> None:
+        core = self._core
+        for c in confirmed:
+            admitted, term = c.admitted, c.term
+            if c.exc is not None:
                 for p in admitted:
-                    self._settle(p, None, exc)
-            elif self._role == LEADER and self.raft_term == term:
+                    core.settle(p, None, c.exc)
+            elif core.is_leader and core.raft_term == term:
                 # the journal ended at or before this replica's own records
-                self._settle_results(admitted, results)
+                core.settle_results(admitted, c.results)
             else:
                 # another replica led meanwhile: decided on a store that may
                 # have missed its writes, and applied nowhere
@@ -279,52 +323,51 @@ class Replication:
                 again = []
                 for p in admitted:
                     if p.local:
-                        self._settle(p, None, errors.ErrNotLeader)  # its sender forwards it again
+                        core.settle(p, None, errors.ErrNotLeader)  # its sender forwards it again
                     else:
                         again.append(p)
                 if again:
-                    with self._cv:
-                        self._queue.extend(again)
+                    core.requeue(again)
 
     # ------------------------------------------------------------------
     # forwarding a follower's writes
 
-    def _forward(self, batch: list) -> None:
+    def forward(self, batch: list) -> None:
         """A follower's queued writes: forward them to the leader."""
+        core = self._core
         local = [p for p in batch if p.local]
         for p in local:
-            self._settle(p, None, errors.ErrNotLeader)
+            core.settle(p, None, errors.ErrNotLeader)
         batch = [p for p in batch if not p.local]
         if not batch:
             return
-        if self._failed is not None:
+        failed = core.failed
+        if failed is not None:
             for p in batch:
-                self._settle(p, None, self._failed)
+                core.settle(p, None, failed)
             return
-        forwarder = self.forwarder
+        forwarder = core.forwarder
         if forwarder is None:
             for p in batch:
-                self._settle(p, None, errors.ErrNoLeader)
+                core.settle(p, None, errors.ErrNoLeader)
             return
         now = time.monotonic()
         for p in batch:
             if not p.deadline:
                 p.deadline = now + APPLY_WAIT_SECONDS
             elif now > p.deadline:  # sent again after a leader change, for too long
-                self._settle(p, None, errors.ErrTimeout)
+                core.settle(p, None, errors.ErrTimeout)
         batch = [p for p in batch if not p.settled]
         if not batch:
             return
         requests = [p.request for p in batch]
-        if any(type(r).__name__ == "_Effects" for r in requests):
+        if any(type(r) is Effects for r in requests):
             for p in batch:
-                self._settle(p, None, errors.ErrNotLeader)
+                core.settle(p, None, errors.ErrNotLeader)
             return
 
         def done(outcome) -> None:  # on the forwarder's thread
-            with self._cv:
-                self._completions.append((batch, outcome))
-                self._cv.notify()
+            core.post(ForwardOutcome(batch, outcome))
 
         try:
             forwarder.forward(requests, done)
@@ -332,14 +375,16 @@ class Replication:
             log.exception("forwarding writes failed")
             done(errors.ErrStopped if not isinstance(e, errors.EtcdError) else e)
 
-    def _complete_forwarded(self, completions: list) -> None:
+    def complete_forwarded(self, completions: list[ForwardOutcome]) -> None:
         """The leader answered: answer our callers once we applied it."""
+        core = self._core
         now = time.monotonic()
-        for batch, outcome in completions:
+        for completion in completions:
+            batch, outcome = completion.batch, completion.outcome
             if isinstance(outcome, BaseException):
                 err = outcome if isinstance(outcome, errors.EtcdError) else errors.ErrStopped
                 for p in batch:
-                    self._settle(p, None, err)
+                    core.settle(p, None, err)
                 continue
             need = 0
             items = []
@@ -353,26 +398,25 @@ class Replication:
                     need = rev
                 items.append((p, res))
             if again:
-                with self._cv:
-                    self._queue.extend(again)
-            if need <= self.committed_rev:
+                core.requeue(again)
+            if need <= core.committed_rev:
                 self._settle_forwarded(items)
             else:
                 heapq.heappush(self._parked, (need, next(self._park_seq), now + APPLY_WAIT_SECONDS, items))
 
     def _settle_forwarded(self, items: list) -> None:
+        core = self._core
         for p, res in items:
             if isinstance(res, BaseException):
-                self._settle(p, None, res)
-            elif p.wait_compact and self.store.compact_done_rev < p.wait_compact:
-                p.result = res
-                self._compact_waiters.append((p.wait_compact, p))
+                core.settle(p, None, res)
+            elif p.wait_compact and core.store.compact_done_rev < p.wait_compact:
+                core.await_compaction(p, res)
             else:
-                self._settle(p, res)
+                core.settle(p, res)
 
     def _release_parked(self) -> None:
         parked = self._parked
-        rev = self.committed_rev
+        rev = self._core.committed_rev
         while parked and parked[0][0] <= rev:
             self._settle_forwarded(heapq.heappop(parked)[3])
 
@@ -387,48 +431,12 @@ class Replication:
         for item in self._parked:
             if item[2] <= now:
                 for p, _ in item[3]:
-                    self._settle(p, None, errors.ErrTimeout)
+                    self._core.settle(p, None, errors.ErrTimeout)
             else:
                 keep.append(item)
         if len(keep) != len(self._parked):
             heapq.heapify(keep)
             self._parked = keep
-
-    def _forward_keepalives(self, lease_ids: list, callback) -> None:
-        """(any thread) A follower's keep-alives go to the leader."""
-        forwarder = self.forwarder
-
-        def done(result, exc) -> None:
-            if exc is not None:
-                err = exc if isinstance(exc, errors.EtcdError) else errors.ErrTimeout
-                callback([(i, err) for i in lease_ids])
-            else:
-                callback([(lease_id, outcome) for lease_id, outcome in result])
-
-        if forwarder is None:
-            done(None, errors.ErrNoLeader)
-            return
-        forwarder.call("keepalive", lease_ids, done)
-
-    def _forwarded_call(self, op: str, args: list, timeout: float = APPLY_WAIT_SECONDS):
-        """(any thread but the committer) A lease query for the leader;
-        blocks for the answer."""
-        forwarder = self.forwarder
-        if forwarder is None:
-            raise errors.ErrNoLeader.fresh()
-        fut: Future = Future()
-
-        def done(result, exc) -> None:
-            if exc is not None:
-                fut.set_exception(errors.raisable(exc))
-            else:
-                fut.set_result(result)
-
-        forwarder.call(op, args, done)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            raise errors.ErrTimeout.fresh() from None
 
     # ------------------------------------------------------------------
     # taking and giving up the lead
@@ -439,30 +447,31 @@ class Replication:
         if self._barrier is None:
             return True
         fut: Future = Future()
-        self._control(lambda: fut.set_result(self._promote()))
+        self._core.post(Control(lambda: fut.set_result(self._promote())))
         return fut.result()
 
     def step_down(self) -> None:
         """(any thread) Stop leading (the election key was lost)."""
         if self._barrier is None:
             return
+        core = self._core
         self._abandon_writes = True
-        with self._cv:
-            self._cv.notify()
+        core.wake()
         fut: Future = Future()
 
         def run() -> None:
-            if self._role == LEADER:
-                self._step_down(rebuild=False)
+            if core.is_leader:
+                self.step_down_now(rebuild=False)
             fut.set_result(None)
 
-        self._control(run)
+        core.post(Control(run))
         fut.result()
 
     def _promote(self) -> bool:
-        if self._role == LEADER:
+        core = self._core
+        if core.is_leader:
             return True
-        if self._failed is not None:
+        if core.failed is not None:
             return False
         if self._rebuild_pending:
             # the store may hold a batch the journal does not (a step-down
@@ -470,28 +479,26 @@ class Replication:
             # would append the next batch after a revision nobody has
             self._rebuild_retry_at = 0.0
             self._try_rebuild()
-            if self._rebuild_pending or self._failed is not None:
+            if self._rebuild_pending or core.failed is not None:
                 log.warning("cannot take the lead before the store is rebuilt from the journal")
                 return False
-        if self.store.revision != self.committed_rev:
+        if core.store.revision != core.committed_rev:
             log.error("cannot take the lead: the store is at revision %d, the journal at %d",
-                      self.store.revision, self.committed_rev)
+                      core.store.revision, core.committed_rev)
             return False
-        journal = self.journal
+        journal = self._journal
         journal.stop_following()
         self._following = False
-        with self._cv:
-            records, self._inbox = self._inbox, []
-        self._apply_records(records)
+        self.apply_records(core.take_posted(Delivered))
         for _ in range(PROMOTE_ATTEMPTS):
             try:
                 end = _read_index_now(journal)
-                if end > self._applied_index:
+                if end > core.applied_index:
                     self._catch_up(end)
-                journal.begin_writing(self._applied_index)
+                journal.begin_writing(core.applied_index)
                 enc = BatchEncoder()
-                epoch = self.store.epoch + 1
-                enc.epoch(epoch, self.member_id)
+                epoch = core.store.epoch + 1
+                enc.epoch(epoch, core.member_id)
                 payload = enc.finish()
                 journal.append(payload)
                 journal.sync()
@@ -503,50 +510,45 @@ class Replication:
                 log.warning("cannot take the lead: %s", e)
                 journal.stop_writing()
                 break
-            with self._lock:
-                self.store.replay(payload, live=True)
-                self._applied_index = journal.last_index
-            self._role = LEADER
+            core.apply_epoch(payload, journal.last_index)
             self._abandon_writes = False
-            self.raft_term = epoch
-            self._start_leading()
+            core.raft_term = epoch
+            core.lead()
             log.info("leading the journal from index %d, revision %d (term %d)",
-                     self._applied_index, self.committed_rev, epoch)
-            self._run_role_hooks()
+                     core.applied_index, core.committed_rev, epoch)
+            core.role_changed()
             return True
-        self._follow()
+        self.follow()
         return False
 
     def _catch_up(self, end: int) -> None:
         """Apply the journal's records up to ``end`` (promotion)."""
         batch: list = []
-        for index, payload in self.journal.records(after_index=self._applied_index):
-            batch.append((index, payload))
+        for index, payload in self._journal.records(after_index=self._core.applied_index):
+            batch.append(Delivered(index, payload))
             if len(batch) >= 256 or index >= end:
-                self._apply_records(batch)
+                self.apply_records(batch)
                 batch = []
             if index >= end:
                 break
         if batch:
-            self._apply_records(batch)
+            self.apply_records(batch)
 
-    def _step_down(self, rebuild: bool) -> None:
+    def step_down_now(self, rebuild: bool) -> None:
         """Become a follower.  ``rebuild``: the store may hold a batch that
         is not in the journal; rebuild it from what is."""
-        log.warning("stepping down from leading the journal (term %d)%s", self.raft_term,
+        core = self._core
+        log.warning("stepping down from leading the journal (term %d)%s", core.raft_term,
                     "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
-        self._stop_leading()
-        self.journal.stop_writing()
-        self._role = FOLLOWER
-        for _, p in self._compact_waiters:
-            self._settle(p, p.result)
-        self._compact_waiters = []
+        core.follow_leader()
+        self._journal.stop_writing()
+        core.release_compaction_waiters()
         if rebuild:
             self._rebuild_pending = True
             self._try_rebuild()
         else:
-            self._follow()
-        self._run_role_hooks()
+            self.follow()
+        core.role_changed()
 
     def _try_rebuild(self) -> None:
         """Rebuild, then follow; retried between batches while the journal
@@ -561,53 +563,44 @@ class Replication:
             self._rebuild_retry_at = time.monotonic() + 1.0
             return
         self._rebuild_pending = False
-        if self._failed is None:
-            self._follow()
+        if self._core.failed is None:
+            self.follow()
 
     def _rebuild(self) -> None:
         """Replace the store by one recovered from the local checkpoint and
         the journal up to the applied index.  Reads go on meanwhile from
         the old store at the committed revision, which the rebuild
         reproduces exactly."""
+        core = self._core
         started = time.monotonic()
-        self._settle_checkpoint()
-        store, applied, nbytes = self._load_store(upto_index=self._applied_index)
-        if applied != self._applied_index or store.revision != self.committed_rev:
-            self._fail(errors.ErrCorrupt, f"rebuilding the store reached journal index {applied}, revision "
-                                          f"{store.revision}; expected {self._applied_index}, {self.committed_rev}")
-            log.error("%s", self._failed_reason)
+        self._checkpointer.settle(core.store)
+        store, applied, nbytes = core.load_store(core.applied_index)
+        if applied != core.applied_index or store.revision != core.committed_rev:
+            reason = (f"rebuilding the store reached journal index {applied}, revision {store.revision}; "
+                      f"expected {core.applied_index}, {core.committed_rev}")
+            core.fail(errors.ErrCorrupt, reason)
+            log.error("%s", reason)
             return
-        store.changes = []
-        with self.watches.lock:
-            with self._lock:
-                self.store = store
-            self.watches.hub.store = store
-        self._journal_bytes = nbytes
+        store.collect_changes()
+        core.replace_store(store)
+        self._checkpointer.journal_bytes = nbytes
         log.info("store rebuilt at revision %d in %.2fs", store.revision, time.monotonic() - started)
 
-    def _run_role_hooks(self) -> None:
-        self.leader_changes += 1
-        for hook in self.role_hooks:
-            try:
-                hook()
-            except Exception:  # noqa: BLE001
-                log.exception("role hook failed")
-
-    def _close_replication(self) -> None:
+    def close(self) -> None:
+        """(the committer has ended) Answer what still waits: ErrStopped."""
+        core = self._core
         if self._barrier is not None:
             self._barrier.fail_all(errors.ErrStopped)
             if self._following:
-                self.journal.stop_following()
-        with self._cv:
-            confirmed, self._confirmed = self._confirmed, []
-        for (admitted, _results, _term), _exc in confirmed:
-            for p in admitted:
-                self._settle(p, None, errors.ErrStopped)
+                self._journal.stop_following()
+        for c in core.take_posted(Confirmation):
+            for p in c.admitted:
+                core.settle(p, None, errors.ErrStopped)
         for item in self._parked:
             for p, _ in item[3]:
-                self._settle(p, None, errors.ErrStopped)
+                core.settle(p, None, errors.ErrStopped)
         self._parked = []
-        self._flush_sinks()
+        core.flush_sinks()
 
 
 def _read_index_now(journal, timeout: float = 5.0) -> int:

@@ -267,7 +267,7 @@ class JetStreamJournal:
                            cluster.get("leader"))
 
     # ------------------------------------------------------------------
-    # the JournalLog contract
+    # the Journal contract
 
     @property
     def first_index(self) -> int:

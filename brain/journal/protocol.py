@@ -3,7 +3,7 @@
 Two implementations keep this contract (tests/journal/test_contract.py runs
 one suite over both):
 
-* ``brain.journal.Journal``: segment files on the local disk (the embedded
+* ``brain.journal.SegmentJournal``: segment files on the local disk (the embedded
   default); one process is its only writer and reader;
 * ``brain.journal.jetstream.JetStreamJournal``: a NATS JetStream stream
   replicated by the NATS cluster; every replica of a brain cluster reads
@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Protocol, runtime_checkable
 
 
 @runtime_checkable
-class JournalLog(Protocol):
+class Journal(Protocol):
     """The write-ahead journal the engine commits through."""
 
     @property
@@ -66,7 +66,7 @@ class JournalLog(Protocol):
 
 
 @runtime_checkable
-class SharedJournal(JournalLog, Protocol):
+class SharedJournal(Journal, Protocol):
     """A journal several replicas read and, one at a time, write."""
 
     def begin_writing(self, last_index: int) -> None:

@@ -45,7 +45,7 @@ from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from brain.engine.alarms import ALARM_NAMES
-from brain.etcd_version import ETCD_CLUSTER_VERSION, ETCD_VERSION
+from brain.etcd_version import ETCD_CLUSTER_VERSION, ETCD_VERSION, major_minor
 
 log = logging.getLogger("brain.metrics")
 
@@ -106,8 +106,8 @@ class BrainCollector:
         yield _gauge("etcd_debugging_mvcc_slow_watcher_total", "Total number of unsynced slow watchers.", slow)
         yield _gauge("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", streams)
 
-        expired = getattr(getattr(eng, "_leases", None), "expired_total", 0) or 0
-        yield _counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases.", expired)
+        yield _counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases.",
+                       st.leases_expired)
 
         alarms = GaugeMetricFamily("etcd_debugging_server_alarms", "Alarms for every member in cluster. "
                                    "1 for 'server_id' label with current ID. 2 for 'alarm_type' label "
@@ -129,9 +129,8 @@ class BrainCollector:
         yield _gauge("etcd_server_is_learner", "Whether or not this member is a learner. 1 if is, 0 otherwise.", 0)
         yield _info("etcd_server_version", "Which version is running. 1 for 'server_version' label with "
                     "current version.", "server_version", ETCD_VERSION)
-        cluster = ".".join(ETCD_CLUSTER_VERSION.split(".")[:2])
         yield _info("etcd_cluster_version", "Which version is running. 1 for 'cluster_version' label with "
-                    "current cluster version", "cluster_version", cluster)
+                    "current cluster version", "cluster_version", major_minor(ETCD_CLUSTER_VERSION))
         yield _info("etcd_server_id", "Server or member ID in hexadecimal format. 1 for 'server_id' label "
                     "with current ID.", "server_id", f"{eng.member_id:x}")
 

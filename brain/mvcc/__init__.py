@@ -4,6 +4,7 @@ Pure logic: the only I/O is through the value store object handed to Store.
 """
 
 from .errors import EtcdError
-from .store import CheckpointCut, Store
+from .checkpoint import CheckpointCut
+from .store import Store
 
 __all__ = ["EtcdError", "Store", "CheckpointCut"]

@@ -39,6 +39,12 @@ generation but the last is non-empty and ends with its tombstone; `version`
 counts all puts of the generation, including compacted ones, so the version
 of revs[i] is version - (len(revs) - 1 - i) for a live generation (the
 tombstone of an ended generation does not count as a put).
+
+What its callers need, the interface a packed index (issue 17) keeps: the
+shard writes with put (returning the new created revision and version),
+tombstone and restore (records read back from storage), and compacts with
+compact and is_empty; reads use get, is_live and `key`.  Only kvhash's
+covered_revisions and the tests look at `generations` directly.
 """
 
 from __future__ import annotations
@@ -73,12 +79,14 @@ class KeyIndex:
 
     # --- writes ----------------------------------------------------------
 
-    def put(self, rev: int) -> None:
+    def put(self, rev: int) -> tuple[int, int]:
+        """Append a put; returns the key's (created, version) after it."""
         g = self.generations[-1]
         if not g.revs:
             g.created = rev & ~SUB_MASK
         g.revs.append(rev)
         g.version += 1
+        return g.created, g.version
 
     def restore(self, rev: int, created: int, version: int) -> None:
         """Append a put read back from storage, whose create revision and
@@ -121,13 +129,6 @@ class KeyIndex:
                 n = bisect_right(revs, bound) - 1
                 return revs[n], g.created, g.version - (len(revs) - 1 - n) + (0 if gi == len(gens) - 1 else 1)
         return None
-
-    def newest(self) -> int:
-        """The newest revision of any kind (put or tombstone)."""
-        for g in reversed(self.generations):
-            if g.revs:
-                return g.revs[-1]
-        return 0
 
     # --- compaction ------------------------------------------------------
 

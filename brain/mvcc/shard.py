@@ -7,6 +7,17 @@ and the value store itself.  A record is in exactly one of them (a compacted
 record in `frozen` stays readable until the checkpoint ends, but nobody can
 ask for it: reads below the compaction revision are refused).
 
+The store reaches a shard's key index through these operations only, the
+narrow interface a packed index (issue 17) has to offer in place of the
+SortedDict of KeyIndex objects: `put` and `delete` (a write at a revision
+newer than any indexed), `get` (one key's history), `key_indexes` (the keys
+of a range in key order), `live_count` (the live keys of a range without a
+scan), `compact` (a bounded walk from a cursor), `load` (the whole index at
+once, from a checkpoint's records) and `keys` (how many).  Of a KeyIndex the
+store then needs only the operations key_index.py lists.  Outside the
+store, the engine's history walk (brain.engine.history) and its tests still
+iterate `index` itself; kvhash reads a KeyIndex's generations.
+
 The shard map: shard i holds keys in [boundaries[i-1], boundaries[i]), with
 the first shard open below and the last open above.  Shards are contiguous
 and ordered, so a range that spans several is their concatenation in shard
@@ -16,6 +27,7 @@ order: no k-way merge is needed.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Iterator, Sequence
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -91,17 +103,107 @@ class Shard:
             yield m
             m = next(mem, None)
 
+    def memtable_records(self) -> int:
+        return len(self.active) + len(self.frozen)
+
     def drop(self, rev: int) -> None:
         """Forget a compacted revision's record."""
         if self.active.pop(rev, None) is None:
             self.pending_deletes.append(rev)
 
-    def key_index(self, key: bytes) -> KeyIndex:
+    # --- the memtables through a checkpoint (brain.mvcc.checkpoint) -----
+
+    def freeze(self) -> tuple[dict[int, tuple], list[int]]:
+        """Start a checkpoint: the active memtable becomes the frozen one
+        (new records go to a fresh one); returns it with the deletes the
+        value store owes, which are the checkpoint's now."""
+        if self.frozen:
+            raise RuntimeError("a checkpoint is already in progress")
+        self.frozen, self.active = self.active, {}
+        self.frozen_order, self.active_order = self.active_order, []
+        deletes, self.pending_deletes = self.pending_deletes, []
+        return self.frozen, deletes
+
+    def release_frozen(self) -> None:
+        """The checkpoint wrote the frozen records: the value store serves them."""
+        self.frozen = {}
+        self.frozen_order = []
+
+    def thaw(self, deletes: list[int]) -> None:
+        """The checkpoint failed: its records go back to the active memtable
+        (less those compacted meanwhile) and its `deletes` are owed again."""
+        dropped = set(self.pending_deletes)
+        merged = {rev: rec for rev, rec in self.frozen.items() if rev not in dropped}
+        merged.update(self.active)
+        self.active_order = [r for r in self.frozen_order if r in merged] + self.active_order
+        self.active = merged
+        self.frozen = {}
+        self.frozen_order = []
+        self.pending_deletes = [r for r in deletes if r not in merged] + [
+            r for r in self.pending_deletes if r not in merged]
+
+    # --- the key index (the interface in the module docstring) ----------
+
+    def put(self, rev: int, key: bytes, value: bytes, lease: int) -> tuple[int, int]:
+        """Index and record a put at `rev`; returns the key's (created,
+        version) after it (version 1: the put created the key)."""
         ki = self.index.get(key)
         if ki is None:
-            ki = KeyIndex(key)
-            self.index[key] = ki
-        return ki
+            ki = self.index[key] = KeyIndex(key)
+        elif not ki.is_live():  # a deleted key, put again
+            self.dead.remove(key)
+        created, version = ki.put(rev)
+        self.active[rev] = (key, value, created, version, lease)
+        self.active_order.append(rev)
+        return created, version
+
+    def delete(self, rev: int, key: bytes) -> None:
+        """Index and record the tombstone of live `key` at `rev`."""
+        self.index[key].tombstone(rev)
+        self.dead.add(key)
+        self.active[rev] = (key, None, 0, 0, 0)
+        self.active_order.append(rev)
+
+    def get(self, key: bytes) -> KeyIndex | None:
+        return self.index.get(key)
+
+    def key_indexes(self, key: bytes, end: bytes | None) -> Iterator[KeyIndex]:
+        """The KeyIndex of every key in [key, end), in key order; end None
+        = no upper bound."""
+        index = self.index
+        keys = index.irange(key, end, inclusive=(True, False)) if end is not None else index.irange(key)
+        return map(index.__getitem__, keys)
+
+    def compact(self, rev: int, cursor: bytes | None, budget: int) -> tuple[bytes | None, int]:
+        """Compact at `rev` up to `budget` keys after `cursor` (None: from
+        the first); returns the last key done (None: the shard is done) and
+        how many keys were done.  Keys left with no history leave the index."""
+        index = self.index
+        it = index.irange() if cursor is None else index.irange(cursor, inclusive=(False, True))
+        batch = []
+        for k in it:
+            batch.append(k)
+            if len(batch) >= budget:
+                break
+        removed: list[int] = []
+        for k in batch:
+            ki = index[k]
+            ki.compact(rev, removed)
+            if ki.is_empty():
+                del index[k]
+                self.dead.discard(k)
+        for r in removed:
+            self.drop(r)
+        return (batch[-1] if batch and len(batch) >= budget else None), len(batch)
+
+    def load(self, index: dict[bytes, KeyIndex]) -> None:
+        """Take a whole index built from stored records (any key order)."""
+        self.index = SortedDict(index)
+        self.dead = SortedList(key for key, ki in index.items() if not ki.is_live())
+
+    def keys(self) -> int:
+        """Keys in the index, live or with history only."""
+        return len(self.index)
 
     def live_count(self, key: bytes, end: bytes | None) -> int:
         """Keys in [key, end) that exist at the newest revision (end None:
@@ -111,19 +213,32 @@ class Shard:
             return (len(index) - index.bisect_left(key)) - (len(dead) - dead.bisect_left(key))
         return (index.bisect_left(end) - index.bisect_left(key)) - (dead.bisect_left(end) - dead.bisect_left(key))
 
-    def keys_in(self, key: bytes, end: bytes | None):
-        """Keys of this shard's index in [key, end); end None = no upper bound."""
-        return self.index.irange(key, end, inclusive=(True, False)) if end is not None else self.index.irange(key)
+
+
+def layout_problem(shards: int | None, boundaries: Sequence[bytes]) -> str | None:
+    """What makes a shard layout unusable, in the words of the flags that
+    give it (--shards, --shard-boundaries), or None when it is usable.
+
+    The one check of a layout: the server's flags, the engine, and every
+    command that builds a data directory ask it, and each raises its own
+    error with the text.  ``shards`` None: the count follows from the
+    boundaries."""
+    if any(not key for key in boundaries):
+        return "--shard-boundaries: a boundary key must not be empty"
+    if any(a >= b for a, b in zip(boundaries, boundaries[1:])):
+        return "--shard-boundaries: keys must be strictly increasing (bytewise)"
+    if shards is not None and shards != len(boundaries) + 1:
+        return f"--shards {shards} needs {shards - 1} boundary keys, --shard-boundaries gives {len(boundaries)}"
+    return None
 
 
 class ShardMap:
     __slots__ = ("boundaries",)
 
     def __init__(self, boundaries: list[bytes]) -> None:
-        if any(not b for b in boundaries):
-            raise ValueError("shard boundaries must be non-empty keys")
-        if sorted(set(boundaries)) != list(boundaries):
-            raise ValueError("shard boundaries must be strictly increasing")
+        problem = layout_problem(None, boundaries)
+        if problem is not None:
+            raise ValueError(problem)
         self.boundaries = list(boundaries)
 
     def __len__(self) -> int:

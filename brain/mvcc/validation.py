@@ -16,6 +16,8 @@ from .requests import (
     TxnRequest,
 )
 
+DEFAULT_MAX_TXN_OPS = 128  # etcd's --max-txn-ops: operations in one branch of a Txn
+
 
 def check_range(r: RangeRequest) -> None:
     if not r.key:
@@ -131,14 +133,24 @@ def _check_intervals(ops: list) -> tuple[set[bytes], _Intervals]:
     return puts, dels
 
 
-def is_txn_readonly(r: TxnRequest) -> bool:
+def txn_writes_nothing(r: TxnRequest) -> bool:
+    """No branch, nested Txns included, holds a Put or a DeleteRange: applied,
+    the Txn changes nothing whichever way its compares go, so the engine may
+    answer it from the store without a journal record (and no quota applies).
+
+    Not etcd's IsTxnReadonly, which calls any Txn holding a nested one a
+    write: that rule, the API layer's, decides how a request is routed (read barrier or commit path, request-size limit); this one what
+    applying it may change.  Every Txn etcd calls read-only writes nothing;
+    a Txn whose nested Txns hold only Ranges writes nothing but is routed as
+    a write.
+    """
     for branch in (r.success, r.failure):
         for op in branch:
             if isinstance(op, (PutRequest, DeleteRangeRequest)):
                 return False
-            if isinstance(op, TxnRequest) and not is_txn_readonly(op):
+            if isinstance(op, TxnRequest) and not txn_writes_nothing(op):
                 return False
     return True
 
 
-__all__ = ["check_range", "check_put", "check_delete", "check_txn", "is_txn_readonly"]
+__all__ = ["check_range", "check_put", "check_delete", "check_txn", "txn_writes_nothing"]

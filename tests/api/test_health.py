@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from brain.api import front as native_front
+from brain.api import native_front
 from brain.api.health import HealthService
 from brain.cluster.replica import Replica
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb

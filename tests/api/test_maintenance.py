@@ -21,7 +21,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer
 from brain.config import ServerConfig
 from brain.engine import Engine, EngineConfig
-from brain.engine import snapshot as snaps
+from brain.migrate import snapshot as snaps
 from brain.etcd_version import ETCD_VERSION, STORAGE_VERSION
 from brain.metrics import MetricsServer
 from brain.mvcc import errors

@@ -24,13 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from brain.api import front as native_front
+from brain.api import native_front
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer
 from brain.config import ConfigError, ServerConfig
 from brain.engine import Engine, EngineConfig
-from tests.k8s.pki import _Issuer, _save_pair
+from tests.k8s.pki import Issuer, save_pair
 from tests.support.servers import in_ci, unavailable
 from tests.support.tls import CLIENT_CN, channel, make_test_pki
 
@@ -204,8 +204,8 @@ def test_certificates_reload_when_the_files_change(tmp_path, pki):
     try:
         assert dict(x[0] for x in _handshake(e.port, _ssl_client(pki))[2]["subject"])["commonName"] == "brain"
         # a renewed certificate from another CA, then the CA bundle with both
-        other = _Issuer("brain-test-renewal-ca")
-        renewed = _save_pair(tmp_path, "renewed", other.issue("brain-renewed", dns=("localhost",),
+        other = Issuer("brain-test-renewal-ca")
+        renewed = save_pair(tmp_path, "renewed", other.issue("brain-renewed", dns=("localhost",),
                                                                ips=("127.0.0.1",), server=True, client=True))
         other_ca = other.save(tmp_path, "renewal-ca")
         time.sleep(0.01)

@@ -6,7 +6,8 @@ import json
 import statistics
 
 from benchmarks import report
-from benchmarks.run import parse_benchmark, parse_check_perf
+from benchmarks.tools import parse_benchmark, parse_check_perf
+from benchmarks.workloads import WORKLOADS
 
 BENCHMARK_OUT = """
 Summary:
@@ -56,7 +57,7 @@ def test_parse_check_perf():
 
 
 def _run(server, workload, value, rnd=1, ok=True, **extra):
-    w = report.WORKLOADS[workload]
+    w = WORKLOADS[workload]
     result = {w.metric: value, "ops": 100, "latency_ms": {"p50": 1.0, "p99": 2.0}, **extra}
     return {"server": server, "workload": workload, "round": rnd, "ok": ok, "error": None if ok else "boom",
             "result": result if ok else {}, "cpu_s": 0.1, "cpu_us_per_op": 1000.0}
@@ -131,14 +132,14 @@ def test_merge_replaces_the_rerun_workloads():
 
 
 def test_server_order_rotates_per_round_and_group():
-    from benchmarks.run import FULL, Bench
+    from benchmarks.groups import round_order
+    from benchmarks.settings import FULL
 
-    bench = Bench.__new__(Bench)
-    bench.flavors = ["a", "b", "c", "d"]
+    flavors = ["a", "b", "c", "d"]
     assert FULL.rounds == 3
-    orders = [bench.round_order(1, r) for r in (1, 2, 3)]
+    orders = [round_order(flavors, 1, r) for r in (1, 2, 3)]
     assert orders == [["a", "b", "c", "d"], ["b", "c", "d", "a"], ["c", "d", "a", "b"]]
-    assert bench.round_order(2, 1) == ["b", "c", "d", "a"]  # single-round groups do not all start with "a"
+    assert round_order(flavors, 2, 1) == ["b", "c", "d", "a"]  # single-round groups do not all start with "a"
 
 
 def test_readme_block_is_replaced_in_place(tmp_path):
@@ -307,14 +308,14 @@ def test_restart_target_on_fewer_samples_is_not_called_met():
 
 
 def test_summarise_restart_keeps_every_sample_and_its_cpu_time():
-    from benchmarks.run import _summarise_restart
+    from benchmarks.groups import summarise_restart
 
     out: dict = {}
     sigterm = [{"ready_after_s": t, "cpu_to_ready_s": c, "stop_seconds": 1.0} for t, c in ((6.0, 4.0), (9.0, 4.5),
                                                                                             (7.0, 4.2))]
     kill9 = [{"ready_after_kill9_s": t, "cpu_to_ready_kill9_s": 5.0, "tail_writes": w, "journal_tail_bytes": j,
               "checkpoints_during_tail": 0} for t, w, j in ((7.0, 500, 10), (8.0, 499, 12), (30.0, 500, 11))]
-    _summarise_restart(out, sigterm, kill9)
+    summarise_restart(out, sigterm, kill9)
     assert out["ready_after_s_samples"] == [6.0, 9.0, 7.0] and out["ready_after_s"] == 7.0
     assert out["ready_after_s_worst"] == 9.0 and out["cpu_to_ready_s_samples"] == [4.0, 4.5, 4.2]
     assert out["ready_after_kill9_s"] == 8.0 and out["ready_after_kill9_s_worst"] == 30.0

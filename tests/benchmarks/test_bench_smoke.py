@@ -1,9 +1,14 @@
-"""``make bench-smoke`` as a test: every benchmark workload for about a second
-on etcd 3.4, 3.6 and 3.7, kine and brain (plaintext and mutual TLS; under
-mutual TLS also etcd 3.6 and 3.7 with the fast gRPC listener), and on a
-3-replica brain cluster against a 3-member etcd 3.6 cluster (load and a
-leader kill each), through the real harness; the restart group takes its
-samples (SIGTERM and kill -9 starts, each with its CPU time).
+"""``make bench-smoke`` as a test, through the real harness: benchmark
+workloads for about a second each, with the restart group's samples (SIGTERM
+and kill -9 starts, each with its CPU time).
+
+Under ``make test`` every workload runs on brain and etcd 3.6 and on their
+3-replica clusters (load and a leader kill each); every other server
+configuration (etcd 3.4 and 3.7, kine, and under mutual TLS etcd 3.6 and 3.7
+on the fast gRPC listener) runs the put groups, plaintext and mutual TLS, so
+its start, TLS and tool paths are exercised.  ``BRAIN_BENCH_SMOKE=all``
+(``make test-full``) runs every workload on every configuration, as
+``make bench-smoke`` does.
 
 The Go binaries come from ``benchmarks/build.sh`` (cached in .cache/bench;
 the first build takes a few minutes, later runs under a second).  Skipped
@@ -55,37 +60,57 @@ def bench_bin() -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
-def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> None:
-    from benchmarks import report
+ALL = os.environ.get("BRAIN_BENCH_SMOKE") == "all"
+EVERYWHERE = ("etcd-3.6", "brain")  # every workload, and the clusters, in make test too
+PUT_GROUPS = "put,mtls-put"  # what the other configurations run in make test
 
+
+def _smoke(bench_bin: Path, out: Path, *args: str) -> dict:
     env = dict(os.environ, BRAIN_BENCH_BIN=str(bench_bin), PYTHONUNBUFFERED="1")
-    r = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(out), *args],
                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"smoke run failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-
-    [json_path] = tmp_path.glob("*.json")
+    [json_path] = out.glob("*.json")
     data = json.loads(json_path.read_text())
+    assert data["meta"].get("finished"), "the run did not finish"
+    return data
+
+
+def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> None:
+    from benchmarks.workloads import WORKLOADS, mode_of
+
+    out = tmp_path / "main"
+    data = _smoke(bench_bin, out, *([] if ALL else ["--servers", ",".join(EVERYWHERE)]))
+    runs = list(data["runs"])
     meta = data["meta"]
-    assert meta.get("finished"), "the run did not finish"
+    servers = dict(meta["servers"])
+    if not ALL:
+        others = [s for s in SERVERS if s not in EVERYWHERE]
+        rest = _smoke(bench_bin, tmp_path / "others", "--servers", ",".join(others), "--groups", PUT_GROUPS)
+        runs += rest["runs"]
+        servers.update(rest["meta"]["servers"])
     for name in SERVERS:
-        assert meta["servers"][name]["available"], f"{name}: {meta['servers'][name]['reason']}"
+        assert servers[name]["available"], f"{name}: {servers[name]['reason']}"
 
     for name in ("etcd-3.6", "brain"):
         assert meta["clusters"][name]["available"], f"{name} cluster: {meta['clusters'][name]['reason']}"
 
-    every = {w for w, meta in report.WORKLOADS.items() if w != "check-perf" and not meta.source}
-    clustered = {w for w in every if report.mode_of(w) == "cluster"}
+    every = {w for w, meta in WORKLOADS.items() if w != "check-perf" and not meta.source}
+    clustered = {w for w in every if mode_of(w) == "cluster"}
     seen: dict[str, dict[str, dict]] = {}
-    for run in data["runs"]:
+    for run in runs:
         seen.setdefault(run["server"], {})[run["workload"]] = run
-    mtls = {w for w in every if report.mode_of(w) == "mtls"}
+    mtls = {w for w in every if mode_of(w) == "mtls"}
+    put = {w for w in every if WORKLOADS[w].group in PUT_GROUPS.split(",")}
     for server in SERVERS:
         # Clusters: brain's against etcd 3.6's only; etcd's fast gRPC configurations: mutual TLS only.
-        expected = mtls if server in FAST else every if server in ("etcd-3.6", "brain") else every - clustered
+        expected = mtls if server in FAST else every if server in EVERYWHERE else every - clustered
+        if not ALL and server not in EVERYWHERE:
+            expected &= put
         missing = expected - set(seen.get(server, {}))
         assert not missing, f"{server}: no record for {sorted(missing)}"
         if server in FAST:
-            assert set(seen[server]) == mtls, f"{server} ran outside the mutual TLS groups: {sorted(seen[server])}"
+            assert set(seen[server]) == expected, f"{server} ran outside the mutual TLS groups: {sorted(seen[server])}"
     for w in sorted(every):
         run = seen["brain"][w]
         assert run["ok"], f"brain {w}: {run['error']}"
@@ -97,7 +122,7 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         assert res["kills"] and res["lost"] == 0, f"{server} failover: {res}"
     # Restart: every sample of both kinds was taken, each with the server's CPU time to ready.
     samples = meta["settings"]["restart_samples"]
-    for server in ("etcd-3.6", "etcd-3.7", "brain"):
+    for server in ("etcd-3.6", "etcd-3.7", "brain") if ALL else EVERYWHERE:
         res = seen[server]["restart"]["result"]
         for key in ("ready_after_s", "cpu_to_ready_s", "ready_after_kill9_s", "cpu_to_ready_kill9_s"):
             assert len(res[key + "_samples"]) == samples >= 3, f"{server} restart {key}: {res[key + '_samples']}"
@@ -107,12 +132,13 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         failed = {w: run["error"] for w, run in seen[server].items() if not run["ok"]}
         assert not failed, f"{server} failed: {failed}"
 
-    md = json_path.with_suffix(".md").read_text()
+    [md_path] = out.glob("*.md")
+    md = md_path.read_text()
     assert "## Targets" in md and "| brain |" in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
     # put latency, and the workloads of each mode: plaintext, mutual TLS, clusters.
-    assert {p.name.split("-smoke-")[-1] for p in tmp_path.glob("*.png")} == {
+    assert {p.name.split("-smoke-")[-1] for p in out.glob("*.png")} == {
         "put-latency.png", "workloads.png", "mtls.png", "cluster.png"}

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from brain import cli
+from brain.cli import serve_args
 from tests.support import binaries
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -28,7 +28,7 @@ def test_the_replica_drop_in_is_a_valid_brain_serve(tmp_path):
     argv = _exec_start((DEPLOY / "cluster" / "brain.service.d" / "cluster.conf").read_text())
     assert argv[0] == "/opt/brain/bin/brain" and argv[1] == "serve"
     args = [re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], a).replace("%H", "node1") for a in argv[2:]]
-    cfg = cli.parse_serve(args, environ={})
+    cfg = serve_args.parse_serve(args, environ={})
     assert cfg.journal_url == env["JOURNAL_URL"]
     assert cfg.advertise_client_urls == [env["CLIENT_URL"]]
     assert env["CLIENT_URL"] in cfg.listen_client_urls and cfg.client_cert_auth

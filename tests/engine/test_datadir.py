@@ -10,7 +10,7 @@ import os
 import pytest
 
 from brain.engine import Engine, EngineConfig, datadir
-from brain.engine.restore import DataDirBuilder, RestoreError
+from brain.migrate.restore import DataDirBuilder, RestoreError
 from brain.mvcc.requests import PutRequest, RangeRequest
 
 

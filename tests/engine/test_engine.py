@@ -142,6 +142,35 @@ def test_quota_refuses_puts_but_allows_deletes(tmp_path):
     eng.close()
 
 
+def test_nospace_alarm_refuses_what_etcd_costs_above_zero(tmp_path):
+    """etcd 3.6 under NOSPACE (apply.applierV3Capped) refuses a Put, a
+    LeaseGrant and a Txn whose costTxn is above 0: one with a Put directly in
+    its success or failure branch.  Deletes, a Txn that only deletes and a
+    Txn whose Puts sit in a nested Txn (costTxn does not look into those)
+    are applied."""
+    from brain.engine.alarms import ALARM_NOSPACE
+
+    eng = Engine.open(EngineConfig(str(tmp_path / "d"), shards=1, shard_boundaries=[]))
+    eng.put(PutRequest(b"a", b"1"))
+    eng.put(PutRequest(b"b", b"1"))
+    eng.alarm_activate(eng.member_id, ALARM_NOSPACE)
+    refused = [
+        PutRequest(b"c", b"1"),
+        LeaseGrantRequest(60, 7),
+        TxnRequest([], [PutRequest(b"c", b"1")], []),
+        TxnRequest([], [DeleteRangeRequest(b"a")], [PutRequest(b"c", b"1")]),
+    ]
+    for req in refused:
+        with pytest.raises(errors.EtcdError) as e:
+            eng.submit(req).result()
+        assert e.value == errors.ErrNoSpace, req
+    assert eng.txn(TxnRequest([], [DeleteRangeRequest(b"a")], [])).succeeded
+    assert eng.txn(TxnRequest([], [TxnRequest([], [PutRequest(b"n", b"1")], [])], [])).succeeded
+    assert eng.delete_range(DeleteRangeRequest(b"b")).deleted == 1
+    assert [kv.key for kv in eng.range(RangeRequest(b"\x00", b"\x00")).kvs] == [b"n"]
+    eng.close()
+
+
 def test_journal_failure_stops_writes_but_reads_stay_at_committed_state(config, monkeypatch):
     eng = Engine.open(config)
     eng.put(PutRequest(b"a", b"1"))

@@ -92,7 +92,7 @@ def test_the_hook_hides_what_it_names(hiding_path):
     code = ("import importlib\n"
             "try:\n    importlib.import_module('brain._transport')\nexcept ModuleNotFoundError as e:\n"
             "    print('hidden', e.name)\n"
-            "import brain.api.front as f\nprint('available', f.available())\nimport grpc\nprint('grpc ok')\n")
+            "import brain.api.native_front as f\nprint('available', f.available())\nimport grpc\nprint('grpc ok')\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.stdout.split("\n")[:3] == ["hidden brain._transport", "available False", "grpc ok"], p.stderr

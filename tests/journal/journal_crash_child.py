@@ -8,14 +8,14 @@ Usage: journal_crash_child.py DIRECTORY SEED SEGMENT_BYTES
 import random
 import sys
 
-from brain.journal import Journal
+from brain.journal import SegmentJournal
 from tests.journal.journal_support import crash_payload
 
 
 def main() -> None:
     directory, seed, segment_bytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(seed)
-    journal = Journal.open(directory, segment_bytes=segment_bytes)
+    journal = SegmentJournal.open(directory, segment_bytes=segment_bytes)
     out = sys.stdout
     out.write(f"open {journal.last_index}\n")
     out.flush()

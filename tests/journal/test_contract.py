@@ -24,8 +24,8 @@ from brain.journal import (
     Journal,
     JournalError,
     JournalFencedError,
-    JournalLog,
     JournalPurgedError,
+    SegmentJournal,
     SharedJournal,
 )
 
@@ -37,14 +37,14 @@ class Local:
 
     def __init__(self, tmp_path):
         self.dir = tmp_path / "journal"
-        self.j = Journal.open(self.dir, segment_bytes=64 * 1024)
+        self.j = SegmentJournal.open(self.dir, segment_bytes=64 * 1024)
 
     def writer(self):
         return self.j
 
     def reopen(self):
         self.j.close()
-        self.j = Journal.open(self.dir, segment_bytes=64 * 1024)
+        self.j = SegmentJournal.open(self.dir, segment_bytes=64 * 1024)
         return self.j
 
     def tear(self, payload: bytes) -> None:
@@ -150,7 +150,7 @@ def payload(i: int, size: int = 100) -> bytes:
 
 
 def test_it_is_a_journal(impl):
-    assert isinstance(impl.writer(), JournalLog)
+    assert isinstance(impl.writer(), Journal)
     assert isinstance(impl.writer(), SharedJournal) == impl.shared
 
 

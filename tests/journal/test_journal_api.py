@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from brain.journal import Journal, JournalError, JournalStatistics, parse_segment_name, segment_name
+from brain.journal import JournalError, SegmentJournal, SegmentJournalStatistics, parse_segment_name, segment_name
 from brain.journal.segment import HEADER_FRAME_SIZE
 from .journal_support import payload_for, read_bytes, record_frames, segment_paths
 
 
-def fill(journal: Journal, count: int) -> dict[int, bytes]:
+def fill(journal: SegmentJournal, count: int) -> dict[int, bytes]:
     written = {}
     for _ in range(count):
         index = journal.last_index + 1
@@ -22,13 +22,13 @@ def fill(journal: Journal, count: int) -> dict[int, bytes]:
 
 
 def test_indexes_start_at_one_and_replay_after_reopen(jdir):
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         assert journal.last_index == 0 and journal.first_index == 1
         assert list(journal.records()) == []
         written = fill(journal, 50)
         assert dict(journal.records()) == written  # visible before sync
         journal.sync()
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         assert journal.last_index == 50
         assert list(journal.records()) == sorted(written.items())
         assert journal.append(b"more") == 51
@@ -36,7 +36,7 @@ def test_indexes_start_at_one_and_replay_after_reopen(jdir):
 
 @pytest.mark.parametrize("preallocate", [True, False])
 def test_rollover_and_replay_across_segments(jdir, preallocate):
-    with Journal.open(jdir, segment_bytes=2048, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=2048, preallocate=preallocate) as journal:
         written = fill(journal, 200)
         journal.sync()
         assert journal.statistics().segments == len(segment_paths(jdir)) > 5
@@ -50,13 +50,13 @@ def test_rollover_and_replay_across_segments(jdir, preallocate):
         assert size == 2048 if preallocate else size <= 2048
         expected_first += len(record_frames(path))
     assert expected_first == 201
-    with Journal.open(jdir, segment_bytes=2048, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=2048, preallocate=preallocate) as journal:
         assert list(journal.records()) == sorted(written.items())
 
 
 def test_a_payload_larger_than_a_segment_gets_its_own(jdir):
     big = os.urandom(10_000)
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         journal.append(b"small")
         assert journal.append(big) == 2
         assert journal.append(b"after") == 3
@@ -64,22 +64,22 @@ def test_a_payload_larger_than_a_segment_gets_its_own(jdir):
     paths = segment_paths(jdir)
     assert [len(record_frames(p)) for p in paths] == [1, 1, 1]
     assert os.path.getsize(paths[1]) >= 10_000 + HEADER_FRAME_SIZE
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert list(journal.records()) == [(1, b"small"), (2, big), (3, b"after")]
 
 
 def test_a_big_first_payload_grows_the_empty_segment(jdir):
     big = os.urandom(5000)
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert journal.append(big) == 1
         journal.sync()
     assert len(segment_paths(jdir)) == 1
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert list(journal.records()) == [(1, big)]
 
 
 def test_records_after_index(jdir):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         written = fill(journal, 60)
         for after in range(0, 62):
             assert list(journal.records(after)) == [(i, written[i]) for i in range(after + 1, 61)]
@@ -88,7 +88,7 @@ def test_records_after_index(jdir):
 
 
 def test_records_skip_whole_segments_without_reading_them(jdir):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         written = fill(journal, 60)
         journal.sync()
         first_segment = segment_paths(jdir)[0]
@@ -103,7 +103,7 @@ def test_records_skip_whole_segments_without_reading_them(jdir):
 
 
 def test_records_is_a_snapshot(jdir):
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         fill(journal, 3)
         iterator = journal.records()
         journal.append(b"late")
@@ -111,7 +111,7 @@ def test_records_is_a_snapshot(jdir):
 
 
 def test_release(jdir):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         written = fill(journal, 100)
         journal.sync()
         ranges = []
@@ -137,16 +137,16 @@ def test_release(jdir):
         assert segment_paths(jdir) == [ranges[-1][0]]
         assert journal.append(b"x") == 101
         journal.sync()
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert journal.first_index == ranges[-1][1]
         assert journal.last_index == 101
         assert list(journal.records(journal.first_index - 1))[-1] == (101, b"x")
 
 
 def test_statistics(jdir):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         stats = journal.statistics()
-        assert stats == JournalStatistics(1, HEADER_FRAME_SIZE, 0, 0, 0.0, 0.0)
+        assert stats == SegmentJournalStatistics(1, HEADER_FRAME_SIZE, 0, 0, 0.0, 0.0)
         fill(journal, 40)
         journal.sync()
         journal.sync()  # nothing new: no fdatasync
@@ -162,14 +162,14 @@ def test_statistics(jdir):
 
 
 def test_second_open_is_refused_while_open(jdir):
-    with Journal.open(jdir):
+    with SegmentJournal.open(jdir):
         with pytest.raises(JournalError, match="already open"):
-            Journal.open(jdir)
-    Journal.open(jdir).close()
+            SegmentJournal.open(jdir)
+    SegmentJournal.open(jdir).close()
 
 
 def test_closed_journal_refuses_use(jdir):
-    journal = Journal.open(jdir)
+    journal = SegmentJournal.open(jdir)
     journal.close()
     journal.close()  # idempotent
     with pytest.raises(JournalError, match="closed"):
@@ -181,33 +181,33 @@ def test_closed_journal_refuses_use(jdir):
 
 
 def test_empty_payload_is_refused(jdir):
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         with pytest.raises(ValueError):
             journal.append(b"")
         assert journal.append(b"ok") == 1
 
 
 def test_leftover_temporary_segment_is_removed(jdir):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         written = fill(journal, 5)
         journal.sync()
     leftover = os.path.join(jdir, segment_name(6) + ".tmp")
     with open(leftover, "wb") as f:
         f.write(b"half-made segment")
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert not os.path.exists(leftover)
         assert dict(journal.records()) == written
 
 
 def test_unsynced_appends_survive_a_clean_close(jdir):
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         written = fill(journal, 10)
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         assert dict(journal.records()) == written
 
 
 def test_preallocated_space_stays_zero_after_records(jdir):
-    with Journal.open(jdir, segment_bytes=4096) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=4096) as journal:
         fill(journal, 3)
         journal.sync()
     (path,) = segment_paths(jdir)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from brain.journal import Journal, parse_segment_name
+from brain.journal import SegmentJournal, parse_segment_name
 from brain.journal.segment import HEADER_FRAME_SIZE
 from .journal_support import crash_payload, patch_bytes, read_bytes, record_frames, segment_paths
 
@@ -89,7 +89,7 @@ def test_kill_9_never_loses_a_synced_record(tmp_path):
         synced_upto = max([synced_upto, *synced])
         if rng.random() < 0.5:
             lose_unsynced_tail(directory, synced_upto, rng)
-        with Journal.open(directory, segment_bytes=SEGMENT_BYTES) as journal:
+        with SegmentJournal.open(directory, segment_bytes=SEGMENT_BYTES) as journal:
             assert journal.first_index == 1
             assert journal.last_index >= synced_upto, context
             count = 0

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from brain.journal import Journal, JournalError, JournalFailedError, JournalWriteError
+from brain.journal import JournalError, JournalFailedError, JournalWriteError, SegmentJournal
 from .journal_support import read_bytes, record_frames, segment_paths
 
 real_write = os.write
@@ -34,7 +34,7 @@ def test_write_error_leaves_the_journal_usable(jdir, monkeypatch):
             raise enospc()
         return real_write(fd, data)
 
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         journal.append(b"one")
         monkeypatch.setattr(os, "write", failing_once)
         with pytest.raises(JournalWriteError) as caught:
@@ -46,7 +46,7 @@ def test_write_error_leaves_the_journal_usable(jdir, monkeypatch):
         assert journal.append(b"two") == 2
         journal.sync()
         assert list(journal.records()) == [(1, b"one"), (2, b"two")]
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         assert list(journal.records()) == [(1, b"one"), (2, b"two")]
 
 
@@ -61,7 +61,7 @@ def test_partial_write_is_cut_off(jdir, monkeypatch, preallocate):
         raise enospc()
 
     payload = os.urandom(1000)
-    with Journal.open(jdir, segment_bytes=1 << 16, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1 << 16, preallocate=preallocate) as journal:
         journal.append(b"one")
         monkeypatch.setattr(os, "write", half_then_enospc)
         with pytest.raises(JournalWriteError) as caught:
@@ -75,7 +75,7 @@ def test_partial_write_is_cut_off(jdir, monkeypatch, preallocate):
             assert os.path.getsize(path) == 1 << 16, "preallocation is restored"
         assert journal.append(b"two") == 2
         journal.sync()
-    with Journal.open(jdir, segment_bytes=1 << 16, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1 << 16, preallocate=preallocate) as journal:
         assert list(journal.records()) == [(1, b"one"), (2, b"two")]
 
 
@@ -91,7 +91,7 @@ def test_failed_undo_poisons(jdir, monkeypatch):
     def broken_truncate(fd, length):
         raise OSError(errno.EIO, "I/O error")
 
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         monkeypatch.setattr(os, "write", partial_then_enospc)
         monkeypatch.setattr(os, "ftruncate", broken_truncate)
         with pytest.raises(JournalFailedError):
@@ -108,7 +108,7 @@ def test_fdatasync_failure_poisons_forever(jdir, monkeypatch):
         calls.append(fd)
         raise OSError(errno.EIO, "I/O error")
 
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         journal.append(b"one")
         monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
         with pytest.raises(JournalFailedError) as caught:
@@ -123,12 +123,12 @@ def test_fdatasync_failure_poisons_forever(jdir, monkeypatch):
         assert journal.last_index == 1
         # Reading is still possible; closing works.
         assert list(journal.records()) == [(1, b"one")]
-    with Journal.open(jdir) as journal:  # reopening recovers from the disk
+    with SegmentJournal.open(jdir) as journal:  # reopening recovers from the disk
         assert journal.append(b"two") == 2
 
 
 def test_fdatasync_failure_at_rollover_poisons(jdir, monkeypatch):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         journal.append(os.urandom(900))
         monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
         with pytest.raises(JournalFailedError):
@@ -141,7 +141,7 @@ def test_fdatasync_failure_at_rollover_poisons(jdir, monkeypatch):
 
 def test_directory_fsync_failure_at_rollover_poisons(jdir, monkeypatch):
     real_fsync = os.fsync
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         journal.append(os.urandom(900))
         calls = []
 
@@ -157,12 +157,12 @@ def test_directory_fsync_failure_at_rollover_poisons(jdir, monkeypatch):
         monkeypatch.undo()
         with pytest.raises(JournalFailedError):
             journal.append(b"x")
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert journal.last_index == 1
 
 
 def test_preallocation_enospc_leaves_the_current_segment_alone(jdir, monkeypatch):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         journal.append(b"a" * 500)
         journal.sync()
         (path,) = segment_paths(jdir)
@@ -182,12 +182,12 @@ def test_preallocation_enospc_leaves_the_current_segment_alone(jdir, monkeypatch
         assert journal.append(b"b" * 600) == 3
         journal.sync()
     assert len(segment_paths(jdir)) == 2
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert list(journal.records()) == [(1, b"a" * 500), (2, b"c" * 100), (3, b"b" * 600)]
 
 
 def test_growing_the_empty_segment_can_fail_with_enospc(jdir, monkeypatch):
-    with Journal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         monkeypatch.setattr(os, "posix_fallocate", no_space)
         with pytest.raises(JournalWriteError) as caught:
             journal.append(os.urandom(5000))

@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from brain.journal import Journal, JournalCorruptError, segment_name
+from brain.journal import JournalCorruptError, SegmentJournal, segment_name
 from .journal_support import patch_bytes, payload_for, read_bytes, record_frames, segment_paths
 
 
 def build(jdir, count, *, segment_bytes=1 << 20, preallocate=True, max_len=300) -> dict[int, bytes]:
     written = {}
-    with Journal.open(jdir, segment_bytes=segment_bytes, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=segment_bytes, preallocate=preallocate) as journal:
         for index in range(1, count + 1):
             written[index] = payload_for(index, max_len) + b"tail" * 20  # no tiny payloads
             assert journal.append(written[index]) == index
@@ -75,7 +75,7 @@ def test_torn_tail_recovers_exactly_the_complete_records(jdir, damage, prealloca
     last = segment_paths(jdir)[-1]
     frames = record_frames(last)
     damage(last, frames[-1])
-    with Journal.open(jdir, segment_bytes=segment_bytes, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=segment_bytes, preallocate=preallocate) as journal:
         assert journal.last_index == 29
         assert dict(journal.records()) == {i: written[i] for i in range(1, 30)}
         # The erased tail is zero (or gone), so a later crash cannot revive it.
@@ -83,7 +83,7 @@ def test_torn_tail_recovers_exactly_the_complete_records(jdir, damage, prealloca
         assert journal.append(b"replacement") == 30
         journal.append(b"next")
         journal.sync()
-    with Journal.open(jdir, segment_bytes=segment_bytes, preallocate=preallocate) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=segment_bytes, preallocate=preallocate) as journal:
         expected = {i: written[i] for i in range(1, 30)} | {30: b"replacement", 31: b"next"}
         assert dict(journal.records()) == expected
 
@@ -94,21 +94,21 @@ def test_torn_first_record_of_last_segment(jdir):
     frames = record_frames(last)
     first_in_last = 31 - len(frames)
     os.truncate(last, frames[0].offset + 20)
-    with Journal.open(jdir, segment_bytes=2048) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=2048) as journal:
         assert journal.last_index == first_in_last - 1
         assert dict(journal.records()) == {i: written[i] for i in range(1, first_in_last)}
 
 
 def test_torn_large_frame(jdir):
     big = os.urandom(300_000)
-    with Journal.open(jdir, segment_bytes=1 << 20) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1 << 20) as journal:
         journal.append(b"first")
         journal.append(big)
         journal.sync()
     (path,) = segment_paths(jdir)
     frame = record_frames(path)[-1]
     patch_bytes(path, frame.offset + 8 + 150_000, bytes(frame.end - frame.offset - 8 - 150_000))
-    with Journal.open(jdir) as journal:
+    with SegmentJournal.open(jdir) as journal:
         assert list(journal.records()) == [(1, b"first")]
 
 
@@ -118,7 +118,7 @@ def test_torn_large_frame(jdir):
 def open_expecting_corruption(jdir, path, offset, **options) -> JournalCorruptError:
     before = snapshot(jdir)
     with pytest.raises(JournalCorruptError) as caught:
-        Journal.open(jdir, **options)
+        SegmentJournal.open(jdir, **options)
     error = caught.value
     assert error.path == path
     assert error.offset == offset
@@ -224,7 +224,7 @@ def test_segment_from_another_chain(jdir, tmp_path):
     # Same indexes and sizes, different history: the crc chain does not continue.
     written = build(jdir, 60, segment_bytes=2048)
     other = str(tmp_path / "other")
-    with Journal.open(other, segment_bytes=2048) as journal:
+    with SegmentJournal.open(other, segment_bytes=2048) as journal:
         for index in range(1, 61):
             journal.append(bytes(b ^ 1 for b in written[index]))
         journal.sync()

@@ -64,7 +64,7 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-class _Issuer:
+class Issuer:
     def __init__(self, cn: str):
         self.key = ec.generate_private_key(ec.SECP256R1())
         now = _dt.datetime.now(_dt.timezone.utc)
@@ -132,7 +132,7 @@ class _Issuer:
         return files
 
 
-def _save_pair(directory: Path, stem: str, pair) -> CertFiles:
+def save_pair(directory: Path, stem: str, pair) -> CertFiles:
     key, cert = pair
     files = CertFiles(directory / f"{stem}.crt", directory / f"{stem}.key")
     _write_cert(files.cert, cert)
@@ -161,7 +161,7 @@ def brain_node_pki(directory: Path) -> tuple[CertFiles, CertFiles, CertFiles]:
 def make_cluster_pki(directory: Path, service_ip: str) -> ClusterPKI:
     """Write every certificate and key the e2e run needs into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    k8s = _Issuer("brain-e2e-kubernetes-ca")
+    k8s = Issuer("brain-e2e-kubernetes-ca")
     apiserver = k8s.issue(
         "kube-apiserver",
         dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -175,7 +175,7 @@ def make_cluster_pki(directory: Path, service_ip: str) -> ClusterPKI:
     _write_key(sa_path, sa)
     return ClusterPKI(
         k8s_ca=k8s.save(directory, "k8s-ca"),
-        apiserver=_save_pair(directory, "apiserver", apiserver),
+        apiserver=save_pair(directory, "apiserver", apiserver),
         etcd_ca=etcd_ca,
         etcd_server=etcd_server,
         etcd_client=etcd_client,

@@ -40,7 +40,7 @@ import yaml
 
 from tests.k8s import promstats
 from tests.k8s.cluster import SERVICE_IP, Brain, log_tail
-from tests.k8s.pki import NODE_SCRIPT, _Issuer, _save_pair, make_cluster_pki
+from tests.k8s.pki import NODE_SCRIPT, Issuer, save_pair, make_cluster_pki
 from tests.support.servers import in_ci
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -184,8 +184,8 @@ def test_preflight_external_etcd_version_passes_on_brain(setup):
 
 
 def test_preflight_external_etcd_version_fails_with_a_certificate_brain_does_not_trust(setup):
-    stranger = _Issuer("not-brains-ca")
-    client = _save_pair(setup.workdir, "stranger-client",
+    stranger = Issuer("not-brains-ca")
+    client = save_pair(setup.workdir, "stranger-client",
                         stranger.issue("kube-apiserver-brain-client", server=False, client=True))
     before = setup.counters()
     r = setup.preflight(setup.config("kubeadm-stranger-client", (client.cert, client.key)))

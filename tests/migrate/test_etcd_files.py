@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from brain.engine import Engine, EngineConfig
-from brain.engine.etcd_import import import_etcd
-from brain.etcddb import EtcdDb, schema
-from brain.etcddb.proto import KeyValue, Lease, encode_key_value
-from brain.etcddb.writer import DbMeta, Member, write_etcd_db
-from brain.bbolt import BoltWriter
+from brain.migrate.etcd_import import import_etcd
+from brain.migrate.etcddb import EtcdDb, schema
+from brain.migrate.etcddb.proto import KeyValue, Lease, encode_key_value
+from brain.migrate.etcddb.writer import DbMeta, Member, write_etcd_db
+from brain.migrate.bbolt import BoltWriter
 from brain.mvcc import errors
 from brain.mvcc.requests import RangeRequest
 

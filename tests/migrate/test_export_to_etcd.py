@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from brain.etcddb import EtcdDb
+from brain.migrate.etcddb import EtcdDb
 from tests.migrate.compare import fingerprint
 from tests.migrate.conftest import ETCD_VERSIONS, Etcd, brain_cli, etcd_binary, etcdctl
 from tests.migrate.workload import write_history

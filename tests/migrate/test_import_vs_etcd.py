@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from brain.etcddb import EtcdDb
+from brain.migrate.etcddb import EtcdDb
 from tests.migrate.compare import fingerprint
 from tests.migrate.conftest import ETCD_VERSIONS, brain_cli, etcdctl
 from tests.migrate.workload import write_history

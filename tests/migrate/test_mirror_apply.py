@@ -1,4 +1,4 @@
-"""brain.mirror's apply step on a real engine, with a scripted source: etcd's
+"""brain.migrate.mirror's apply step on a real engine, with a scripted source: etcd's
 revisions land at the same numbers (a Txn's events stay one revision), a put
 carrying an unseen lease brings the lease first, a gap stops the mirror,
 lease polls grant and revoke, a compaction waits until brain reaches it."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from brain.api.etcd_client import WatchBatch
-from brain.mirror import Mirror, MirrorError
+from brain.migrate.source import WatchBatch
+from brain.migrate.mirror import Mirror, MirrorError
 from brain.mvcc.requests import EVENT_DELETE, EVENT_PUT, Event, KeyValue, RangeRequest
 
 

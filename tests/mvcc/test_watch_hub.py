@@ -51,7 +51,7 @@ steps = st.lists(
 class Harness:
     def __init__(self, layout) -> None:
         self.store = Store(MemoryBackend(len(layout) + 1), layout)
-        self.store.changes = []
+        self.store.collect_changes()
         self.lock = threading.Lock()
         self.hub = WatchHub(self.store, self.lock, max_queued_events=3, sync_batch_records=2)
         self.streams = [self.hub.open_stream(lambda: None) for _ in range(2)]
@@ -62,8 +62,7 @@ class Harness:
 
     def write(self, req) -> None:
         self.store.apply([req])
-        events = self.store.changes
-        self.store.changes = []
+        events = self.store.take_changes()
         self.log.extend((ev.kv.mod_revision, ev.kv.key, ev.type) for ev in events)
         if events:
             self.hub.notify(events, self.store.revision)

@@ -105,28 +105,13 @@ class NatsNode(GroupMember):
             except ValueError:
                 return e.code, {}
 
-    def _wait_ready(self) -> None:
-        """Until /healthz says JetStream is up (for a clustered node: it knows a meta leader)."""
-        deadline = time.monotonic() + self.ready_timeout
-        last = "not attempted"
-        while True:
-            if self.proc is None or self.proc.poll() is not None:
-                rc = None if self.proc is None else self.proc.returncode
-                raise servers.ServerStartError(
-                    f"nats-server {self.name} exited during startup (exit code {rc})\n"
-                    f"--- log ({self.log_path}) ---\n{self.log_tail()}")
-            try:
-                status, body = self.monitor("/healthz")
-                if status == 200:
-                    return
-                last = f"{status} {body}"
-            except (OSError, ValueError) as e:
-                last = str(e)
-            if time.monotonic() > deadline:
-                raise servers.ServerStartError(
-                    f"nats-server {self.name} not healthy after {self.ready_timeout:.0f} s ({last})\n"
-                    f"--- log ({self.log_path}) ---\n{self.log_tail()}")
-            time.sleep(0.1)
+    def _probe(self, remaining: float) -> str | None:
+        """Ready when /healthz says JetStream is up (for a clustered node: it knows a meta leader)."""
+        try:
+            status, body = self.monitor("/healthz")
+        except (OSError, ValueError) as e:
+            return str(e)
+        return None if status == 200 else f"{status} {body}"
 
     def meta_leader(self) -> str:
         """The JetStream meta leader this node knows ("" if none)."""

@@ -16,7 +16,7 @@ from tests.support import servers
 from tests.support.watchdog import Watchdog
 
 
-class GroupMember(servers._Server):
+class GroupMember(servers.LoopbackServer):
     """A member of a ``ServerGroup``: its directory is ``<group root>/<name>``."""
 
     def __init__(self, group: "ServerGroup", name: str, **kw):
@@ -30,8 +30,8 @@ class GroupMember(servers._Server):
         self.data_dir = self.root / "data"
         self.log_path = self.root / "server.log"
 
-    def _spawn(self) -> None:
-        super()._spawn()
+    def spawn(self) -> None:
+        super().spawn()
         self.group.watchdog.track(self.name, self.proc)
 
 
@@ -41,7 +41,7 @@ class ServerGroup:
 
     def __init__(self, prefix: str, *, lifetime: float, ready_timeout: float):
         self.ready_timeout = ready_timeout
-        self.root = Path(tempfile.mkdtemp(prefix=prefix, dir=servers._tmp_parent()))
+        self.root = Path(tempfile.mkdtemp(prefix=prefix, dir=servers.tmp_parent()))
         self.watchdog = Watchdog(self.root, lifetime)
         self.members: list = []
 
@@ -56,10 +56,9 @@ class ServerGroup:
         try:
             self._prepare()
             for m in self.members:
-                m._spawn()
+                m.spawn()
             for m in self.members:
-                m._wait_ready()
-                m._starts += 1
+                m.wait_ready()
             self._ready()
         except BaseException:
             self.cleanup()

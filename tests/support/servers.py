@@ -4,7 +4,10 @@ Every server gets free loopback ports and its own temporary directory (data
 dir plus a log file next to it).  ``start()`` waits until a gRPC Range on the
 client endpoint succeeds (up to ``ready_timeout`` seconds) and raises
 ``ServerStartError`` carrying the tail of the server's log when it does not.
-``stop()`` sends SIGTERM, waits, then SIGKILLs.
+``stop()`` sends SIGTERM, waits, then SIGKILLs.  The process handling is
+tests.support.harness, shared with the benchmarks; what is the tests' own is
+here: the leak-check marks a server carries, skip-or-fail when a binary is
+missing, temp dirs on /dev/shm.
 
 etcd comes in two versions: 3.4 is Debian's etcd-server (``/usr/bin/etcd``),
 3.6 is the etcd 3.6.16 that benchmarks/build.sh builds into its cache (built
@@ -28,8 +31,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,17 +42,13 @@ from typing import Sequence
 import grpc
 
 from tests.support import leaks
+from tests.support.harness import REPO_ROOT, ServerProcess, ServerStartError, brain_env, free_port, port_taken
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ETCD_BIN = os.environ.get("ETCD_BIN", "/usr/bin/etcd")
 ETCD_VERSIONS = ("3.4", "3.6", "3.7")
 
 DEFAULT_READY_TIMEOUT = 20.0
 _LOG_TAIL_BYTES = 20000
-
-
-class ServerStartError(RuntimeError):
-    """A server did not become ready; the message includes its log tail."""
 
 
 class ServerRunningError(RuntimeError):
@@ -149,13 +146,8 @@ def require_brain() -> None:
         unavailable("brain server entry point (brain/__main__.py) does not exist yet")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tmp_parent() -> str | None:
+def tmp_parent() -> str | None:
+    """Where servers' temp dirs go: $TEST_TMPDIR, else /dev/shm (memory: no disk I/O), else the system's."""
     explicit = os.environ.get("TEST_TMPDIR")
     if explicit:
         return explicit
@@ -236,7 +228,7 @@ def grpc_channel(endpoint: str, options=()) -> grpc.Channel:
 def etcdctl_flags(endpoint: str) -> list[str]:
     """etcdctl's TLS flags for ``endpoint`` ([] for plaintext)."""
     tls = getattr(endpoint, "tls", None)
-    return tls.etcdctl_flags() if tls is not None else []
+    return tls.tool_flags() if tls is not None else []
 
 
 _PKI = None
@@ -248,7 +240,7 @@ def shared_pki():
     if _PKI is None:
         from tests.support.tls import make_test_pki
 
-        where = tempfile.mkdtemp(prefix="brain-test-pki-", dir=_tmp_parent())
+        where = tempfile.mkdtemp(prefix="brain-test-pki-", dir=tmp_parent())
         atexit.register(shutil.rmtree, where, ignore_errors=True)  # /dev/shm is memory: leave nothing there
         _PKI = make_test_pki(Path(where))
     return _PKI
@@ -302,8 +294,9 @@ def kv_stub(endpoint: str) -> Stubs:
 # ---------------------------------------------------------------------------
 
 
-class _Server:
-    """Common process handling. Subclasses implement ``_command()``."""
+class LoopbackServer:
+    """A test server on loopback (tests.support.harness runs its process).
+    Subclasses implement ``_command()``."""
 
     kind = "server"
 
@@ -312,13 +305,11 @@ class _Server:
         self.ready_timeout = ready_timeout
         self.extra_env = dict(env or {})
         self.wrapper = list(wrapper)  # runs the server, e.g. fiu-run -x ... (exec's it: same pid)
-        parent = disk_tmp_parent() if on_disk else _tmp_parent()
+        parent = disk_tmp_parent() if on_disk else tmp_parent()
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.kind}-test-", dir=parent))
         self.data_dir = self.root / "data"
-        self.log_path = self.root / "server.log"
         self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        self._log_file = None
+        self._process = ServerProcess(self.root / "server.log")
         self._starts = 0
         # Who made this server (tests.support.leaks): a restart by a later test
         # still belongs to the fixture or test that created it.
@@ -333,6 +324,18 @@ class _Server:
     def endpoint(self) -> str:
         """gRPC target, ``127.0.0.1:PORT``."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self._process.log_path
+
+    @log_path.setter
+    def log_path(self, path: Path) -> None:
+        self._process.log_path = path
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self._process.proc
 
     # -- to be provided by subclasses --------------------------------------
     def _command(self) -> list[str]:  # pragma: no cover - abstract
@@ -353,9 +356,9 @@ class _Server:
     # -- lifecycle ----------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._process.running
 
-    def start(self) -> "_Server":
+    def start(self) -> "LoopbackServer":
         """Start the process and wait until it answers a gRPC Range.
 
         A failure to bind (a port taken between picking and binding) on the
@@ -368,14 +371,13 @@ class _Server:
         last_err: Exception | None = None
         for _ in range(attempts):
             try:
-                self._spawn()
-                self._wait_ready()
-                self._starts += 1
+                self.spawn()
+                self.wait_ready()
                 return self
             except ServerStartError as e:
                 last_err = e
-                self._terminate(grace=2.0)
-                if self._starts == 0 and "address already in use" in str(e).lower():
+                self._process.stop(grace=2.0, kill_wait=10)
+                if self._starts == 0 and port_taken(e):
                     self._pick_new_ports()
                     continue
                 raise
@@ -387,105 +389,48 @@ class _Server:
             raise ServerRunningError(f"{self!r} is running already (pid {self.proc.pid}); stop it before "
                                      f"starting it again")
 
-    def _spawn(self) -> None:
+    def spawn(self) -> None:
+        """Start the process without waiting for it (``wait_ready`` does): a
+        cluster's members are spawned together, as none is ready alone."""
         self._refuse_if_running()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "ab", buffering=0)
-        cmd = self.wrapper + self._command()
-        self._log_file.write(("\n=== start: " + " ".join(cmd) + "\n").encode())
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self._env(),
-            cwd=self._cwd(),
-            start_new_session=True,
-        )
+        self._process.spawn(self.wrapper + self._command(), env=self._env(), cwd=self._cwd())
 
     def log_tail(self, nbytes: int = _LOG_TAIL_BYTES) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - nbytes))
-                return f.read().decode("utf-8", "replace")
-        except OSError as e:
-            return f"<no log: {e}>"
+        return self._process.log_tail(nbytes)
 
-    def _wait_ready(self) -> None:
+    def _failure_detail(self) -> str:
+        return f"; command: {' '.join(self._command())}\n--- log ({self.log_path}) ---\n{self.log_tail()}"
+
+    def wait_ready(self) -> None:
+        """Until the spawned process answers (``_probe``); then it counts as started."""
+        self._process.poll_ready(self._probe, time.monotonic() + self.ready_timeout,
+                                 f"{self.kind} on {self.endpoint}", pause=0.1, detail=self._failure_detail)
+        self._starts += 1
+
+    def _probe(self, remaining: float) -> str | None:
+        """A gRPC Range: None once one answers, else the error."""
         from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-        deadline = time.monotonic() + self.ready_timeout
-        last_error = "not attempted"
         channel = grpc_channel(self.endpoint)
         try:
-            stub = rpc_pb2_grpc.KVStub(channel)
-            while True:
-                if self.proc is None or self.proc.poll() is not None:
-                    rc = None if self.proc is None else self.proc.returncode
-                    raise ServerStartError(
-                        f"{self.kind} exited during startup (exit code {rc}); "
-                        f"command: {' '.join(self._command())}\n--- log ({self.log_path}) ---\n"
-                        f"{self.log_tail()}"
-                    )
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ServerStartError(
-                        f"{self.kind} not ready after {self.ready_timeout:.0f}s on {self.endpoint} "
-                        f"(last error: {last_error}); command: {' '.join(self._command())}\n"
-                        f"--- log ({self.log_path}) ---\n{self.log_tail()}"
-                    )
-                try:
-                    stub.Range(
-                        rpc_pb2.RangeRequest(key=b"\x00readiness-probe"),
-                        timeout=min(2.0, max(0.2, remaining)),
-                    )
-                    return
-                except grpc.RpcError as e:
-                    last_error = f"{e.code()}: {e.details()}"
-                time.sleep(0.1)
+            rpc_pb2_grpc.KVStub(channel).Range(rpc_pb2.RangeRequest(key=b"\x00readiness-probe"),
+                                               timeout=min(2.0, max(0.2, remaining)))
+            return None
+        except grpc.RpcError as e:
+            return f"{e.code()}: {e.details()}"
         finally:
             channel.close()
 
-    def _terminate(self, grace: float = 10.0) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                try:
-                    proc.kill()
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
-        self.proc = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL."""
-        self._terminate(grace)
+        self._process.stop(grace, kill_wait=10)
 
     def kill9(self) -> None:
         """SIGKILL the process (no clean shutdown); data dir is kept."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-        self._terminate(grace=0.1)
+        self._process.kill(kill_wait=10)
 
-    def restart(self, grace: float = 10.0) -> "_Server":
+    def restart(self, grace: float = 10.0) -> "LoopbackServer":
         """Stop (if running) and start again on the same port and data dir."""
         self.stop(grace)
         return self.start()
@@ -516,7 +461,7 @@ class _Server:
         return f"<{type(self).__name__} {self.endpoint} dir={self.root}>"
 
 
-class EtcdServer(_Server):
+class EtcdServer(LoopbackServer):
     """A single-member etcd (3.4, 3.6 or 3.7) on loopback."""
 
     kind = "etcd"
@@ -549,7 +494,7 @@ class EtcdServer(_Server):
         ]
 
 
-class BrainServer(_Server):
+class BrainServer(LoopbackServer):
     """``python -m brain serve`` with etcd-style flags, on one listener
     kind (``transport``: http, mtls or unix; see tests.support.tls)."""
 
@@ -589,10 +534,7 @@ class BrainServer(_Server):
         ]
 
     def _env(self) -> dict:
-        env = super()._env()
-        pp = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
-        return env
+        return brain_env(super()._env())
 
     def _cwd(self) -> str | None:
         return str(REPO_ROOT)

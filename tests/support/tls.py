@@ -1,5 +1,5 @@
-"""Throw-away certificates for the transport tests, and the client side of
-each listener kind the servers are tested on.
+"""Throw-away certificates for the transport tests and the benchmarks' mutual
+TLS runs, and the client side of each listener kind the servers are tested on.
 
 ``make_test_pki(dir)`` writes a CA, a server certificate for 127.0.0.1 and
 localhost, a client certificate (CN "brain-test-client"), and a second CA
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 
-from tests.k8s.pki import CertFiles, _Issuer, _save_pair
+from tests.k8s.pki import CertFiles, Issuer, save_pair
 
 ALL_TRANSPORTS = ("http", "mtls", "unix")
 CLIENT_CN = "brain-test-client"
@@ -50,8 +50,14 @@ class TestPKI:
         return ["--cert-file", str(self.server.cert), "--key-file", str(self.server.key),
                 "--trusted-ca-file", str(self.ca.cert), "--client-cert-auth"]
 
-    def etcdctl_flags(self) -> list[str]:
-        return [f"--cacert={self.ca.cert}", f"--cert={self.client.cert}", f"--key={self.client.key}"]
+    def tool_flags(self) -> list[str]:
+        """The client side's flags, as etcdctl, etcd's benchmark and brainload all name them."""
+        return ["--cacert", str(self.ca.cert), "--cert", str(self.client.cert), "--key", str(self.client.key)]
+
+    def kine_flags(self) -> list[str]:
+        """kine's names for the server side (a --trusted-ca-file makes it require a client certificate)."""
+        return ["--server-cert-file", str(self.server.cert), "--server-key-file", str(self.server.key),
+                "--trusted-ca-file", str(self.ca.cert)]
 
     def channel_credentials(self, client: CertFiles | None = None) -> grpc.ChannelCredentials:
         client = client or self.client
@@ -64,17 +70,17 @@ class TestPKI:
 def make_test_pki(directory: Path) -> TestPKI:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    ca = _Issuer("brain-test-ca")
-    other = _Issuer("brain-test-other-ca")
+    ca = Issuer("brain-test-ca")
+    other = Issuer("brain-test-other-ca")
     server = ca.issue("brain", dns=("localhost",), ips=("127.0.0.1",), server=True, client=True)
     client = ca.issue(CLIENT_CN, server=False, client=True)
     other_client = other.issue(CLIENT_CN, server=False, client=True)
     return TestPKI(
         ca=ca.save(directory, "ca"),
-        server=_save_pair(directory, "server", server),
-        client=_save_pair(directory, "client", client),
+        server=save_pair(directory, "server", server),
+        client=save_pair(directory, "client", client),
         other_ca=other.save(directory, "other-ca"),
-        other_client=_save_pair(directory, "other-client", other_client),
+        other_client=save_pair(directory, "other-client", other_client),
     )
 
 

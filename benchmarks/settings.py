@@ -1,0 +1,90 @@
+"""The sizes of a benchmark run: the full run's and the smoke's.
+
+Every field is recorded in the run's JSON (``meta.settings``) and fills the
+``{fields}`` of the catalogue's titles (benchmarks/workloads.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.workloads import clients_of
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The sizes of one kind of run (FULL, SMOKE); ``--rounds``, ``--duration`` and
+    ``--restart-samples`` replace fields of it."""
+
+    name: str
+    rounds: int
+    duration: float            # seconds of each timed phase (put, range, txn-put, list, count, watch)
+    # The client counts come from the catalogue (recorded here for the run's JSON).
+    put_clients: tuple = clients_of("put")
+    range_clients: tuple = clients_of("range")
+    txn_clients: tuple = clients_of("txn-put")
+    keyspace: int = 100_000    # put / txn-put key space
+    val_size: int = 256
+    list_keys: int = 100_000
+    list_limit: int = 500
+    list_clients: int = 4
+    watch_watchers: int = 1000
+    watch_writers: int = 4
+    watch_events: int = 200    # keys put, as fast as they go; each event goes to every watcher
+    watch_timeout: float = 40  # for watch creation, and for deliveries after the last put
+    lease_leases: int = 10_000
+    lease_ttl: int = 5
+    keepalive_leases: int = 10_000   # kept alive through one LeaseKeepAlive stream
+    keepalive_ttl: int = 5
+    keepalive_window: int = 1000     # keep-alives in flight on the stream at most
+    keepalive_duration: float = 8.0  # the timed phase: longer than the TTL, so a lease left behind expires
+    k8s_nodes: int = 10_000
+    k8s_pods: int = 3_000
+    k8s_pod_rate: int = 200
+    k8s_duration: float = 10.0
+    restart_keys: int = 1_000_000
+    restart_val: int = 1024
+    restart_chunk: int = 100_000
+    restart_load_cap: float = 540.0   # seconds of loading allowed per server (kine: ~2k keys/s)
+    # Overwrites before the kill -9: 120,000 x 1,079 B of brain journal payload (measured per 1 KiB
+    # Put) = 123.5 MiB, 96.5% of brain's first checkpoint threshold (128 MiB; 500k records and 60 s
+    # are reached later at this size and rate), so brain replays its largest journal tail.
+    restart_tail: int = 120_000
+    # Starts timed per restart row (SIGTERM, kill -9) on the one loaded data dir: a row's value is
+    # their median, its target is judged on the worst.
+    restart_samples: int = 3
+    check_perf: bool = True
+    check_perf_load: str = "l"
+    settle: float = 2.0        # seconds between the restart load and the RSS reading
+    slow_group: float = 90.0   # a server whose first round of a group takes longer runs it only once
+    probe_per_client: int = 4  # requests per client in benchmark's calibration pass
+    # Mutual TLS mode (issue 10): the unary workloads at these client counts.
+    mtls_clients: tuple = clients_of("mtls-put")
+    # Clusters (issue 9): 3 brains on 3 nats-servers against 3 etcd 3.6 members.
+    cluster_size: int = 3
+    cluster_clients: tuple = clients_of("cluster-load")
+    failover_leader_kills: int = 3   # per round: kill -9 of the leader (brain's, etcd's)
+    failover_nats_kills: int = 2     # per round, brain only: kill -9 of the NATS stream leader
+    failover_rate: float = 300.0     # the writer's open-loop rate, writes/s
+    failover_warmup: float = 3.0     # seconds of writes before the first kill
+    failover_settle: float = 2.5     # seconds between a killed member's restart and the next kill
+
+
+FULL = Settings(name="full", rounds=3, duration=4.0)
+SMOKE = Settings(
+    name="smoke", rounds=1, duration=1.0, keyspace=1_000,
+    list_keys=2_000, list_clients=2,
+    watch_watchers=50, watch_writers=1, watch_events=50, watch_timeout=10,
+    lease_leases=200, lease_ttl=2,
+    k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
+    restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0, restart_tail=500,
+    check_perf=False, settle=0.0, probe_per_client=2,
+    keepalive_leases=200, keepalive_ttl=2, keepalive_window=100, keepalive_duration=2.5,
+    failover_leader_kills=1, failover_nats_kills=1,
+    failover_rate=200.0, failover_warmup=1.5, failover_settle=1.0,
+)
+
+
+def conns_for(clients: int) -> int:
+    """gRPC connections for a client count: one per 8 clients, at least one."""
+    return max(1, clients // 8)

@@ -1,0 +1,155 @@
+"""The workload catalogue: every workload of the benchmark, once.
+
+Each entry names the group that runs it (benchmarks/groups.py), the shape of
+load the group gives it (``kind``), its client count where it has one, the
+tool that makes the load, what it measures (the report's row title, whose
+``{fields}`` are the run's settings, benchmarks/settings.py) and how the
+report reads the result.  The order is the report's row order.
+
+A row with a ``source`` is not run: the report draws it from the runs of its
+source workload (the kill -9 restart and RSS from ``restart``, the write
+pauses from ``cluster-failover``).  The workloads of a mode carry its prefix
+(``mtls-``, ``cluster-``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MTLS = "mtls-"
+CLUSTER = "cluster-"
+# Groups run once per server whatever the rounds setting (their rows say so).
+ONCE_GROUPS = ("restart", "check-perf")
+
+
+@dataclass(frozen=True)
+class Workload:
+    group: str           # the group that runs it (a row with a source: the source's group)
+    kind: str            # the shape of load: put, range-l, range-s, txn-put, watch, watch-shared, ...
+    tool: str            # what makes the load (put and range fall back to brainload without benchmark)
+    title: str
+    metric: str          # key in the run's result ("a.b" for a nested one)
+    unit: str
+    clients: int | None = None
+    higher_better: bool = True
+    latency: str = "latency_ms"  # dict with p50/p99 in ms, or "" for none
+    source: str = ""     # a summary row drawn from another workload's runs
+    scale: float = 1.0   # metric x scale is shown
+    # How the runs make the row's value: "median" of the successful runs' metric; "p99" of the
+    # samples (a list metric) of every successful run pooled (nearest rank: with fewer than 100
+    # samples, the largest); "sum" of the metric over every run that reported it, failed ones too
+    # (acknowledged writes lost must not hide in a failed run).
+    agg: str = "median"
+    # A restart row: the result key of the list of its samples (starts); the value is their median,
+    # "worst" their largest.  A run without the list (before samples were taken) is one sample.
+    samples: str = ""
+
+
+def _ops(group: str, kind: str, tool: str, title: str, clients: int | None = None) -> Workload:
+    """A throughput row: ops/s with p50/p99 latency."""
+    return Workload(group, kind, tool, title, "ops_per_s", "ops/s", clients)
+
+
+def _fanout(group: str, kind: str, title: str) -> Workload:
+    """A watch fan-out row: delivered events/s, p99 delivery latency."""
+    return Workload(group, kind, "brainload", title, "delivered_per_s", "events/s")
+
+
+_TXN = "txn-put (kube-apiserver update shape)"
+
+WORKLOADS: dict[str, Workload] = {
+    **{f"put-c{c}": _ops("put", "put", "benchmark", f"put, 256 B values, {c} client{'s' if c > 1 else ''}", c)
+       for c in (1, 64, 256)},
+    **{f"range-{k}-c{c}": _ops("range", f"range-{k}", "benchmark",
+                               f"range, one key, {'linearizable' if k == 'l' else 'serializable'}, {c} clients", c)
+       for k in "ls" for c in (64, 256)},
+    **{f"txn-put-c{c}": _ops("txn-put", "txn-put", "brainload", f"{_TXN}, {c} clients", c) for c in (64, 256)},
+    "list": Workload("list", "list", "brainload",
+                     "paginated list of a {list_keys:,}-key prefix, limit {list_limit}, {list_clients} clients "
+                     "(a whole listing is one op)", "ops_per_s", "listings/s"),
+    "count": _ops("list", "count", "brainload", "count_only over the {list_keys:,}-key prefix, {list_clients} clients"),
+    "watch": _fanout("watch", "watch", "watch fan-out: {watch_watchers:,} watchers on one prefix, a gRPC stream "
+                                       "each; {watch_events} puts as fast as they go"),
+    "watch-shared": _fanout("watch", "watch-shared", "watch fan-out: {watch_watchers:,} watchers, watchers on one "
+                                                     "connection share a stream (clientv3's default)"),
+    "lease": Workload("lease", "lease", "brainload",
+                      "{lease_leases:,} x (lease grant + put with lease), then the {lease_ttl} s expiries",
+                      "grant_put_per_s", "grant+put/s"),
+    "keepalive": Workload("keepalive", "keepalive", "brainload",
+                          "{keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive stream, at most "
+                          "{keepalive_window:,} keep-alives in flight, {keepalive_duration:g} s; nothing may "
+                          "expire (TTL {keepalive_ttl} s)", "keepalives_per_s", "keep-alives/s"),
+    "k8s-mix": Workload("k8s-mix", "k8s-mix", "brainload",
+                        "Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
+                        "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
+                        "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
+    "check-perf": Workload("check-perf", "check-perf", "etcdctl", "etcdctl check perf --load {check_perf_load}",
+                           "writes_per_s", "writes/s"),
+    "restart": Workload("restart", "restart", "brainload load + harness probe",
+                        "restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
+                        "linearizable count over them answers (count checked)",
+                        "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
+    "restart-kill9": Workload("restart", "restart", "brainload load + harness probe",
+                              "the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
+                              "tail just under its 128 MiB checkpoint threshold to replay)",
+                              "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart",
+                              samples="ready_after_kill9_s_samples"),
+    "rss": Workload("restart", "restart", "brainload load + harness probe",
+                    "resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
+                    higher_better=False, latency="", source="restart", scale=1 / 1024),
+    # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one
+    # (etcd 3.6 and 3.7 in two configurations each, default and -fast).
+    **{f"mtls-put-c{c}": _ops("mtls-put", "put", "benchmark", f"mutual TLS: put, 256 B values, {c} clients", c)
+       for c in (64, 256)},
+    **{f"mtls-txn-put-c{c}": _ops("mtls-txn-put", "txn-put", "brainload", f"mutual TLS: txn-put, {c} clients", c)
+       for c in (64, 256)},
+    **{f"mtls-range-l-c{c}": _ops("mtls-range", "range-l", "benchmark",
+                                  f"mutual TLS: range, one key, linearizable, {c} clients", c) for c in (64, 256)},
+    "mtls-watch": _fanout("mtls-watch", "watch",
+                          "mutual TLS: watch fan-out, {watch_watchers:,} watchers, a gRPC stream each"),
+    "mtls-watch-shared": _fanout("mtls-watch", "watch-shared",
+                                 "mutual TLS: watch fan-out, {watch_watchers:,} watchers, shared streams"),
+    "mtls-keepalive": Workload("mtls-keepalive", "keepalive", "brainload",
+                               "mutual TLS: {keepalive_leases:,} leases kept alive through ONE LeaseKeepAlive "
+                               "stream", "keepalives_per_s", "keep-alives/s"),
+    # Clusters: 3 brains on 3 nats-servers (brain) against 3 etcd 3.6 members (etcd-3.6).
+    **{f"cluster-put-c{c}": _ops("cluster-load", "put", "benchmark", f"cluster: put, {c} clients over every endpoint",
+                                 c) for c in (64, 256)},
+    **{f"cluster-txn-put-c{c}": _ops("cluster-load", "txn-put", "brainload",
+                                     f"cluster: txn-put, {c} clients over every endpoint", c) for c in (64, 256)},
+    **{f"cluster-range-l-c{c}": _ops("cluster-load", "range-l", "benchmark",
+                                     f"cluster: range, one key, linearizable, {c} clients over every endpoint", c)
+       for c in (64, 256)},
+    "cluster-watch": _fanout("cluster-load", "watch", "cluster: watch fan-out, {watch_watchers:,} watchers (a stream "
+                                                      "each) over every endpoint"),
+    "cluster-watch-shared": _fanout("cluster-load", "watch-shared",
+                                    "cluster: watch fan-out, {watch_watchers:,} watchers, shared streams"),
+    "cluster-failover": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                 "cluster: acknowledged writes lost over every failover run (clustercheck "
+                                 "verify after the kills)", "lost", "writes lost", higher_better=False,
+                                 latency="", agg="sum"),
+    "cluster-pause-leader": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                     "cluster: write pause after kill -9 of the leader (brain's, etcd's), "
+                                     "p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
+                                     higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    "cluster-pause-nats": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                   "cluster: write pause after kill -9 of the NATS stream leader's nats-server "
+                                   "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
+                                   higher_better=False, latency="", source="cluster-failover", agg="p99"),
+}
+
+
+def measured_in(group: str, kind: str | None = None) -> list[str]:
+    """The workloads ``group`` runs (of one ``kind`` if given), in catalogue order."""
+    return [name for name, w in WORKLOADS.items()
+            if w.group == group and not w.source and (kind is None or w.kind == kind)]
+
+
+def clients_of(group: str) -> tuple:
+    """The client counts of a group's workloads that have one, each once."""
+    return tuple(dict.fromkeys(WORKLOADS[w].clients for w in measured_in(group) if WORKLOADS[w].clients))
+
+
+def mode_of(workload: str) -> str:
+    """plain, mtls or cluster: which mode of the run a workload belongs to."""
+    return "mtls" if workload.startswith(MTLS) else "cluster" if workload.startswith(CLUSTER) else "plain"

@@ -1,0 +1,469 @@
+"""The local journal: an append-only, segmented sequence of opaque records
+in files of one directory (the embedded default).
+
+Records get consecutive indexes starting at 1. Appends go to the active
+(last) segment; when a frame would not fit, the active segment is made
+durable and a new one is created (see segment.py for the file format).
+
+Durability contract: append only writes to the page cache; nothing is durable
+before sync() returns. A failed fdatasync poisons the journal for good.
+
+Thread-safety: none, by design. One writer thread calls append, sync,
+release and close. records() may be called from that thread between calls
+(it snapshots what exists when called) but must not overlap release/close.
+A second SegmentJournal on the same directory is refused (flock on the
+directory).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from .errors import JournalCorruptError, JournalError, JournalFailedError, JournalWriteError
+from .framing import Frame, decode_frames, encode_frame
+from .segment import (
+    HEADER_FRAME_SIZE,
+    SegmentHeader,
+    create_segment,
+    fsync_directory,
+    is_temp_name,
+    parse_segment_name,
+    scan_segment,
+    segment_name,
+    zero_range,
+)
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+DEFAULT_SEGMENT_BYTES = 64 * MiB
+
+
+@dataclass(frozen=True)
+class SegmentJournalStatistics:
+    segments: int  # segment files currently retained
+    bytes: int  # bytes of frames in them (headers included, free space not)
+    appended_records: int  # appended through this instance
+    syncs: int  # fdatasync calls made (by sync() and at segment rollover)
+    last_sync_seconds: float
+    total_sync_seconds: float
+
+
+@dataclass(slots=True)
+class _Segment:
+    # For the active segment, count/end/last_crc are only brought up to date
+    # by SegmentJournal._settle(); the hot path keeps them in its own fields.
+    path: str
+    first_index: int
+    header_crc: int
+    count: int
+    end: int
+    last_crc: int
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + self.count - 1
+
+
+class SegmentJournal:
+    """Append-only write-ahead journal of opaque byte records. Use SegmentJournal.open."""
+
+    def __init__(
+        self,
+        directory: str,
+        dir_fd: int,
+        segment_bytes: int,
+        preallocate: bool,
+        segments: list[_Segment],
+        fd: int,
+        limit: int,
+    ) -> None:
+        active = segments[-1]
+        self._directory = directory
+        self._dir_fd = dir_fd  # holds the flock; fsynced after renames/unlinks
+        self._segment_bytes = segment_bytes
+        self._preallocate = preallocate
+        # Invariant: consecutive segments continue each other's indexes and
+        # chain crc; the last one is active and open as _fd.
+        self._segments = segments
+        self._fd = fd  # file position == _offset between calls
+        self._limit = limit  # frames of the active segment stay below this
+        self._offset = active.end
+        self._crc = active.last_crc
+        self._last_index = active.last_index
+        self._dirty = False  # active segment has writes not yet fdatasynced
+        self._writable = True  # False once closed or failed
+        self._failure: BaseException | None = None
+        self._appended = 0
+        self._syncs = 0
+        self._last_sync = 0.0
+        self._total_sync = 0.0
+
+    # --- opening and recovery ------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        preallocate: bool = True,
+    ) -> "SegmentJournal":
+        """Open (creating if needed) the journal in directory and recover it.
+
+        Every segment is validated. A torn write at the end of the last
+        segment is erased; any other damage raises JournalCorruptError.
+        """
+        directory = os.fspath(directory)
+        if segment_bytes <= HEADER_FRAME_SIZE:
+            raise ValueError(f"segment_bytes must exceed {HEADER_FRAME_SIZE}")
+        segment_bytes = (segment_bytes + 7) & ~7
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+            fsync_directory(os.path.dirname(os.path.abspath(directory)))
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise JournalError(f"{directory}: journal is already open elsewhere") from None
+            return cls._recover(directory, dir_fd, segment_bytes, preallocate)
+        except BaseException:
+            os.close(dir_fd)
+            raise
+
+    @classmethod
+    def _recover(
+        cls, directory: str, dir_fd: int, segment_bytes: int, preallocate: bool
+    ) -> "SegmentJournal":
+        names = os.listdir(directory)
+        leftovers = [name for name in names if is_temp_name(name)]
+        for name in leftovers:  # segments whose creation never completed
+            os.unlink(os.path.join(directory, name))
+        if leftovers:
+            os.fsync(dir_fd)
+        found = sorted(
+            (first, name) for name in names if (first := parse_segment_name(name)) is not None
+        )
+        if not found:
+            try:
+                path, fd, header_crc = create_segment(
+                    directory, SegmentHeader(1, 0), segment_bytes if preallocate else None
+                )
+            except OSError as exc:
+                raise JournalWriteError(
+                    exc.errno, f"cannot create the first segment in {directory}: {exc.strerror}"
+                ) from exc
+            try:
+                os.fsync(dir_fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            segment = _Segment(path, 1, header_crc, 0, HEADER_FRAME_SIZE, header_crc)
+            return cls(directory, dir_fd, segment_bytes, preallocate, [segment], fd, segment_bytes)
+
+        segments: list[_Segment] = []
+        for position, (first, name) in enumerate(found):
+            path = os.path.join(directory, name)
+            is_last = position == len(found) - 1
+            with open(path, "rb") as file:
+                buffer = file.read()
+            scan = scan_segment(buffer, path, is_last=is_last)
+            if scan.header.first_index != first:
+                raise JournalCorruptError(
+                    path, 0, f"header says first index {scan.header.first_index}, name says {first}"
+                )
+            if segments:
+                prev = segments[-1]
+                if first != prev.last_index + 1:
+                    raise JournalCorruptError(
+                        path, 0,
+                        f"segment starts at record {first} but {prev.path} ends at record "
+                        f"{prev.last_index}: records {prev.last_index + 1}..{first - 1} are missing",
+                    )
+                if scan.header.prev_crc != prev.last_crc:
+                    raise JournalCorruptError(
+                        path, 0, f"segment does not continue the crc chain of {prev.path}"
+                    )
+            segments.append(
+                _Segment(path, first, scan.header_crc, scan.count, scan.end, scan.last_crc)
+            )
+        # The loop leaves `path`, `buffer` and `scan` describing the last segment.
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            if scan.torn is not None:
+                log.warning(
+                    "%s: erasing torn write at byte offset %d (%s); %d records kept",
+                    path, scan.torn.offset, scan.torn.reason, scan.count,
+                )
+                zero_range(fd, scan.torn.offset, scan.torn.dirty_end)
+                os.fdatasync(fd)
+            os.lseek(fd, scan.end, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        limit = max(segment_bytes, len(buffer))
+        return cls(directory, dir_fd, segment_bytes, preallocate, segments, fd, limit)
+
+    # --- writing ---------------------------------------------------------------
+
+    def append(self, payload: bytes) -> int:
+        """Write one record (page cache only, see sync) and return its index.
+
+        On a write error nothing of the record remains, it gets no index and
+        JournalWriteError is raised; the journal stays usable.
+        """
+        if not self._writable:
+            self._raise_unwritable()
+        frame, crc = encode_frame(payload, self._crc)
+        size = len(frame)
+        if self._offset + size > self._limit:
+            self._make_room(size)
+            frame, crc = encode_frame(payload, self._crc)  # chain may restart
+        done = 0
+        try:
+            done = os.write(self._fd, frame)
+            while done < size:  # a short write is rare: usually the disk filled up
+                written = os.write(self._fd, memoryview(frame)[done:])
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += written
+        except OSError as exc:
+            self._undo_write(done, exc)
+        self._offset += size
+        self._crc = crc
+        self._last_index += 1
+        self._appended += 1
+        self._dirty = True
+        return self._last_index
+
+    def _undo_write(self, done: int, exc: OSError) -> None:
+        """Cut a failed frame off the active segment, then raise."""
+        path = self._segments[-1].path
+        try:
+            if done:
+                self._dirty = True
+                os.ftruncate(self._fd, self._offset)
+                if self._preallocate:
+                    try:
+                        os.posix_fallocate(self._fd, self._offset, self._limit - self._offset)
+                    except OSError:
+                        pass  # only a performance loss: writes will extend the file
+            os.lseek(self._fd, self._offset, os.SEEK_SET)
+        except OSError as undo_exc:
+            self._fail(undo_exc)
+            raise JournalFailedError(
+                f"{path}: could not undo a failed append at offset {self._offset}: {undo_exc}"
+            ) from exc
+        raise JournalWriteError(
+            exc.errno or errno.EIO,
+            f"append to {path} at offset {self._offset} failed: {exc.strerror or exc}",
+        ) from exc
+
+    def _make_room(self, frame_bytes: int) -> None:
+        """Give the active segment room for a frame, rolling over if needed."""
+        needed = HEADER_FRAME_SIZE + frame_bytes
+        if self._offset == HEADER_FRAME_SIZE:
+            # Empty active segment: grow it rather than leave it empty (a
+            # successor would also get the same name).
+            if self._preallocate:
+                try:
+                    os.posix_fallocate(self._fd, 0, needed)
+                except OSError as exc:
+                    raise JournalWriteError(
+                        exc.errno, f"cannot grow {self._segments[-1].path}: {exc.strerror}"
+                    ) from exc
+            self._limit = needed
+            self._dirty = True
+            return
+        # The completed segment is made durable before its successor exists,
+        # so recovery never sees a hole in a segment that is not the last.
+        if self._dirty:
+            self._fdatasync()
+        self._settle()
+        first = self._last_index + 1
+        size = max(self._segment_bytes, needed)
+        try:
+            path, fd, header_crc = create_segment(
+                self._directory, SegmentHeader(first, self._crc), size if self._preallocate else None
+            )
+        except OSError as exc:
+            raise JournalWriteError(
+                exc.errno, f"cannot create segment {segment_name(first)}: {exc.strerror}"
+            ) from exc
+        try:
+            os.fsync(self._dir_fd)
+        except OSError as exc:
+            os.close(fd)
+            self._fail(exc)
+            raise JournalFailedError(f"{self._directory}: directory fsync failed: {exc}") from exc
+        os.close(self._fd)
+        self._fd = fd
+        self._segments.append(_Segment(path, first, header_crc, 0, HEADER_FRAME_SIZE, header_crc))
+        self._offset = HEADER_FRAME_SIZE
+        self._crc = header_crc
+        self._limit = size
+
+    def sync(self) -> None:
+        """fdatasync everything appended so far; durable once this returns.
+
+        Completed segments were synced when they were completed, so only the
+        active one can hold unsynced writes. On failure the journal is
+        poisoned: this and all later append/sync raise JournalFailedError.
+        """
+        if not self._writable:
+            self._raise_unwritable()
+        if self._dirty:
+            self._fdatasync()
+
+    def _fdatasync(self) -> None:
+        start = time.perf_counter()
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            # Never retry: after a failed fsync the kernel may have dropped
+            # the dirty pages and cleared the error.
+            self._fail(exc)
+            raise JournalFailedError(
+                f"fdatasync of {self._segments[-1].path} failed: {exc}; reopen to recover"
+            ) from exc
+        elapsed = time.perf_counter() - start
+        self._dirty = False
+        self._syncs += 1
+        self._last_sync = elapsed
+        self._total_sync += elapsed
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        self._writable = False
+
+    def _raise_unwritable(self) -> None:
+        if self._failure is not None:
+            raise JournalFailedError(
+                f"{self._directory}: journal failed earlier ({self._failure}); reopen to recover"
+            )
+        raise JournalError(f"{self._directory}: journal is closed")
+
+    def _settle(self) -> None:
+        """Bring the active segment's record up to date with the hot-path fields."""
+        active = self._segments[-1]
+        active.count = self._last_index - active.first_index + 1
+        active.end = self._offset
+        active.last_crc = self._crc
+
+    # --- reading and trimming --------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        return self._directory
+
+    @property
+    def last_index(self) -> int:
+        """Index of the newest record, 0 if none was ever appended."""
+        return self._last_index
+
+    @property
+    def first_index(self) -> int:
+        """Index of the oldest retained record (last_index + 1 if none)."""
+        return self._segments[0].first_index
+
+    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
+        """Iterate (index, payload) for records after after_index, oldest first.
+
+        Covers the records present at call time. Segments that end at or
+        before after_index are skipped without being read. Asking for
+        records that release() already deleted raises JournalError.
+        """
+        if self._dir_fd < 0:
+            raise JournalError(f"{self._directory}: journal is closed")
+        if after_index < 0:
+            raise ValueError(f"after_index must be >= 0, got {after_index}")
+        if after_index < self.first_index - 1:
+            raise JournalError(
+                f"records {after_index + 1}..{self.first_index - 1} were released; "
+                f"the journal starts at record {self.first_index}"
+            )
+        self._settle()
+        plan = [
+            (s.path, s.first_index, s.count, s.end, s.header_crc)
+            for s in self._segments
+            if s.last_index > after_index
+        ]
+        return _replay(plan, after_index)
+
+    def release(self, upto_index: int) -> int:
+        """Delete segments whose records all have index <= upto_index.
+
+        Called after a checkpoint covers upto_index. Never deletes the active
+        segment. Oldest first with a directory fsync after each, so a crash
+        can only leave a contiguous suffix of segments. Returns how many
+        segments were deleted.
+        """
+        if self._dir_fd < 0:
+            raise JournalError(f"{self._directory}: journal is closed")
+        self._settle()
+        removed = 0
+        while len(self._segments) > 1 and self._segments[0].last_index <= upto_index:
+            os.unlink(self._segments[0].path)
+            del self._segments[0]
+            os.fsync(self._dir_fd)
+            removed += 1
+        return removed
+
+    def statistics(self) -> SegmentJournalStatistics:
+        self._settle()
+        return SegmentJournalStatistics(
+            segments=len(self._segments),
+            bytes=sum(s.end for s in self._segments),
+            appended_records=self._appended,
+            syncs=self._syncs,
+            last_sync_seconds=self._last_sync,
+            total_sync_seconds=self._total_sync,
+        )
+
+    def close(self) -> None:
+        """Close files and release the directory lock. Does not sync."""
+        if self._dir_fd < 0:
+            return
+        self._writable = False
+        os.close(self._fd)
+        os.close(self._dir_fd)
+        self._fd = self._dir_fd = -1
+
+    def __enter__(self) -> "SegmentJournal":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentJournal({self._directory!r}, records {self.first_index}..{self._last_index}, "
+            f"{len(self._segments)} segments)"
+        )
+
+
+def _replay(
+    plan: list[tuple[str, int, int, int, int]], after_index: int
+) -> Iterator[tuple[int, bytes]]:
+    for path, first, count, end, header_crc in plan:
+        with open(path, "rb") as file:
+            buffer = file.read(end)
+        index = first
+        stop_index = first + count
+        for item in decode_frames(buffer, HEADER_FRAME_SIZE, header_crc):
+            if index == stop_index:
+                break
+            if not isinstance(item, Frame):
+                raise JournalCorruptError(
+                    path, item.offset, f"record {index} unreadable during replay: {item.reason}"
+                )
+            if index > after_index:
+                yield index, bytes(item.payload)
+            index += 1

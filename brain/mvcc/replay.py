@@ -1,0 +1,120 @@
+"""Rebuilding a store's state: from a checkpoint's records in the value
+store (load_checkpoint, load_records) and from journal payloads (replay),
+which recovery, a follower and a mirror apply after it.
+
+A payload continues the store's revision exactly: its first revision is
+the store's next one, or it is refused before anything is applied
+(check_continues) or as soon as a revision does not follow (replay).  Replay
+makes the same changes through the same two mutations as apply()
+(Store.put_at, Store.delete_at), so a replayed store answers every read like
+the one that wrote the payload (tests/mvcc/test_store_model.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from .codec import PUT, decode_batch, decode_record_head
+from .key_index import KeyIndex
+from .revision import from_bytes, main_of, pack
+
+if TYPE_CHECKING:
+    from .store import Store
+
+
+def replay(store: Store, payload: bytes, *, live: bool = False) -> None:
+    """Re-apply one journal payload written by `apply` (or by a leader
+    or a mirror: any payload of effects continuing this revision).
+
+    ``live``: the store is serving (a follower applying a replicated
+    journal): a compaction record only starts the compaction, whose
+    physical steps run between batches as on the leader; in recovery it
+    is finished at once."""
+    for entry in decode_batch(payload):
+        tag = entry[0]
+        if tag == "T":
+            main, changes = entry[1], entry[2]
+            if main != store.revision + 1:
+                raise ValueError(f"journal revision {main} does not follow {store.revision}")
+            for sub, change in enumerate(changes):
+                rev = pack(main, sub)
+                if change[0] == PUT:
+                    store.put_at(rev, change[1], change[2], change[3])
+                else:
+                    store.delete_at(rev, change[1])
+            store.revision = main
+        elif tag == "C":
+            if entry[1] > store.compact_rev:
+                store.start_compaction(entry[1])
+                while not live and not store.compaction_step(1 << 30):
+                    pass
+        elif tag == "G":
+            store.lessor.grant(entry[1], entry[2])
+        elif tag == "R":
+            store.lessor.remove(entry[1])
+        elif tag == "E":
+            store.epoch, store.leader_id = entry[1], entry[2]
+
+
+def check_continues(store: Store, payload: bytes) -> None:
+    """Raise ValueError unless ``payload`` decodes and its revisions
+    continue this store's (nothing is applied)."""
+    expect = store.revision + 1
+    for entry in decode_batch(payload):
+        if entry[0] == "T":
+            if entry[1] != expect:
+                raise ValueError(f"payload revision {entry[1]} does not follow {expect - 1}")
+            expect += 1
+
+
+def load_checkpoint(store: Store, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
+                    compaction_finished: bool, epoch: int, leader_id: int) -> None:
+    """Take the state a checkpoint recorded (``load_records`` plus its
+    revisions); a physical compaction it records as unfinished starts
+    again from the beginning."""
+    load_records(store, leases)
+    store.revision = revision
+    store.compact_rev = compact_rev
+    store.compact_done_rev = compact_rev if compaction_finished else -1
+    store.epoch, store.leader_id = epoch, leader_id
+    if not compaction_finished:
+        store.start_compaction(compact_rev)
+
+
+def load_records(store: Store, leases: Iterable[tuple[int, int]]) -> None:
+    """Rebuild every shard's key index from the value store (after a
+    checkpoint, the store holds every record not yet compacted) and
+    reattach keys to the checkpoint's `leases` ((id, ttl) pairs)."""
+    for lease_id, ttl in leases:
+        store.lessor.grant(lease_id, ttl)
+    store.keys_live = 0
+    floor = 0
+    for shard in store.shards:
+        # Records come in revision order, not key order: collect into a
+        # dict and sort once.  A key's newest record comes last, so its
+        # lease is the last one seen (no second read per key).
+        index: dict[bytes, KeyIndex] = {}
+        key_lease: dict[bytes, int] = {}
+        for rev_bytes, data in store.backend.scan(shard.id):
+            rev = from_bytes(rev_bytes)
+            key, deleted, created, version, lease = decode_record_head(data)
+            ki = index.get(key)
+            if ki is None:
+                ki = index[key] = KeyIndex(key)
+            if deleted:
+                ki.tombstone(rev)  # may stand alone: a tombstone kept at the compaction revision
+            else:
+                ki.restore(rev, created, version)
+            if lease:
+                key_lease[key] = lease
+            else:
+                key_lease.pop(key, None)
+            floor = rev
+        shard.load(index)
+        for key, ki in index.items():
+            if ki.is_live():
+                store.keys_live += 1
+                lease = key_lease.get(key)
+                if lease:
+                    store.lessor.set_key(key, lease)
+        store.memtable_floor = store.index_rev = max(store.memtable_floor, main_of(floor))
