@@ -33,7 +33,7 @@ cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NAT
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
-bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, ~1 h 45 min (estimated): benchmarks/results/<date>.md, plots, README table
+bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, 100 min (measured): benchmarks/results/<date>.md, plots, README table
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh
