@@ -550,6 +550,14 @@ class Run:
             },
         }
         self.kubectl("create", "-f", "-", stdin=json.dumps(crd))
+        # kubectl wait fails at once ("status.conditions accessor error") on a
+        # CRD whose conditions are still null, before the apiextensions
+        # controller's first status write; wait for that write first.
+        deadline = time.monotonic() + 60
+        while not self.kjson("get", f"crd/widgets.{CRD_GROUP}").get("status", {}).get("conditions"):
+            if time.monotonic() > deadline:
+                raise CheckFailed(f"crd/widgets.{CRD_GROUP} has no status conditions after 60 s")
+            time.sleep(0.2)
         self.kubectl("wait", "--for=condition=Established", f"crd/widgets.{CRD_GROUP}", "--timeout=60s", timeout=90)
         n = self.p.widgets
         items = [{"apiVersion": f"{CRD_GROUP}/v1", "kind": "Widget",
