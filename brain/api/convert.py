@@ -22,6 +22,8 @@ for large Range results (measured: 0.45 us vs 3 us per KeyValue).
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.mvcc import requests as core
 
@@ -35,7 +37,8 @@ __all__ = [
     "txn_request",
     "compaction_request",
     "fill_kv",
-    "range_response",
+    "range_columns_response",
+    "fill_columns",
     "put_response",
     "delete_range_response",
     "txn_response",
@@ -210,10 +213,11 @@ def fill_kv(m, kv: core.KeyValue) -> None:
         m.lease = kv.lease
 
 
-def _fill_range(resp: rpc_pb2.RangeResponse, res: core.RangeResult) -> None:
-    if res.kvs:
+def fill_kvs(resp: rpc_pb2.RangeResponse, kvs: list[core.KeyValue]) -> None:
+    """Append ``kvs`` to the response's kvs (a Range page or a RangeStream chunk)."""
+    if kvs:
         add = resp.kvs.add
-        for kv in res.kvs:
+        for kv in kvs:
             m = add()
             # inlined fill_kv: this loop is the hot path of large lists
             m.key = kv.key
@@ -227,6 +231,32 @@ def _fill_range(resp: rpc_pb2.RangeResponse, res: core.RangeResult) -> None:
                 m.value = kv.value
             if kv.lease:
                 m.lease = kv.lease
+
+
+def fill_columns(resp: rpc_pb2.RangeResponse, cols: core.RangeColumns) -> None:
+    """Append the keys of ``cols`` to the response's kvs (a Range page or a
+    RangeStream chunk), straight from the columns: the hot path of large
+    lists, about 0.6 us per key with upb (an encoder of the wire bytes in
+    Python measured 1.0 us)."""
+    if not cols.keys:
+        return
+    add = resp.kvs.add
+    values = cols.values if cols.values is not None else repeat(b"", len(cols.keys))
+    for key, create, mod, version, value, lease in zip(cols.keys, cols.create_revisions, cols.mod_revisions,
+                                                       cols.versions, values, cols.leases):
+        m = add()
+        m.key = key
+        m.create_revision = create  # never 0 for a key that exists, as mod_revision and version
+        m.mod_revision = mod
+        m.version = version
+        if value:
+            m.value = value
+        if lease:
+            m.lease = lease
+
+
+def _fill_range(resp: rpc_pb2.RangeResponse, res: core.RangeResult) -> None:
+    fill_kvs(resp, res.kvs)
     if res.more:
         resp.more = True
     if res.count:
@@ -282,9 +312,13 @@ def _top(cls, hdr: Header, revision: int):
     return resp
 
 
-def range_response(res: core.RangeResult, hdr: Header) -> rpc_pb2.RangeResponse:
-    resp = _top(_RangeResponse, hdr, res.revision)
-    _fill_range(resp, res)
+def range_columns_response(cols: core.RangeColumns, hdr: Header) -> rpc_pb2.RangeResponse:
+    resp = _top(_RangeResponse, hdr, cols.revision)
+    fill_columns(resp, cols)
+    if cols.more:
+        resp.more = True
+    if cols.count:
+        resp.count = cols.count
     return resp
 
 

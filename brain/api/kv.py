@@ -1,9 +1,11 @@
-"""The etcdserverpb.KV service: Range, Put, DeleteRange, Txn, Compact.
+"""The etcdserverpb.KV service: Range, RangeStream, Put, DeleteRange, Txn,
+Compact.
 
 Each call converts the protobuf request to the core's request object, hands
-it to the engine and converts the result back (brain.api.convert).  Calls
-are written as steps (brain.api.unary): reads answer at once, writes return
-a Deferred that the server completes when the write is durable.
+it to the engine and converts the result back (brain.api.convert).  Unary
+calls are written as steps (brain.api.unary): reads answer at once, writes
+return a Deferred that the server completes when the write is durable.
+RangeStream is a server stream (brain.api.range_stream).
 
 The one check made here is etcd's request-size limit.  etcd applies it to
 what it proposes through raft (writes: Put, DeleteRange, Compact and every
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 from brain.api import convert
 from brain.api.pb.etcdserverpb import rpc_pb2
-from brain.api.rpc_table import LINEARIZABLE, SERIALIZABLE, ServiceTable
+from brain.api.range_stream import RangeStreamer
+from brain.api.rpc_table import LINEARIZABLE, SERIALIZABLE, SERVER_STREAM, Rpc, ServiceTable
 from brain.api.unary import Deferred, stepped_rpc
 from brain.mvcc.errors import ErrRequestTooLarge
 
@@ -49,6 +52,7 @@ class KVService:
         self.engine = engine
         self.header = convert.Header.of(engine)
         self.max_request_bytes = max_request_bytes
+        self.range_streamer = RangeStreamer(engine, self.header, max_request_bytes)
         # A request whose serialized size is at most this fits in the limit
         # whatever its envelope (varint length included); only larger ones
         # need the exact computation.
@@ -63,7 +67,7 @@ class KVService:
     # -- steps (brain.api.unary); both transports run them (rpc_table) ----
 
     def range(self, m):
-        return convert.range_response(self.engine.range(convert.range_request(m)), self.header)
+        return convert.range_columns_response(self.engine.range_columns(convert.range_request(m)), self.header)
 
     def put(self, m):
         if self._too_large(m):
@@ -106,6 +110,8 @@ class KVService:
         e = self.engine
         return ServiceTable("etcdserverpb.KV", (
             stepped_rpc(e, "Range", rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, self.range, read_kind_range),
+            Rpc("RangeStream", rpc_pb2.RangeRequest, rpc_pb2.RangeStreamResponse, self.range_streamer.stream,
+                shape=SERVER_STREAM),
             stepped_rpc(e, "Put", rpc_pb2.PutRequest, rpc_pb2.PutResponse, self.put),
             stepped_rpc(e, "DeleteRange", rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse,
                         self.delete_range),

@@ -49,6 +49,7 @@ from google.protobuf.message import DecodeError
 from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
 from brain.api.rpc_table import LINEARIZABLE, Rpc, ServiceTable
 from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes, status_of
+from brain.mvcc.errors import ErrNoLeader
 
 log = logging.getLogger("brain.api.native_front")
 
@@ -159,9 +160,10 @@ class Method:
 
 
 class _Session:
-    """A stream served by the front: its transport id and method."""
+    """A stream served by the front: its transport id and method;
+    ``unwatch`` unregisters a require-leader stream from the leader monitor."""
 
-    __slots__ = ("sid", "method", "writable", "received", "sent")
+    __slots__ = ("sid", "method", "writable", "received", "sent", "unwatch")
 
     def __init__(self, sid: int, method: Method) -> None:
         self.sid = sid
@@ -169,6 +171,7 @@ class _Session:
         self.writable = True
         self.received = 0
         self.sent = 0
+        self.unwatch = None
 
 
 class _WatchSession(_Session):
@@ -222,7 +225,7 @@ class NativeFront:
     endpoints) on any number of listeners through one transport."""
 
     def __init__(self, engine, methods: list[Method], *, recv_limit: int, stats: GrpcStats,
-                 pool: futures.Executor, http=None, watch_service=None, lease_service=None,
+                 pool: futures.Executor, http=None, watch_service=None, lease_service=None, leader_monitor=None,
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
                  send_queue_bytes: int = 4 << 20) -> None:
         if _transport is None:
@@ -235,6 +238,7 @@ class NativeFront:
         self.http = http
         self.watch_service = watch_service
         self.lease_service = lease_service
+        self.leader_monitor = leader_monitor  # brain.api.require_leader.LeaderMonitor
         self.transport = _transport.Transport(
             [(m.path, m.kind) for m in methods], io_threads=io_threads(),
             # over the limit the transport passes the length, not the body
@@ -347,10 +351,11 @@ class NativeFront:
         self._dispatch_ident = threading.get_ident()
         t = self.transport
         EV_CALL, EV_OPEN, EV_MESSAGE = _transport.EV_CALL, _transport.EV_OPEN, _transport.EV_MESSAGE
+        REQUIRE_LEADER = _transport.REQUIRE_LEADER
         while (events := t.recv_batch(BATCH_EVENTS)) is not None:
             try:
                 if events:
-                    self._round(events, EV_CALL, EV_OPEN, EV_MESSAGE)
+                    self._round(events, EV_CALL, EV_OPEN, EV_MESSAGE, REQUIRE_LEADER)
                 self._wake_pending = False
                 while self._later:
                     fn, args = self._later.popleft()
@@ -359,7 +364,7 @@ class NativeFront:
             except Exception:  # noqa: BLE001 - the dispatch thread must survive a bug
                 log.exception("front dispatch round failed")
 
-    def _round(self, events, EV_CALL, EV_OPEN, EV_MESSAGE) -> None:
+    def _round(self, events, EV_CALL, EV_OPEN, EV_MESSAGE, REQUIRE_LEADER) -> None:
         methods = self.methods
         stats = self.stats
         replies = []  # (id, response bytes): sent in one respond_many
@@ -433,6 +438,8 @@ class NativeFront:
                     stats.on_handled(m.stats_key, "Unavailable")
                     continue
                 self._open(cid, m)
+            elif kind & REQUIRE_LEADER:  # after the common kinds: calls without it pay nothing
+                self._require_leader(kind ^ REQUIRE_LEADER, cid, mid, payload, _cn)
             else:
                 self._other(kind, cid, mid, payload)
         # Counted before anything is answered: a client that has its answer
@@ -569,6 +576,42 @@ class NativeFront:
 
         return settled
 
+    # -- require-leader (brain.api.require_leader) ----------------------------
+
+    def _require_leader(self, kind: int, cid: int, mid: int, payload, cn) -> None:
+        """A call or stream opened with ``hasleader: true`` (``kind``
+        without the flag): refused without a leader; else served as a round
+        of its own, in its place in the batch (a stream's messages later in
+        the batch find its session), and a stream is watched by the monitor."""
+        if not self.engine.has_leader:
+            self._refuse_no_leader(kind, cid, self.methods[mid], payload)
+            return
+        T = _transport
+        self._round([(kind, cid, mid, payload, cn)], T.EV_CALL, T.EV_OPEN, T.EV_MESSAGE, T.REQUIRE_LEADER)
+        s = self._sessions.get(cid)
+        if s is not None and self.leader_monitor is not None:
+            s.unwatch = self.leader_monitor.watch(lambda: self._on_dispatch_thread(self._end_no_leader, cid))
+
+    def _refuse_no_leader(self, kind: int, cid: int, m: Method, payload) -> None:
+        """A call that requires a leader, on a server without one.  As in
+        grpc-go under etcd's interceptors: a unary request is parsed first
+        (a malformed one gets the parse error), a stream is refused before
+        its first message is read."""
+        self.stats.on_start(m.stats_key)
+        if kind == _transport.EV_CALL and m.kind == _transport.KIND_UNARY:
+            try:
+                m.parse(payload)
+            except DecodeError as e:
+                self._fail(cid, m, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
+                return
+        self._fail(cid, m, _UNAVAILABLE, "Unavailable", ErrNoLeader.message)
+
+    def _end_no_leader(self, cid: int) -> None:
+        s = self._sessions.get(cid)
+        if s is not None:
+            s.unwatch = None  # the monitor has let go of it already
+            self._finish(s, _UNAVAILABLE, "Unavailable", ErrNoLeader.message)
+
     # -- streams -------------------------------------------------------------
 
     def _open(self, cid: int, m: Method) -> None:
@@ -686,6 +729,9 @@ class NativeFront:
             self._closed(s, code_name)
 
     def _closed(self, s: _Session, code_name: str) -> None:
+        if s.unwatch is not None:
+            s.unwatch()
+            s.unwatch = None
         if isinstance(s, _WatchSession):
             s.watch.close()
         elif isinstance(s, _SubscribedStream):
@@ -743,6 +789,8 @@ class NativeFront:
             if not s.context.cancelled:
                 self.transport.finish(s.sid, code, message)
             self._sessions.pop(s.sid, None)
+            if s.unwatch is not None:
+                s.unwatch()
             self.stats.on_handled(m.stats_key, code_name, 1, s.sent)
             self._end(1)
 
@@ -797,7 +845,8 @@ def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
         return Method(service, rpc.name, request_cls=rpc.request, subscribe=rpc.subscribe, encode=rpc.encode)
     if rpc.shape == SERVER_STREAM:
         return Method(service, rpc.name, request_cls=rpc.request, call=rpc.call, server_stream=True)
-    return Method(service, rpc.name, call=call_on_bytes(rpc.call, rpc.request, recv_limit))
+    # the request class too: a require-leader call refused without a leader is parsed first
+    return Method(service, rpc.name, request_cls=rpc.request, call=call_on_bytes(rpc.call, rpc.request, recv_limit))
 
 
 __all__ = ["Method", "NativeFront", "TlsFiles", "available", "front_methods", "unavailable_message"]

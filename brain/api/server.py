@@ -37,6 +37,7 @@ from brain.api.health import HealthService
 from brain.api.kv import KVService
 from brain.api.lease import LeaseService
 from brain.api.maintenance import MaintenanceService
+from brain.api.require_leader import LeaderMonitor, RequireLeaderInterceptor
 from brain.api.rpc_table import SERVER_STREAM, UNARY, ServiceTable
 from brain.api.unary import call_on_bytes
 from brain.api.watch import WatchService
@@ -133,20 +134,21 @@ def _bind_failure_reason(lu: ListenURL) -> str:
     return "bind failed"
 
 
-def unary_handler(call, request_cls, response_cls, recv_limit: int) -> grpc.RpcMethodHandler:
+def unary_handler(call, request_cls, response_cls, recv_limit: int, has_leader) -> grpc.RpcMethodHandler:
     """A unary handler that receives raw bytes, applies the receive limit
-    with grpc-go's wording, parses, and calls ``call(request, context)``."""
+    with grpc-go's wording, parses, refuses a call that requires a leader
+    when ``has_leader()`` says there is none, and calls ``call(request, context)``."""
     return grpc.unary_unary_rpc_method_handler(
-        call_on_bytes(call, request_cls, recv_limit), request_deserializer=None,
+        call_on_bytes(call, request_cls, recv_limit, has_leader), request_deserializer=None,
         response_serializer=response_cls.SerializeToString)
 
 
-def grpc_handlers(table: ServiceTable, recv_limit: int) -> dict[str, grpc.RpcMethodHandler]:
+def grpc_handlers(table: ServiceTable, recv_limit: int, has_leader) -> dict[str, grpc.RpcMethodHandler]:
     """grpcio's handlers for one service's table (brain.api.rpc_table)."""
     handlers = {}
     for rpc in table.rpcs:
         if rpc.shape == UNARY:
-            handlers[rpc.name] = unary_handler(rpc.call, rpc.request, rpc.response, recv_limit)
+            handlers[rpc.name] = unary_handler(rpc.call, rpc.request, rpc.response, recv_limit, has_leader)
             continue
         parse = None if rpc.raw_request else rpc.request.FromString
         serialize = None if rpc.response is None else rpc.response.SerializeToString
@@ -185,6 +187,8 @@ class ApiServer:
         self._lease: LeaseService | None = None
         self.health: HealthService | None = None  # made with the services, in start()
         self.grpc_stats = GrpcStats()  # per-method call counts, for metrics
+        # require-leader streams (brain.api.require_leader), on both transports
+        self.leader_monitor = LeaderMonitor(lambda: engine.has_leader)
         self._http = None
         self._http_lock = threading.Lock()
 
@@ -207,8 +211,9 @@ class ApiServer:
     def _add_services(self, server: grpc.Server) -> None:
         self._make_services()
         recv_limit = self.config.grpc_max_recv_bytes
+        has_leader = self.leader_monitor.has_leader
         for table in self._tables:
-            add_service(server, table.service, grpc_handlers(table, recv_limit))
+            add_service(server, table.service, grpc_handlers(table, recv_limit, has_leader))
 
     def http_endpoints(self):
         """etcd's HTTP endpoints for the client port (made on first use:
@@ -219,11 +224,13 @@ class ApiServer:
                                                                        self.transport_stats))
             return self._http
 
-    def transport_stats(self) -> dict | None:
+    def transport_stats(self) -> dict:
         """The native transport's counters (connections, TLS handshake
-        failures by reason), or None on grpcio."""
+        failures by reason; none on grpcio) and the require-leader streams."""
         f = self._front
-        return f.transport_stats() if f is not None else None
+        st = dict(f.transport_stats() or {}) if f is not None else {}
+        st.update(self.leader_monitor.stats())
+        return st
 
     def start(self) -> None:
         config = self.config
@@ -235,6 +242,8 @@ class ApiServer:
             self._start_native(listeners)
         else:
             self._start_grpcio(listeners)
+        if self.engine.leader_known is not None:  # only a replica can lose its leader
+            self.leader_monitor.start(self.engine.election_timeout)
 
     def _start_native(self, listeners: list[ListenURL]) -> None:
         config = self.config
@@ -244,7 +253,7 @@ class ApiServer:
         front = native_front.NativeFront(
             self.engine, native_front.front_methods(self._tables, config.grpc_max_recv_bytes),
             recv_limit=config.grpc_max_recv_bytes, stats=self.grpc_stats, pool=self._executor, http=_LazyHttp(self),
-            watch_service=self._watch, lease_service=self._lease,
+            watch_service=self._watch, lease_service=self._lease, leader_monitor=self.leader_monitor,
             keepalive_time_ms=int(config.grpc_keepalive_interval * 1000),
             keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
             keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000))
@@ -288,7 +297,8 @@ class ApiServer:
         creds = server_credentials(config) if any(lu.secure for lu in listeners) else None
         self._executor = futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc")
         server = grpc.server(self._executor, options=grpc_options(config),
-                             interceptors=[StatsInterceptor(self.grpc_stats)])
+                             interceptors=[StatsInterceptor(self.grpc_stats),
+                                           RequireLeaderInterceptor(self.leader_monitor)])
         self._add_services(server)
         endpoints = []
         try:
@@ -328,6 +338,7 @@ class ApiServer:
         server, self._server = self._server, None
         front, self._front = self._front, None
         health = self.health
+        self.leader_monitor.stop()
         if health is not None:
             health.shutdown()  # open health watchers hear NOT_SERVING first
         if front is not None:

@@ -25,8 +25,9 @@ from typing import Callable, NamedTuple, NoReturn
 import grpc
 from google.protobuf.message import DecodeError
 
+from brain.api.require_leader import requires_leader
 from brain.api.rpc_table import LINEARIZABLE, Rpc
-from brain.mvcc.errors import EtcdError
+from brain.mvcc.errors import EtcdError, ErrNoLeader
 
 log = logging.getLogger("brain.api")
 
@@ -97,10 +98,14 @@ def stepped_rpc(engine, method: str, request_cls, response_cls, step, read=None)
     return Rpc(method, request_cls, response_cls, call, step=step, read=read)
 
 
-def call_on_bytes(call, request_cls, recv_limit: int):
+def call_on_bytes(call, request_cls, recv_limit: int, has_leader=None):
     """``call(request, context)`` as a handler of the request's bytes: the
     receive limit applied with grpc-go's wording, then the request parsed
-    (a malformed one is grpc-go's INTERNAL "error unmarshalling request")."""
+    (a malformed one is grpc-go's INTERNAL "error unmarshalling request").
+
+    ``has_leader`` (grpcio's handlers): a call whose metadata requires a
+    leader (brain.api.require_leader) is then refused without one, after
+    the parse, where etcd's unary interceptor refuses it."""
     parse = request_cls.FromString
 
     def handle(raw: bytes, context: grpc.ServicerContext):
@@ -113,6 +118,8 @@ def call_on_bytes(call, request_cls, recv_limit: int):
             request = parse(raw)
         except DecodeError as e:
             context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
+        if has_leader is not None and requires_leader(context.invocation_metadata()) and not has_leader():
+            abort_with(context, ErrNoLeader, "")
         return call(request, context)
 
     return handle

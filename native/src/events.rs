@@ -23,9 +23,11 @@ pub struct Peer {
 
 pub enum Event {
     /// A unary or server-streaming call with its one request message.
-    Call { id: u64, method: u32, payload: Bytes, peer: Arc<Peer> },
+    /// `require_leader`: its metadata says `hasleader: true` (etcd's
+    /// WithRequireLeader), see `REQUIRE_LEADER`.
+    Call { id: u64, method: u32, payload: Bytes, peer: Arc<Peer>, require_leader: bool },
     /// A bidirectional stream began (messages follow as `Message`).
-    Open { id: u64, method: u32, peer: Arc<Peer> },
+    Open { id: u64, method: u32, peer: Arc<Peer>, require_leader: bool },
     Message { id: u64, method: u32, payload: Bytes },
     /// The client sent END_STREAM: no more messages will come.
     HalfClosed { id: u64, method: u32 },
@@ -48,6 +50,9 @@ pub const EV_CANCELLED: u8 = 5;
 pub const EV_WRITABLE: u8 = 6;
 pub const EV_OVERSIZED: u8 = 7;
 pub const EV_HTTP: u8 = 8;
+/// Or-ed into EV_CALL / EV_OPEN for a call with `hasleader: true`: Python
+/// tells those apart with one bit test and the other events pay nothing.
+pub const REQUIRE_LEADER: u8 = 0x80;
 
 struct Inner {
     events: VecDeque<Event>,

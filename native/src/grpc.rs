@@ -153,6 +153,12 @@ impl Decoder {
     }
 }
 
+/// etcd's require-leader metadata (rpctypes.MetadataRequireLeaderKey and
+/// MetadataHasLeader): as etcd reads it, the first value must be "true".
+fn requires_leader(headers: &http::HeaderMap) -> bool {
+    headers.get("hasleader").is_some_and(|v| v.as_bytes() == b"true")
+}
+
 fn compressed_text(req_encoding: &str) -> String {
     format!("grpc: Decompressor is not installed for grpc-encoding \"{req_encoding}\"")
 }
@@ -197,9 +203,10 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity")
         .to_string();
+    let require_leader = requires_leader(req.headers());
     let id = shared.next_id();
     if kind == KIND_BIDI {
-        serve_stream(shared, id, method, kind, peer, req.into_body(), respond, encoding).await;
+        serve_stream(shared, id, method, peer, require_leader, req.into_body(), respond, encoding).await;
         return;
     }
     let mut body = req.into_body();
@@ -209,11 +216,11 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
             match d {
                 Decoded::Msg(payload) => {
                     if kind == KIND_SERVER_STREAM {
-                        serve_server_stream(shared, id, method, peer, body, respond, payload).await;
+                        serve_server_stream(shared, id, method, peer, require_leader, body, respond, payload).await;
                         return;
                     }
                     shared.calls.insert(id, Pending::Unary(respond));
-                    shared.queue.push(Event::Call { id, method, payload, peer });
+                    shared.queue.push(Event::Call { id, method, payload, peer, require_leader });
                 }
                 Decoded::Oversized(len) => {
                     shared.calls.insert(id, Pending::Unary(respond));
@@ -237,11 +244,13 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn serve_server_stream(
     shared: Arc<Shared>,
     id: u64,
     method: u32,
     peer: Arc<Peer>,
+    require_leader: bool,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     payload: Bytes,
@@ -250,7 +259,7 @@ async fn serve_server_stream(
     // whose receive side is over.
     drop(body);
     let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
-    shared.queue.push(Event::Call { id, method, payload, peer });
+    shared.queue.push(Event::Call { id, method, payload, peer, require_leader });
     pump(shared, id, method, None, send, rx, state, String::new()).await;
 }
 
@@ -259,14 +268,14 @@ async fn serve_stream(
     shared: Arc<Shared>,
     id: u64,
     method: u32,
-    _kind: u8,
     peer: Arc<Peer>,
+    require_leader: bool,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     encoding: String,
 ) {
     let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
-    shared.queue.push(Event::Open { id, method, peer });
+    shared.queue.push(Event::Open { id, method, peer, require_leader });
     pump(shared, id, method, Some(body), send, rx, state, encoding).await;
 }
 

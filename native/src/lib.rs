@@ -6,7 +6,8 @@
 //!
 //! * events out, in batches: `recv_batch(n)` returns tuples
 //!   `(kind, id, a, b, c)` (see `EV_*`; calls carry method id, payload and
-//!   the client certificate's common name);
+//!   the client certificate's common name; a call or stream with etcd's
+//!   `hasleader: true` metadata has `REQUIRE_LEADER` or-ed into its kind);
 //! * bytes in: `respond` / `fail` a unary call, `send` messages on a stream
 //!   (False: its queue is full, an EV_WRITABLE follows when it drains),
 //!   `finish` a stream with a status, `http_respond` to an HTTP request.
@@ -165,11 +166,13 @@ impl Transport {
         let list = PyList::empty(py);
         for ev in evs {
             let item = match ev {
-                Event::Call { id, method, payload, peer } => {
-                    (EV_CALL, id, method, PyBytes::new(py, &payload), peer.common_name.as_deref()).into_pyobject(py)?
+                Event::Call { id, method, payload, peer, require_leader } => {
+                    let kind = if require_leader { EV_CALL | REQUIRE_LEADER } else { EV_CALL };
+                    (kind, id, method, PyBytes::new(py, &payload), peer.common_name.as_deref()).into_pyobject(py)?
                 }
-                Event::Open { id, method, peer } => {
-                    (EV_OPEN, id, method, py.None(), peer.common_name.as_deref()).into_pyobject(py)?
+                Event::Open { id, method, peer, require_leader } => {
+                    let kind = if require_leader { EV_OPEN | REQUIRE_LEADER } else { EV_OPEN };
+                    (kind, id, method, py.None(), peer.common_name.as_deref()).into_pyobject(py)?
                 }
                 Event::Message { id, method, payload } => {
                     (EV_MESSAGE, id, method, PyBytes::new(py, &payload), py.None()).into_pyobject(py)?
@@ -336,6 +339,7 @@ fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EV_WRITABLE", EV_WRITABLE)?;
     m.add("EV_OVERSIZED", EV_OVERSIZED)?;
     m.add("EV_HTTP", EV_HTTP)?;
+    m.add("REQUIRE_LEADER", REQUIRE_LEADER)?;
     m.add("KIND_UNARY", grpc::KIND_UNARY)?;
     m.add("KIND_SERVER_STREAM", grpc::KIND_SERVER_STREAM)?;
     m.add("KIND_BIDI", grpc::KIND_BIDI)?;

@@ -133,7 +133,7 @@ def _top_header(rev: int) -> pb.ResponseHeader:
 
 def test_range_response_full():
     res = core.RangeResult(revision=9, kvs=[kv(b"a", lease=3), kv(b"b", value=b"")], more=True, count=5)
-    r = convert.range_response(res, HDR)
+    r = convert.range_columns_response(core.RangeColumns.of(res), HDR)
     assert r == pb.RangeResponse(
         header=_top_header(9),
         kvs=[
@@ -146,10 +146,27 @@ def test_range_response_full():
 
 
 def test_range_response_count_only_and_empty():
-    r = convert.range_response(core.RangeResult(revision=3, kvs=[], more=False, count=7), HDR)
+    r = convert.range_columns_response(core.RangeColumns(3, [], [], [], [], None, [], False, 7), HDR)
     assert r == pb.RangeResponse(header=_top_header(3), count=7)
-    r = convert.range_response(core.RangeResult(revision=3, kvs=[], more=False, count=0), HDR)
+    r = convert.range_columns_response(core.RangeColumns(3, [], [], [], [], None, [], False, 0), HDR)
     assert r.SerializeToString() == pb.RangeResponse(header=_top_header(3)).SerializeToString()
+
+
+@pytest.mark.parametrize("keys_only", [False, True])
+def test_columns_encode_like_key_values(keys_only):
+    """A page from columns is the bytes fill_kvs makes of the same
+    KeyValues (keys_only: the values empty, leases kept)."""
+    kvs = [kv(b"k%d" % i, value=b"v" * (i % 3), lease=i % 2 * (1 << 40)) for i in range(20)]
+    cols = core.RangeColumns.of(core.RangeResult(7, kvs, False, 20))
+    if keys_only:
+        cols.values = None
+        for one in kvs:
+            one.value = b""
+    built = pb.RangeResponse()
+    convert.fill_columns(built, cols)
+    expected = pb.RangeResponse()
+    convert.fill_kvs(expected, kvs)
+    assert built.SerializeToString() == expected.SerializeToString()
 
 
 def test_put_response_with_and_without_prev_kv():

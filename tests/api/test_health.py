@@ -208,13 +208,28 @@ def test_shutdown_tells_watchers_not_serving_and_refuses_new_checks(serve, engin
 
 class _FakeReplica:
     """A brain.cluster.Replica's connection and election, which its
-    serving_problem reads."""
+    serving_problem and has_leader read."""
 
     def __init__(self) -> None:
         self.conn = SimpleNamespace(is_connected=True)
-        self.election = SimpleNamespace(leader_id=0x1234)
+        self.election = SimpleNamespace(leader_id=0x1234, timeout=2.0, last_answer=time.monotonic())
 
     serving_problem = Replica.serving_problem
+    has_leader = Replica.has_leader
+
+
+def test_has_leader_needs_a_recent_answer_from_nats():
+    """A replica whose NATS servers stopped answering without closing the
+    connection (paused, partitioned) keeps its last view of the leader:
+    it has none once that view is older than the election timeout."""
+    r = _FakeReplica()
+    assert r.has_leader()
+    r.election.last_answer = time.monotonic() - 2.5
+    assert not r.has_leader()
+    assert r.serving_problem() == "no leader"
+    r.election.last_answer = time.monotonic()
+    r.election.leader_id = 0
+    assert not r.has_leader()
 
 
 def test_serving_problem_reads_the_leader_and_the_journal():

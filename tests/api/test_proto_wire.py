@@ -327,6 +327,11 @@ def test_auth_messages():
     assert enc(rpc_pb2.AuthUserListResponse(users=["a"])) == b"\x12\x01a"
 
 
+def test_range_stream_response_wraps_a_range_response_in_field_1():
+    m = rpc_pb2.RangeStreamResponse(range_response=rpc_pb2.RangeResponse(count=3))
+    assert enc(m) == b"\x0a\x02\x20\x03"
+
+
 def test_authpb_records():
     P = auth_pb2.Permission
     assert (P.READ, P.WRITE, P.READWRITE) == (0, 1, 2)
@@ -337,9 +342,11 @@ def test_authpb_records():
 
 # --- services ---------------------------------------------------------------
 
-# (service, method, client streaming, server streaming), as in etcd v3.6.
+# (service, method, client streaming, server streaming), as in etcd v3.6,
+# plus etcd 3.7's KV.RangeStream.
 ETCD_METHODS = [
     ("KV", "Range", False, False),
+    ("KV", "RangeStream", False, True),
     ("KV", "Put", False, False),
     ("KV", "DeleteRange", False, False),
     ("KV", "Txn", False, False),
@@ -407,6 +414,8 @@ def test_method_request_response_types():
     kv = rpc_pb2.DESCRIPTOR.services_by_name["KV"].methods_by_name
     assert kv["Compact"].input_type.full_name == "etcdserverpb.CompactionRequest"
     assert kv["Compact"].output_type.full_name == "etcdserverpb.CompactionResponse"
+    assert kv["RangeStream"].input_type.full_name == "etcdserverpb.RangeRequest"
+    assert kv["RangeStream"].output_type.full_name == "etcdserverpb.RangeStreamResponse"
     auth = rpc_pb2.DESCRIPTOR.services_by_name["Auth"].methods_by_name
     assert auth["UserAdd"].input_type.full_name == "etcdserverpb.AuthUserAddRequest"
     assert auth["RoleGrantPermission"].output_type.full_name == "etcdserverpb.AuthRoleGrantPermissionResponse"

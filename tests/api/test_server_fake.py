@@ -50,12 +50,17 @@ class FakeEngine:
             raise errors.raisable(self.fail)
 
     leader_id = MEMBER_ID
+    leader_known = None  # a single node: it always has a leader
+    has_leader = True
 
     def range(self, req: core.RangeRequest) -> core.RangeResult:
         self._enter(req)
         with self.lock:
             kvs = [kv for k, kv in sorted(self.data.items()) if k == req.key or (req.range_end and req.key <= k < req.range_end)]
             return core.RangeResult(self.rev, [] if req.count_only else kvs, False, len(kvs))
+
+    def range_columns(self, req: core.RangeRequest) -> core.RangeColumns:
+        return core.RangeColumns.of(self.range(req))
 
     def put(self, req: core.PutRequest) -> core.PutResult:
         self._enter(req)

@@ -92,6 +92,12 @@ class RangeResponse(_message.Message):
     count: int
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., kvs: _Optional[_Iterable[_Union[_kv_pb2.KeyValue, _Mapping]]] = ..., more: _Optional[bool] = ..., count: _Optional[int] = ...) -> None: ...
 
+class RangeStreamResponse(_message.Message):
+    __slots__ = ("range_response",)
+    RANGE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    range_response: RangeResponse
+    def __init__(self, range_response: _Optional[_Union[RangeResponse, _Mapping]] = ...) -> None: ...
+
 class PutRequest(_message.Message):
     __slots__ = ("key", "value", "lease", "prev_kv", "ignore_value", "ignore_lease")
     KEY_FIELD_NUMBER: _ClassVar[int]

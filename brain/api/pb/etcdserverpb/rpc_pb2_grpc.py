@@ -40,6 +40,11 @@ class KVStub:
                 request_serializer=etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
                 response_deserializer=etcdserverpb_dot_rpc__pb2.RangeResponse.FromString,
                 _registered_method=True)
+        self.RangeStream = channel.unary_stream(
+                '/etcdserverpb.KV/RangeStream',
+                request_serializer=etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
+                response_deserializer=etcdserverpb_dot_rpc__pb2.RangeStreamResponse.FromString,
+                _registered_method=True)
         self.Put = channel.unary_unary(
                 '/etcdserverpb.KV/Put',
                 request_serializer=etcdserverpb_dot_rpc__pb2.PutRequest.SerializeToString,
@@ -68,6 +73,15 @@ class KVServicer:
 
     def Range(self, request, context):
         """Read one key or a range of keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RangeStream(self, request, context):
+        """Read a range as a stream of chunks (etcd 3.7). Every chunk but the last
+        carries only kvs; the last adds header, more and count, so merging all
+        chunks gives the RangeResponse that Range would have answered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,6 +125,11 @@ def add_KVServicer_to_server(servicer, server):
                     servicer.Range,
                     request_deserializer=etcdserverpb_dot_rpc__pb2.RangeRequest.FromString,
                     response_serializer=etcdserverpb_dot_rpc__pb2.RangeResponse.SerializeToString,
+            ),
+            'RangeStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.RangeStream,
+                    request_deserializer=etcdserverpb_dot_rpc__pb2.RangeRequest.FromString,
+                    response_serializer=etcdserverpb_dot_rpc__pb2.RangeStreamResponse.SerializeToString,
             ),
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
@@ -161,6 +180,33 @@ class KV:
             '/etcdserverpb.KV/Range',
             etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
             etcdserverpb_dot_rpc__pb2.RangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RangeStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/etcdserverpb.KV/RangeStream',
+            etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
+            etcdserverpb_dot_rpc__pb2.RangeStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,191 @@
+"""RangeStream's chunk planner and stream, in process (no gRPC).
+
+The differential against etcd 3.7 (tests/differential/test_range_stream_vs_etcd.py)
+compares the same behaviour with a real etcd; these pin the rules on their
+own: the sizing rule, the size it measures, the order of the request checks,
+and the stream's shape, pinning and mid-stream compaction over a real engine.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from brain.api import convert
+from brain.api.pb.etcdserverpb import rpc_pb2
+from brain.api.range_stream import RangeStreamer, check_request, first_limit, measured_size, next_limit
+from brain.engine import Engine, EngineConfig
+from brain.mvcc import errors
+from brain.mvcc.requests import CompactRequest, KeyValue, PutRequest, RangeRequest
+
+
+def test_next_limit_doubles_halves_or_keeps():
+    target = 1000
+    assert next_limit(10, 499, target) == 20
+    assert next_limit(10, 500, target) == 10  # exactly half the target is not "below half"
+    assert next_limit(10, 2000, target) == 10
+    assert next_limit(10, 2001, target) == 5
+    assert next_limit(1, 5000, target) == 1  # never 0, which would mean "no limit"
+    assert next_limit(3, 5000, target) == 1
+
+
+def test_first_limit():
+    assert first_limit(2**63 - 1) == 10
+    assert first_limit(4) == 4
+    assert first_limit(-1) == -1  # a negative limit reads the whole range in one chunk
+
+
+@pytest.mark.parametrize("more,count,value", [(True, 11, b"v" * 300), (False, 0, b""), (True, 200000, b"x")])
+def test_measured_size_is_the_range_response_etcd_measures(more, count, value):
+    kvs = [KeyValue(b"key/%d" % i, 5 + i, 700 + i, 1 + i, value, 0) for i in range(7)]
+    revision = 123456
+    built = rpc_pb2.RangeResponse()
+    built.header.revision = revision
+    convert.fill_kvs(built, kvs)
+    built.more = more
+    built.count = count
+    only_kvs = rpc_pb2.RangeResponse()
+    convert.fill_kvs(only_kvs, kvs)
+    assert measured_size(only_kvs.ByteSize(), revision, more, count) == built.ByteSize()
+
+
+@pytest.mark.parametrize("request_, expected", [
+    (RangeRequest(b"", sort_order=2), errors.ErrEmptyKey),
+    (RangeRequest(b"a", sort_order=7), errors.ErrInvalidSortOption),
+    (RangeRequest(b"a", sort_target=9), errors.ErrInvalidSortOption),
+    (RangeRequest(b"a", sort_order=2), "RangeStream does not support custom sort orders"),
+    (RangeRequest(b"a", sort_order=1, sort_target=3), "RangeStream does not support custom sort orders"),
+    (RangeRequest(b"a", sort_order=2, max_mod_revision=3), "RangeStream does not support custom sort orders"),
+    (RangeRequest(b"a", min_create_revision=-1), "RangeStream does not support revision filters"),
+    (RangeRequest(b"a", max_create_revision=2), "RangeStream does not support revision filters"),
+])
+def test_request_checks_in_etcds_order(request_, expected):
+    with pytest.raises(errors.EtcdError) as got:
+        check_request(request_)
+    if isinstance(expected, str):
+        assert (got.value.code, got.value.message) == ("UNIMPLEMENTED", expected)
+    else:
+        assert got.value == expected
+
+
+def test_accepted_orders():
+    for r in (RangeRequest(b"a", sort_order=1), RangeRequest(b"a", sort_target=3), RangeRequest(b"a")):
+        check_request(r)
+
+
+class Aborted(Exception):
+    pass
+
+
+class Context:
+    """The little of a servicer context the stream uses."""
+
+    def __init__(self) -> None:
+        self.status = None
+
+    def is_active(self) -> bool:
+        return True
+
+    def abort(self, code, details):
+        self.status = (code, details)
+        raise Aborted(details)
+
+
+@pytest.fixture
+def engine(tmp_path):
+    eng = Engine.open(EngineConfig(str(tmp_path / "data")))
+    yield eng
+    eng.close()
+
+
+def put_many(engine, n: int, value: bytes = b"v", prefix: bytes = b"p/") -> None:
+    for i in range(n):
+        engine.submit(PutRequest(prefix + b"%05d" % i, value)).result()
+
+
+def streamer(engine, target: int = 1572864) -> RangeStreamer:
+    return RangeStreamer(engine, convert.Header.of(engine), target)
+
+
+def range_of(prefix=b"p/", **kw) -> rpc_pb2.RangeRequest:
+    return rpc_pb2.RangeRequest(key=prefix, range_end=prefix[:-1] + bytes([prefix[-1] + 1]), **kw)
+
+
+def test_chunks_grow_from_ten_and_only_the_last_has_header_more_count(engine):
+    put_many(engine, 75)
+    msgs = list(streamer(engine).stream(range_of(), Context()))
+    assert [len(m.range_response.kvs) for m in msgs] == [10, 20, 40, 5]
+    for m in msgs[:-1]:
+        r = m.range_response
+        assert not r.HasField("header") and not r.more and not r.count
+    last = msgs[-1].range_response
+    assert last.HasField("header") and last.header.revision == engine.committed_rev
+    assert (last.more, last.count) == (False, 75)
+    keys = [kv.key for m in msgs for kv in m.range_response.kvs]
+    assert keys == [b"p/%05d" % i for i in range(75)]
+
+
+def test_limit_cuts_the_range_and_count_is_the_whole_range(engine):
+    put_many(engine, 100)
+    msgs = list(streamer(engine).stream(range_of(limit=25), Context()))
+    assert [len(m.range_response.kvs) for m in msgs] == [10, 15]
+    assert (msgs[-1].range_response.more, msgs[-1].range_response.count) == (True, 100)
+    whole = list(streamer(engine).stream(range_of(limit=-1), Context()))
+    assert [len(m.range_response.kvs) for m in whole] == [100]
+
+
+def test_small_target_halves_chunks_down_to_one(engine):
+    put_many(engine, 30, value=b"x" * 1000)
+    msgs = list(streamer(engine, target=400).stream(range_of(), Context()))
+    # 10 kvs of ~1 KiB are above 2x400: 5, 2, 1, then 1 per chunk
+    assert [len(m.range_response.kvs) for m in msgs][:5] == [10, 5, 2, 1, 1]
+    assert sum(len(m.range_response.kvs) for m in msgs) == 30
+
+
+def test_count_only_is_one_message(engine):
+    put_many(engine, 30)
+    msgs = list(streamer(engine).stream(range_of(count_only=True, limit=3), Context()))
+    assert len(msgs) == 1
+    r = msgs[0].range_response
+    assert (r.count, len(r.kvs), r.more, r.header.revision) == (30, 0, False, engine.committed_rev)
+
+
+def test_writes_after_the_first_chunk_do_not_show(engine):
+    put_many(engine, 40)
+    start_rev = engine.committed_rev
+    gen = streamer(engine).stream(range_of(), Context())
+    first = next(gen)
+    assert len(first.range_response.kvs) == 10
+    engine.submit(PutRequest(b"p/00039", b"changed")).result()
+    engine.submit(PutRequest(b"p/00020x", b"new")).result()
+    rest = list(gen)
+    kvs = [kv for m in [first, *rest] for kv in m.range_response.kvs]
+    assert [kv.key for kv in kvs] == [b"p/%05d" % i for i in range(40)]
+    assert kvs[-1].value == b"v"
+    assert rest[-1].range_response.header.revision == start_rev
+
+
+def test_compaction_above_the_pinned_revision_fails_a_later_chunk(engine):
+    put_many(engine, 40)
+    ctx = Context()
+    gen = streamer(engine).stream(range_of(), ctx)
+    next(gen)
+    engine.submit(PutRequest(b"other", b"x")).result()
+    engine.submit(CompactRequest(engine.committed_rev)).result()
+    with pytest.raises(Aborted):
+        list(gen)
+    assert ctx.status == (grpc.StatusCode.OUT_OF_RANGE, errors.ErrCompacted.message)
+
+
+def test_refusals_come_before_any_message(engine):
+    put_many(engine, 3)
+    for req, code, text in (
+        (range_of(revision=engine.committed_rev + 1), grpc.StatusCode.OUT_OF_RANGE, errors.ErrFutureRev.message),
+        (range_of(sort_order=2), grpc.StatusCode.UNIMPLEMENTED, "RangeStream does not support custom sort orders"),
+        (rpc_pb2.RangeRequest(), grpc.StatusCode.INVALID_ARGUMENT, errors.ErrEmptyKey.message),
+    ):
+        ctx = Context()
+        gen = streamer(engine).stream(req, ctx)
+        with pytest.raises(Aborted):
+            next(gen)
+        assert ctx.status == (code, text)
