@@ -132,8 +132,8 @@ class ServerConfig:
     socket_reuse_port: bool = False
     # cluster replica (brain.cluster): the shared journal and the election's timings
     journal_url: str = ""
-    election_timeout: int = 2000  # ms
-    heartbeat_interval: int = 500  # ms
+    election_timeout: int = 500  # ms
+    heartbeat_interval: int = 100  # ms
     journal_replicas: int = 0  # 0: by the NATS cluster's size
     # the leader reads alone within its election lease (docs/cluster.md, "Reads")
     read_lease: bool = True
@@ -222,9 +222,8 @@ class ServerConfig:
                 parse_journal_url(self.journal_url)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        if self.election_timeout < 1000:
-            raise ConfigError(f"--election-timeout must be at least 1000 ms (JetStream TTLs are whole seconds), "
-                              f"got {self.election_timeout}")
+        if self.election_timeout < 200:
+            raise ConfigError(f"--election-timeout must be at least 200 ms, got {self.election_timeout}")
         if not 0 < self.heartbeat_interval * 2 <= self.election_timeout:
             raise ConfigError(f"--heartbeat-interval must be positive and at most half of --election-timeout, "
                               f"got {self.heartbeat_interval}")

@@ -141,7 +141,7 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--read-lease", "read_lease", _bool,
      "cluster: the leader answers linearizable reads without a journal round trip while its election "
      "lease holds (the clock bound is in docs/cluster.md); false: every linearizable read is confirmed "
-     "by the journal (default %(default)s)"),
+     "by a barrier record the journal's quorum acknowledged (default %(default)s)"),
     ("--journal-replicas", "journal_replicas", _int,
      "cluster: JetStream replicas of a journal this replica creates; 0 means 3 when the NATS cluster "
      "has 3 servers or more, else 1 (default %(default)s)"),

@@ -34,7 +34,7 @@ class EngineConfig:
     # Undelivered events one watch stream may hold; past it, its watchers
     # stop receiving live events and catch up from history instead.
     watch_queue_events: int = 20_000
-    # Keys compacted per step between write batches.
+    # Keys compacted, or folded into the packed index, per step between write batches.
     compaction_step_keys: int = 2000
     # Expire leases whose deadline passed.  Off for a mirror of another
     # store, whose grants and revokes come from that store.

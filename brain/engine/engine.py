@@ -79,7 +79,7 @@ from .checkpoint_meta import CheckpointMeta
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .history import History
-from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
+from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
 from .replication import Replication
@@ -230,6 +230,10 @@ class Engine:
         # Set by brain.cluster on a replica of a shared journal:
         self.forwarder: Forwarder | None = None  # how a follower reaches the leader
         self.leader_hint = None  # () -> member ID the election names
+        # () -> whether this replica has a leader now (brain.cluster.Replica.has_leader),
+        # and how often etcd's require-leader asks (the election timeout, seconds)
+        self.leader_known = None
+        self.election_timeout = 1.0
         # () -> True while this replica, leading, may read without asking the
         # journal (the election's lease: brain.cluster.election.Election.lease_valid)
         self.read_lease = None
@@ -327,7 +331,7 @@ class Engine:
 
         self._committer = threading.Thread(target=self._run, name="brain-committer", daemon=True)
         if shared is not None:
-            self._barrier = ReadBarrier(shared.read_index, lambda: self._applied_index,
+            self._barrier = ReadBarrier(self.journal_barrier, lambda: self._applied_index,
                                         ahead=lambda index: self._replication.journal_ahead(index),
                                         max_in_flight=READ_INDEX_IN_FLIGHT)
         self._replication = Replication(_ReplicaCore(self), self._lock, self.journal, self._barrier,
@@ -407,6 +411,14 @@ class Engine:
         return self.store.leader_id or (self.leader_hint() if self.leader_hint is not None else 0)
 
     @property
+    def has_leader(self) -> bool:
+        """Whether this server has a leader now (etcd's ``s.Leader() !=
+        None``), what require-leader calls are refused without.  A single
+        node always has one: itself.  A replica asks the cluster
+        (``leader_known``, where the definition lives)."""
+        return self.leader_known is None or self.leader_known()
+
+    @property
     def unwritten_confirmations(self) -> int:
         """Answers decided without a journal record that asked the journal
         before they were given (Replication.confirm_unwritten)."""
@@ -414,7 +426,8 @@ class Engine:
 
     def use_read_index(self, ask) -> None:
         """Where linearizable reads get their read index from:
-        ``ask(callback(index, exc))`` (default: the journal's)."""
+        ``ask(callback(index, exc))`` (default: ``journal_barrier``, which
+        only a leader answers; brain.cluster asks the leader from anywhere)."""
         if self._barrier is not None:
             self._barrier.use_source(ask)
 
@@ -441,6 +454,18 @@ class Engine:
     def range(self, req: RangeRequest):
         with self._lock:
             return self.store.range(req, self.committed_rev)
+
+    def range_columns(self, req: RangeRequest):
+        """A Range in columns (Store.range_columns): how the KV service
+        answers, so a list builds no object per key."""
+        with self._lock:
+            return self.store.range_columns(req, self.committed_rev)
+
+    def range_chunk(self, req: RangeRequest):
+        """One chunk of a RangeStream, in columns: a range without its total
+        count (Store.range_chunk), so a limited chunk costs O(limit)."""
+        with self._lock:
+            return self.store.range_chunk(req, self.committed_rev)
 
     def read_barrier(self, callback) -> bool:
         """Make linearizable reads safe.  True: reads at ``committed_rev``
@@ -521,6 +546,26 @@ class Engine:
         readers and watchers see it then.  A payload that does not continue
         the revision is refused with ValueError and nothing is applied."""
         return self.submit(Effects(payload))
+
+    def journal_barrier(self, callback) -> None:
+        """(any thread; leading) A read index confirmed by the journal's
+        quorum: once a record appended after this call is acknowledged (the
+        next commit batch's, an empty one if it has nothing else to append),
+        ``callback(index, None)`` with the index of the record before it;
+        ``callback(None, EtcdError)`` if this replica does not lead or the
+        append failed.  The record is fenced on that index and a JetStream
+        ack means a quorum of the stream's replicas stored it there, which
+        a deposed leader, of brain or of the stream, cannot get: so every
+        record acknowledged, or visible anywhere, before this call is at or
+        below that index (docs/cluster.md, "Reads").  A follower has it
+        applied already unless it is behind: it needs no round trip of the
+        barrier record itself."""
+
+        def settled(items) -> None:  # on the committer
+            _, index, exc = items[0]
+            callback(None if exc is not None else index - 1, exc)
+
+        self.submit_batch([JournalBarrier()], settled, local=True)
 
     def _enqueue(self, pending: list[_Pending]) -> None:
         with self._cv:
@@ -686,23 +731,33 @@ class Engine:
                 self._settle(p, None, errors.ErrNoSpace)
                 continue
             admitted.append(p)
-        if not admitted:
+        barriers = [p for p in admitted if type(p.request) is JournalBarrier]
+        if barriers:
+            admitted = [p for p in admitted if type(p.request) is not JournalBarrier]
+        if not admitted and not barriers:
             return
         with self._lock:
-            results, payload = self._apply(admitted)
+            results, payload = self._apply(admitted) if admitted else ([], b"")
             new_rev = self.store.revision
             events = self.store.take_changes()
         index = self._applied_index
-        if payload:
+        # A barrier needs a record even when nothing else is appended: an
+        # empty one, which every replica applies as nothing (brain.mvcc.codec).
+        appends = bool(payload) or (bool(barriers) and self._barrier is not None)
+        if appends:
             # the append is fenced on this replica's last record: once it
             # lands, every decision of the batch was made on the whole journal
-            index = self._make_durable(payload, admitted)
+            index = self._make_durable(payload, admitted + barriers)
             if index is None:
                 return
         self._publish(new_rev, index, events)
+        for p in barriers:
+            self._settle(p, index)
+        if not admitted:
+            return
         self._requests += len(admitted)
         self._role.keeper.on_commit([p.request for p in admitted], results)  # the leader's commit
-        if not payload and self._barrier is not None:
+        if not appends and self._barrier is not None:
             # Decided from this replica's store with nothing to append (a
             # failed compare, a delete of nothing, a refused request): no
             # fence vouches that no other replica leads and wrote meanwhile.
@@ -840,10 +895,14 @@ class Engine:
         self._failed_reason = reason
 
     def _maintain(self) -> None:
-        """Between batches: a bounded compaction step, checkpoint work."""
+        """Between batches: a bounded compaction step, a bounded merge of
+        recent writes into the packed index, checkpoint work."""
         if self.store.compacting and not self._compaction_pins:
             with self._lock:
                 self.store.compaction_step(self.config.compaction_step_keys)
+        if self.store.merging:
+            with self._lock:
+                self.store.merge_step(self.config.compaction_step_keys)
         if self._compact_waiters:
             done_rev = self.store.compact_done_rev
             still = []

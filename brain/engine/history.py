@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Protocol
 
 from ..mvcc.codec import Record
-from ..mvcc.kvhash import covered_revisions
 from ..mvcc.store import Store
 
 REVISIONS_PER_HOLD = 4096  # revisions collected per hold of the engine lock
@@ -123,31 +122,13 @@ class PinnedHistory:
         for sid, shard in enumerate(self._shards):
             cursor = None
             while True:
-                revisions: list[int] = []
-                alive = 0
                 with lock:
                     self._check_open()
-                    index = shard.index
-                    keys = index.irange() if cursor is None else index.irange(cursor, inclusive=(False, True))
-                    scanned = 0
-                    last = None
-                    for key in keys:
-                        last = key
-                        scanned += 1
-                        ki = index[key]
-                        revs = covered_revisions(ki, compact, upto)
-                        if revs:
-                            revisions.extend(revs)
-                            if ki.get(upto) is not None:
-                                alive += 1
-                        if len(revisions) >= revisions_per_hold or scanned >= keys_per_hold:
-                            break
-                    else:
-                        last = None  # the shard is done
+                    revisions, alive, cursor = shard.covered(cursor, compact, upto, revisions_per_hold,
+                                                             keys_per_hold)
                 yield Chunk(sid, revisions, alive)
-                if last is None:
+                if cursor is None:
                     break
-                cursor = last
 
     def read(self, refs: Iterable[tuple[int, int]]) -> list[Record]:
         """The records at (shard, packed revision) `refs`, in one hold of

@@ -23,6 +23,16 @@ class Effects:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalBarrier:
+    """A request for a journal record after every record acknowledged so
+    far: a read index confirmed by the journal's quorum (brain.engine.
+    readindex).  Queued like a write and answered with the index of its
+    commit batch's record, an empty record when the batch appends nothing
+    else; only the leader decides it (another replica's answer is
+    ErrNotLeader)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """A journal record delivered to a follower, to apply."""
 

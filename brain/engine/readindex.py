@@ -2,10 +2,18 @@
 
 A replica serves reads from its own memory, which may lag the journal: a
 write acknowledged by the leader a moment ago may not be applied here yet.
-So a linearizable read first asks the journal for its newest index (one
-round trip) and waits until this replica has applied up to it; every write
-acknowledged before the read began is then visible.  It is etcd's ReadIndex,
-with the replicated journal in the role of the Raft leader.
+So a linearizable read first gets a *read index*, an index no lower than
+any record acknowledged before the read began, and waits until this
+replica has applied up to it.  It is etcd's ReadIndex, with the replicated
+journal in the role of the Raft leader and its quorum confirming the index:
+the leader appends a barrier record (an empty one unless a write batch
+goes out anyway) and the index is that record's once JetStream acknowledged
+it, which needs a quorum of the stream's replicas to have stored it after
+every record acknowledged before.  A deposed leader, of brain or of the
+NATS stream, gets no such acknowledgement, so a read behind it fails or
+waits; it never answers from a stale end.  The leader within its read
+lease knows the index without a record (Engine.read_barrier).  Where the
+index comes from is the engine's ``ask``: brain.cluster asks the leader.
 
 Batching: a round trip serves every read that was waiting when it was
 *sent*.  A read that arrives while round trips are in flight waits for the
@@ -41,9 +49,11 @@ DEFAULT_TIMEOUT = 5.0  # etcd's read index waits up to its request timeout
 
 
 class ReadBarrier:
-    """Groups linearizable reads behind journal round trips.
+    """Groups linearizable reads behind read-index round trips.
 
-    ``ask(callback)`` starts a round trip (``callback(index, exc)``);
+    ``ask(callback)`` starts a round trip (``callback(index, exc)``: the
+    index of an acknowledged barrier record, or the leader's within its
+    lease);
     ``applied_index()`` is this replica's applied index; ``ahead(index)`` is
     called when the journal reports an index this replica has no record of
     being on its way (a leader that missed another writer's appends).

@@ -39,7 +39,8 @@ def load_store(backend, journal, boundaries: list[bytes], max_txn_ops: int,
         store.load_checkpoint(meta.revision, meta.leases,
                               compact_rev=-1 if meta.compact_revision is None else meta.compact_revision,
                               compaction_finished=meta.compaction_finished,
-                              epoch=meta.epoch, leader_id=meta.leader_id)
+                              epoch=meta.epoch, leader_id=meta.leader_id,
+                              progress=LoadProgressLog(sum(backend.statistics().entries)))
         journal_index = meta.journal_index
         log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
                  store.revision, journal_index, store.keys_total(), time.monotonic() - started)
@@ -54,12 +55,38 @@ def load_store(backend, journal, boundaries: list[bytes], max_txn_ops: int,
         replayed_bytes += len(payload)
         replayed += 1
         last = index
-        if time.monotonic() - last_log > 2.0:
+        if time.monotonic() - last_log > PROGRESS_LOG_SECONDS:
             log.info("replaying journal: %d records, revision %d", replayed, store.revision)
             last_log = time.monotonic()
     if replayed:
         log.info("replayed %d journal records to revision %d", replayed, store.revision)
     return store, last, replayed_bytes
+
+
+PROGRESS_LOG_SECONDS = 5.0  # a long restart says how far it got this often
+
+
+class LoadProgressLog:
+    """A checkpoint load's progress in the log every PROGRESS_LOG_SECONDS
+    (records scanned of the store's total and keys packed, each with its
+    rate since the last line), so whoever waits on a restart of millions of
+    keys sees it move."""
+
+    def __init__(self, records: int, every: float = PROGRESS_LOG_SECONDS) -> None:
+        self.records = records
+        self.every = every
+        self.started = self.logged = time.monotonic()
+        self.scanned = self.packed = 0
+
+    def __call__(self, scanned: int, packed: int) -> None:
+        now = time.monotonic()
+        seconds = now - self.logged
+        if seconds < self.every or not seconds:
+            return
+        log.info("loading checkpoint: %d of %d records scanned (%.0f/s), %d keys packed (%.0f/s), %.0fs in",
+                 scanned, self.records, (scanned - self.scanned) / seconds, packed,
+                 (packed - self.packed) / seconds, now - self.started)
+        self.logged, self.scanned, self.packed = now, scanned, packed
 
 
 @contextmanager

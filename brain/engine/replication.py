@@ -48,7 +48,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Protocol
 
-from ..journal import JournalError, JournalFencedError, JournalPurgedError
+from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
 from ..mvcc.store import Store
@@ -492,7 +492,7 @@ class Replication:
         self.apply_records(core.take_posted(Delivered))
         for _ in range(PROMOTE_ATTEMPTS):
             try:
-                end = _read_index_now(journal)
+                end = _end_index_now(journal)
                 if end > core.applied_index:
                     self._catch_up(end)
                 journal.begin_writing(core.applied_index)
@@ -575,6 +575,14 @@ class Replication:
         started = time.monotonic()
         self._checkpointer.settle(core.store)
         store, applied, nbytes = core.load_store(core.applied_index)
+        if applied < core.applied_index:
+            # Records this replica applied exist (the journal delivered
+            # them), so a read that ends before them saw a view of the
+            # stream still catching up: a NATS server just back from a
+            # partition answers with its own, older end.  Retried.
+            raise JournalUnavailableError(
+                f"the journal read ended at index {applied}, before index {core.applied_index} that this "
+                f"replica has applied (a NATS server still catching up)")
         if applied != core.applied_index or store.revision != core.committed_rev:
             reason = (f"rebuilding the store reached journal index {applied}, revision {store.revision}; "
                       f"expected {core.applied_index}, {core.committed_rev}")
@@ -603,8 +611,9 @@ class Replication:
         core.flush_sinks()
 
 
-def _read_index_now(journal, timeout: float = 5.0) -> int:
-    """The journal's newest index, waited for on this thread."""
+def _end_index_now(journal, timeout: float = 5.0) -> int:
+    """The journal's newest index, waited for on this thread (stale at
+    worst: the epoch record appended after it is fenced on it)."""
     done = threading.Event()
     out: list = [None, None]
 
@@ -612,7 +621,7 @@ def _read_index_now(journal, timeout: float = 5.0) -> int:
         out[0], out[1] = index, exc
         done.set()
 
-    journal.read_index(answer)
+    journal.end_index(answer)
     if not done.wait(timeout):
         raise TimeoutError("the journal did not answer its newest index")
     if out[1] is not None:

@@ -181,8 +181,12 @@ class BrainCollector:
 
 
 class TransportCollector:
-    """The native transport's counters, read at scrape time from
-    ``stats()`` (a dict, or None when grpcio serves):
+    """The API server's connection-level counters, read at scrape time from
+    ``stats()`` (a dict; the transport's keys are missing when grpcio serves):
+
+      brain_require_leader_streams, brain_require_leader_streams_ended_total
+          (streams carrying etcd's hasleader metadata: open, and ended for
+          want of a leader; brain.api.require_leader),
 
       brain_transport_connections_accepted_total, brain_transport_connections_open,
       brain_transport_http_requests_total, brain_transport_bad_requests_total
@@ -206,6 +210,14 @@ class TransportCollector:
         st = self.stats()
         if not st:
             return
+        if "require_leader_streams" in st:
+            yield _gauge("brain_require_leader_streams", "Open streams (Watch, LeaseKeepAlive) whose client "
+                         "set etcd's require-leader metadata (hasleader).", st["require_leader_streams"])
+            yield _counter("brain_require_leader_streams_ended_total", "Require-leader streams ended with "
+                           "'etcdserver: no leader' after three election timeouts without a leader.",
+                           st["require_leader_ended"])
+        if "connections_accepted" not in st:
+            return  # grpcio: no transport counters
         yield _counter("brain_transport_connections_accepted_total", "Client connections accepted.",
                        st["connections_accepted"])
         yield _gauge("brain_transport_connections_open", "Client connections open.", st["connections_open"])
@@ -273,5 +285,6 @@ def _cluster_metrics(eng, st):
     yield _counter("brain_cluster_forward_retries_total", "Forwarded batches sent again (no leader, or "
                    "the replica asked was not the leader).", getattr(fwd, "retried", 0))
     barrier = getattr(eng, "_barrier", None)
-    yield _counter("brain_read_index_round_trips_total", "Journal round trips made for linearizable reads.",
+    yield _counter("brain_read_index_round_trips_total", "Read-index round trips made for linearizable reads "
+                   "(answered by the leader's lease or by a barrier record).",
                    getattr(barrier, "round_trips", 0))

@@ -5,6 +5,8 @@ Replaying effects needs no request logic, so a replay can never take a
 different branch than the original apply did.  A payload is a sequence of
 entries, each starting with a one-byte tag:
 
+  b"V" version:u8                                        the format of the entries after it
+                                                         (every payload starts with one)
   b"T" main:u64 count:u32 then `count` changes (the revision's subs, in order):
          b"P" klen:u32 key vlen:u32 value lease:i64      a put
          b"D" klen:u32 key                               a delete (tombstone)
@@ -15,6 +17,13 @@ entries, each starting with a one-byte tag:
   b"E" epoch:u64 leader:u64                              a replica took the lead of a
                                                          replicated journal (term, member ID)
 
+Format versions: 1 is the one above (a payload without b"V" was written
+before versions were recorded, and is version 1 too).  A reader refuses a
+payload holding a version it does not know before decoding any of it
+(FormatVersionError), so a replica of an older brain stops applying the
+records of a newer one instead of misreading them.  A payload may hold
+several b"V" entries: the engine joins the payloads of one batch.
+
 Stored record (value store, keyed by the 16-byte revision):
   flags:u8 (1 = tombstone) create:u64 version:i64 lease:i64 klen:u32 key value
 where `create` is the packed create revision.
@@ -23,7 +32,6 @@ where `create` is the packed create revision.
 from __future__ import annotations
 
 import struct
-from typing import Iterator
 
 _T_HEAD = struct.Struct("<QI")
 _LEN = struct.Struct("<I")
@@ -33,6 +41,18 @@ _2U64 = struct.Struct("<QQ")
 _REC_HEAD = struct.Struct("<BQqqI")
 
 PUT, DELETE = 0, 1
+
+FORMAT_VERSION = 1  # the journal payload format this code writes and the newest it reads
+_VERSION_ENTRY = bytes((0x56, FORMAT_VERSION))  # b"V" version
+
+
+class FormatVersionError(ValueError):
+    """A journal payload in a format newer than this code reads."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"journal record format version {version} is newer than this brain reads "
+                         f"(up to {FORMAT_VERSION}): upgrade this replica")
+        self.version = version
 
 # A record held in memory: (key, value or None for a tombstone, packed create
 # revision, version, lease).
@@ -90,20 +110,36 @@ class BatchEncoder:
             self._count_at = -1
 
     def finish(self) -> bytes:
+        """The payload: b"" when the batch had no effects, else the format
+        version and the entries."""
         self._close_revision()
-        return b"".join(self._parts)
+        if not self._parts:
+            return b""
+        return _VERSION_ENTRY + b"".join(self._parts)
 
 
-def decode_batch(payload: bytes) -> Iterator[tuple]:
-    """Yield entries: ("T", main, [(PUT, key, value, lease) | (DELETE, key)]),
+def decode_batch(payload: bytes) -> list[tuple]:
+    """The entries: ("T", main, [(PUT, key, value, lease) | (DELETE, key)]),
     ("C", rev), ("G", id, ttl), ("R", id), ("E", epoch, leader).  Raises
-    ValueError on bad bytes."""
+    ValueError on bad bytes, FormatVersionError on a format newer than
+    FORMAT_VERSION; the whole payload is decoded first, so a caller that
+    applies entries applies none of a payload that raises."""
+    entries: list[tuple] = []
     mv = memoryview(payload)
     pos, n = 0, len(payload)
     while pos < n:
         tag = payload[pos]
         pos += 1
-        if tag == 0x54:  # T
+        if tag == 0x56:  # V
+            if pos >= n:
+                raise ValueError("truncated format version entry")
+            version = payload[pos]
+            pos += 1
+            if version > FORMAT_VERSION:
+                raise FormatVersionError(version)
+            if version < 1:
+                raise ValueError(f"journal record format version {version} does not exist")
+        elif tag == 0x54:  # T
             main, count = _T_HEAD.unpack_from(payload, pos)
             pos += _T_HEAD.size
             changes = []
@@ -127,25 +163,26 @@ def decode_batch(payload: bytes) -> Iterator[tuple]:
                     raise ValueError(f"unknown change kind {kind} at {pos}")
             if pos > n:
                 raise ValueError("truncated revision entry")
-            yield ("T", main, changes)
+            entries.append(("T", main, changes))
         elif tag == 0x43:  # C
             (rev,) = _I64.unpack_from(payload, pos)
             pos += 8
-            yield ("C", rev)
+            entries.append(("C", rev))
         elif tag == 0x47:  # G
             lease_id, ttl = _2I64.unpack_from(payload, pos)
             pos += 16
-            yield ("G", lease_id, ttl)
+            entries.append(("G", lease_id, ttl))
         elif tag == 0x52:  # R
             (lease_id,) = _I64.unpack_from(payload, pos)
             pos += 8
-            yield ("R", lease_id)
+            entries.append(("R", lease_id))
         elif tag == 0x45:  # E
             epoch, leader = _2U64.unpack_from(payload, pos)
             pos += 16
-            yield ("E", epoch, leader)
+            entries.append(("E", epoch, leader))
         else:
             raise ValueError(f"unknown journal entry tag {tag} at offset {pos - 1}")
+    return entries
 
 
 def encode_record(rec: Record) -> bytes:
@@ -161,6 +198,13 @@ def decode_record_head(data) -> tuple[bytes, bool, int, int, int]:
     flags, create, version, lease, klen = _REC_HEAD.unpack_from(data, 0)
     start = _REC_HEAD.size
     return bytes(data[start : start + klen]), bool(flags & 1), create, version, lease
+
+
+def decode_value_lease(data: bytes) -> tuple[bytes, int]:
+    """(value, lease) of a put's record, without copying its key: what a
+    list reads of each key."""
+    _flags, _create, _version, lease, klen = _REC_HEAD.unpack_from(data, 0)
+    return data[_REC_HEAD.size + klen:], lease
 
 
 def decode_record(data: bytes) -> Record:

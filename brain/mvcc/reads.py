@@ -1,4 +1,5 @@
-"""Reads: etcd's Range at a revision, counts without a scan, the history a
+"""Reads: etcd's Range at a revision (a list in columns, range_columns;
+KeyValue objects, execute_range), counts without a scan, the history a
 watch catches up from, and an event's prev_kv.
 
 Nothing here changes the store.  Every read names the main revision it
@@ -13,7 +14,7 @@ import heapq
 from typing import TYPE_CHECKING, Iterator
 
 from . import errors
-from .key_index import KeyIndex
+from .packed import KeyHistory
 from .requests import (
     EVENT_DELETE,
     EVENT_PUT,
@@ -27,10 +28,12 @@ from .requests import (
     TARGET_VERSION,
     Event,
     KeyValue,
+    RangeColumns,
     RangeRequest,
     RangeResult,
 )
-from .revision import main_of, pack
+from .revision import SUB_BITS, main_of, pack
+from .shard import Found, Shard
 
 if TYPE_CHECKING:
     from .store import Store
@@ -58,8 +61,8 @@ def range_end_bound(range_end: bytes) -> bytes | None | bool:
     return range_end
 
 
-def key_indexes(store: Store, key: bytes, end: bytes | None | bool) -> Iterator[KeyIndex]:
-    """KeyIndex objects for [key, end) in key order (end False: just key)."""
+def key_indexes(store: Store, key: bytes, end: bytes | None | bool) -> Iterator[KeyHistory]:
+    """The history of every key in [key, end) in key order (end False: just key)."""
     if end is False:
         ki = store.shard_for_key(key).get(key)
         if ki is not None:
@@ -109,7 +112,7 @@ def count(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int | 
     return total
 
 
-def key_value(store: Store, ki: KeyIndex, found: tuple[int, int, int]) -> KeyValue:
+def key_value(store: Store, ki: KeyHistory, found: tuple[int, int, int]) -> KeyValue:
     """The KeyValue of what ``ki.get`` found (its record read from the shard)."""
     mod, created, version = found
     rec = store.shard_for_key(ki.key).record(mod)
@@ -134,42 +137,131 @@ def _check_read_rev(store: Store, rev: int, view: int) -> int:
     return rev
 
 
-def execute_range(store: Store, r: RangeRequest, view: int) -> RangeResult:
-    """etcd's executeRange over the view at revision `view` (the request
-    already validated)."""
-    rev = _check_read_rev(store, r.revision, view)
-    at = rev
-    end = range_end_bound(r.range_end)
+def _limited_walk(r: RangeRequest) -> bool:
+    """etcd applies the limit while it walks the index (limit+1 keys in key
+    order, sorted afterwards if a sort target asks) unless the request
+    names a sort order or a revision filter."""
     default_order = r.sort_order == SORT_NONE or (r.sort_target == TARGET_KEY and r.sort_order == SORT_ASCEND)
-    filters = r.min_mod_revision or r.max_mod_revision or r.min_create_revision or r.max_create_revision
-    limit = r.limit if (default_order and not filters and r.limit > 0) else 0
-    fetch = limit + 1 if limit else 0
+    return default_order and not (r.min_mod_revision or r.max_mod_revision or r.min_create_revision
+                                  or r.max_create_revision)
 
+
+def is_columnar(r: RangeRequest) -> bool:
+    """A Range that range_columns reads column by column: in key order, no
+    sort, no revision filters (every list the apiserver makes).  Sort
+    order NONE with another target sorts too (etcd makes it ascending)."""
+    return r.sort_target == TARGET_KEY and _limited_walk(r)
+
+
+def range_columns(store: Store, r: RangeRequest, view: int, with_count: bool = True) -> RangeColumns:
+    """execute_range answered as columns.  A columnar request
+    (``is_columnar``) is read so: no object per key, and for keys_only no
+    record read for a block entry (its lease is in the block); any other
+    is execute_range's result, transposed."""
+    if not is_columnar(r):
+        return RangeColumns.of(execute_range(store, r, view, with_count))
+    rev = _check_read_rev(store, r.revision, view)
+    end = range_end_bound(r.range_end)
     if r.count_only:
-        total = count(store, r.key, end, at)
-        if total is None:
-            total = sum(1 for ki in key_indexes(store, r.key, end) if ki.get(at) is not None)
-        return RangeResult(view, [], False, total)
-    found_list: list[tuple[KeyIndex, tuple[int, int, int]]] = []
-    total = count(store, r.key, end, at) if fetch else None
-    if total is not None:
-        # The count is known: stop scanning once the page is full.
-        for ki in key_indexes(store, r.key, end):
-            found = ki.get(at)
-            if found is not None:
-                found_list.append((ki, found))
-                if len(found_list) >= fetch:
-                    break
-    else:
-        total = 0
-        for ki in key_indexes(store, r.key, end):
-            found = ki.get(at)
-            if found is None:
-                continue
-            total += 1
-            if not fetch or len(found_list) < fetch:
-                found_list.append((ki, found))
-    kvs = [key_value(store, ki, f) for ki, f in found_list]
+        return RangeColumns(view, [], [], [], [], None, [], False, _count_at(store, r.key, end, rev))
+    return _columns(store, r.key, end, rev, view, r.limit if r.limit > 0 else 0, with_count, not r.keys_only)
+
+
+def _count_at(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int:
+    total = count(store, key, end, at)
+    if total is None:
+        total = sum(1 for ki in key_indexes(store, key, end) if ki.get(at) is not None)
+    return total
+
+
+def _columns(store: Store, key: bytes, end: bytes | None | bool, at: int, view: int, limit: int, with_count: bool,
+             values: bool, cut: bool = True) -> RangeColumns:
+    """The keys of [key, end) that exist at ``at``, up to ``limit`` (0:
+    all), with ``more`` and the count (``with_count`` False: the keys
+    collected, as for a RangeStream chunk); values read only if ``values``.
+    ``cut`` False keeps the one key past the limit (read to know ``more``)
+    for a caller that sorts before it cuts."""
+    fetch = limit + 1 if limit else 0
+    total = count(store, key, end, at) if fetch and with_count else None
+    # The count known or not wanted: stop once the page is full.  Else
+    # every key is collected, to count them.
+    room = fetch if (total is not None or not with_count) else 0
+    parts: list[tuple[Shard, Found]] = []
+    if end is False:
+        shard = store.shard_for_key(key)
+        found = Found()
+        ki = shard.get(key)
+        if ki is not None:
+            found.add_history(ki, at)
+        parts.append((shard, found))
+    elif end is None or key < end:
+        collected = 0
+        for sid in store.shard_map.shards_for(key, end):
+            shard, found = store.shards[sid], Found()
+            shard.visible(key, end, at, found, room - collected if room else 0)
+            parts.append((shard, found))
+            collected += len(found.keys)
+            if room and collected >= room:
+                break
+    n = sum(len(f.keys) for _, f in parts)
+    if total is None:
+        total = n
+    more = bool(limit) and n > limit
+    keys: list[bytes] = []
+    mods: list[int] = []
+    created: list[int] = []
+    versions: list[int] = []
+    leases: list[int] = []
+    vals: list[bytes] | None = [] if values else None
+    left = (limit if cut else limit + 1) if limit else n
+    for shard, f in parts:
+        if left <= 0:
+            break
+        taken = min(left, len(f.keys))
+        left -= taken
+        keys += f.keys[:taken]
+        part_mods = f.mods[:taken]
+        mods += part_mods
+        created += f.created[:taken]
+        versions += f.versions[:taken]
+        if vals is not None:
+            part_values, part_leases = shard.values_and_leases(part_mods)
+            vals += part_values
+            leases += part_leases
+            continue
+        part_leases = f.leases[:taken]
+        unknown = [i for i, lease in enumerate(part_leases) if lease is None]
+        if unknown:
+            for i, lease in zip(unknown, shard.values_and_leases([part_mods[i] for i in unknown])[1]):
+                part_leases[i] = lease
+        leases += part_leases
+    return RangeColumns(view, keys, [c >> SUB_BITS for c in created], [m >> SUB_BITS for m in mods], versions,
+                        vals, leases, more, total)
+
+
+def execute_range(store: Store, r: RangeRequest, view: int, with_count: bool = True) -> RangeResult:
+    """etcd's executeRange over the view at revision `view` (the request
+    already validated).
+
+    ``with_count`` False is etcd's read without a total count (one chunk of
+    a RangeStream): a limited range then stops after limit+1 keys, so it
+    costs O(limit) however far the range goes on, and the result's count is
+    the number of keys it collected, as etcd's index walk reports it.
+    """
+    if is_columnar(r):
+        cols = range_columns(store, r, view, with_count)
+        return RangeResult(cols.revision, cols.key_values(), cols.more, cols.count)
+    rev = _check_read_rev(store, r.revision, view)
+    end = range_end_bound(r.range_end)
+    if r.count_only:
+        return RangeResult(view, [], False, _count_at(store, r.key, end, rev))
+    # Sorted or filtered: the keys of the range (with the limit, limit+1 of
+    # them if etcd limits its walk), then filtered, sorted and cut to the
+    # limit; values are read only to sort by them.
+    cols = _columns(store, r.key, end, rev, view, r.limit if (_limited_walk(r) and r.limit > 0) else 0,
+                    with_count, not r.keys_only or r.sort_target == TARGET_VALUE, cut=False)
+    kvs = cols.key_values()
+    total = cols.count
 
     if r.max_mod_revision:
         kvs = [kv for kv in kvs if kv.mod_revision <= r.max_mod_revision]

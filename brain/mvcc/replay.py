@@ -12,10 +12,10 @@ the one that wrote the payload (tests/mvcc/test_store_model.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .codec import PUT, decode_batch, decode_record_head
-from .key_index import KeyIndex
+from .packed import StoredHead, pack_stored
 from .revision import from_bytes, main_of, pack
 
 if TYPE_CHECKING:
@@ -68,11 +68,12 @@ def check_continues(store: Store, payload: bytes) -> None:
 
 
 def load_checkpoint(store: Store, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
-                    compaction_finished: bool, epoch: int, leader_id: int) -> None:
+                    compaction_finished: bool, epoch: int, leader_id: int,
+                    progress: LoadProgress | None = None) -> None:
     """Take the state a checkpoint recorded (``load_records`` plus its
     revisions); a physical compaction it records as unfinished starts
     again from the beginning."""
-    load_records(store, leases)
+    load_records(store, leases, progress)
     store.revision = revision
     store.compact_rev = compact_rev
     store.compact_done_rev = compact_rev if compaction_finished else -1
@@ -81,40 +82,56 @@ def load_checkpoint(store: Store, revision: int, leases: Iterable[tuple[int, int
         store.start_compaction(compact_rev)
 
 
-def load_records(store: Store, leases: Iterable[tuple[int, int]]) -> None:
+LoadProgress = Callable[[int, int], None]  # (records scanned, keys packed) so far, over all shards
+PROGRESS_STEP = 1 << 14  # records scanned between two calls of a LoadProgress (it is also called per block packed)
+
+
+def load_records(store: Store, leases: Iterable[tuple[int, int]], progress: LoadProgress | None = None) -> None:
     """Rebuild every shard's key index from the value store (after a
     checkpoint, the store holds every record not yet compacted) and
-    reattach keys to the checkpoint's `leases` ((id, ttl) pairs)."""
+    reattach keys to the checkpoint's `leases` ((id, ttl) pairs).
+
+    Per shard, the scan (in revision order) keeps each key's record heads
+    in a dict, a single head as itself; packed.pack_stored then sorts the
+    keys once and packs them straight into blocks, each key with its newest
+    put's lease, so no KeyIndex is built for a key with one put.  `progress` is called every PROGRESS_STEP
+    records scanned and after each block packed."""
     for lease_id, ttl in leases:
         store.lessor.grant(lease_id, ttl)
     store.keys_live = 0
     floor = 0
+    scanned = packed = 0
     for shard in store.shards:
-        # Records come in revision order, not key order: collect into a
-        # dict and sort once.  A key's newest record comes last, so its
-        # lease is the last one seen (no second read per key).
-        index: dict[bytes, KeyIndex] = {}
-        key_lease: dict[bytes, int] = {}
+        heads: dict[bytes, StoredHead | list[StoredHead]] = {}
         for rev_bytes, data in store.backend.scan(shard.id):
             rev = from_bytes(rev_bytes)
             key, deleted, created, version, lease = decode_record_head(data)
-            ki = index.get(key)
-            if ki is None:
-                ki = index[key] = KeyIndex(key)
-            if deleted:
-                ki.tombstone(rev)  # may stand alone: a tombstone kept at the compaction revision
+            head = (rev, deleted, created, version, lease)
+            seen = heads.get(key)
+            if seen is None:
+                heads[key] = head
+            elif type(seen) is tuple:
+                heads[key] = [seen, head]
             else:
-                ki.restore(rev, created, version)
-            if lease:
-                key_lease[key] = lease
-            else:
-                key_lease.pop(key, None)
+                seen.append(head)
             floor = rev
-        shard.load(index)
-        for key, ki in index.items():
-            if ki.is_live():
+            scanned += 1
+            if progress is not None and not scanned % PROGRESS_STEP:
+                progress(scanned, packed)
+        # A key exists now when its newest record is a put; that put's
+        # lease is the key's.
+        for key, seen in heads.items():
+            newest = seen if type(seen) is tuple else seen[-1]
+            if not newest[1]:
                 store.keys_live += 1
-                lease = key_lease.get(key)
-                if lease:
-                    store.lessor.set_key(key, lease)
+                if newest[4]:
+                    store.lessor.set_key(key, newest[4])
+        blocks = []
+        for block in pack_stored(heads, shard.block_size):
+            blocks.append(block)
+            packed += len(block)
+            if progress is not None:
+                progress(scanned, packed)
+        del heads
+        shard.load(blocks)
         store.memtable_floor = store.index_rev = max(store.memtable_floor, main_of(floor))

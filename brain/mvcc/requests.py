@@ -118,6 +118,40 @@ class RangeResult:
 
 
 @dataclass(slots=True)
+class RangeColumns:
+    """A Range result in default key order, column by column: key i is
+    (keys[i], create_revisions[i], mod_revisions[i], versions[i],
+    values[i], leases[i]), revisions main only, as a KeyValue has them.
+
+    What a list of many keys answers with (brain.mvcc.reads.range_columns):
+    no object per key, and for keys_only (``values`` None) no record read
+    for a key whose block has its lease."""
+
+    revision: int
+    keys: list[bytes]
+    create_revisions: list[int]
+    mod_revisions: list[int]
+    versions: list[int]
+    values: list[bytes] | None
+    leases: list[int]
+    more: bool
+    count: int
+
+    @classmethod
+    def of(cls, res: RangeResult) -> RangeColumns:
+        """`res` column by column."""
+        kvs = res.kvs
+        return cls(res.revision, [kv.key for kv in kvs], [kv.create_revision for kv in kvs],
+                   [kv.mod_revision for kv in kvs], [kv.version for kv in kvs], [kv.value for kv in kvs],
+                   [kv.lease for kv in kvs], res.more, res.count)
+
+    def key_values(self) -> list[KeyValue]:
+        values = self.values if self.values is not None else [b""] * len(self.keys)
+        return list(map(KeyValue, self.keys, self.create_revisions, self.mod_revisions, self.versions, values,
+                        self.leases))
+
+
+@dataclass(slots=True)
 class PutResult:
     revision: int
     prev_kv: KeyValue | None = None

@@ -36,6 +36,7 @@ from .checkpoint import CheckpointCut
 from .codec import BatchEncoder
 from .compaction import Compaction, apply_compact
 from .lease import Lessor
+from .packed import BLOCK_KEYS
 from .requests import (
     EVENT_DELETE,
     EVENT_PUT,
@@ -46,6 +47,7 @@ from .requests import (
     LeaseGrantRequest,
     LeaseRevokeRequest,
     PutRequest,
+    RangeColumns,
     RangeRequest,
     RangeResult,
     TxnRequest,
@@ -53,6 +55,10 @@ from .requests import (
 )
 from .revision import main_of
 from .shard import Shard, ShardMap
+
+# Overlay keys a shard keeps at least before merging them into blocks: a
+# store this small stays on the overlay alone (Store.overlay_floor).
+MERGE_FLOOR_KEYS = 4096
 
 # How apply() runs each kind of write request: fn(store, request, encoder).
 _APPLY = {
@@ -67,9 +73,9 @@ _APPLY = {
 
 class Store:
     def __init__(self, backend, boundaries: Iterable[bytes] = (),
-                 max_txn_ops: int = validation.DEFAULT_MAX_TXN_OPS) -> None:
+                 max_txn_ops: int = validation.DEFAULT_MAX_TXN_OPS, block_size: int = BLOCK_KEYS) -> None:
         self.shard_map = ShardMap(list(boundaries))
-        self.shards = [Shard(i, backend) for i in range(len(self.shard_map))]
+        self.shards = [Shard(i, backend, block_size) for i in range(len(self.shard_map))]
         self.backend = backend
         self.max_txn_ops = max_txn_ops
         self.revision = 1  # etcd's empty store is at revision 1
@@ -144,6 +150,18 @@ class Store:
         validation.check_range(r)
         return reads.execute_range(self, r, view)
 
+    def range_columns(self, r: RangeRequest, view: int) -> RangeColumns:
+        """Range answered column by column (brain.mvcc.reads.range_columns):
+        what a list of many keys is served from."""
+        validation.check_range(r)
+        return reads.range_columns(self, r, view)
+
+    def range_chunk(self, r: RangeRequest, view: int) -> RangeColumns:
+        """A range read without its total count (brain.mvcc.reads.range_columns
+        with_count False), in columns: one chunk of a RangeStream, O(limit)."""
+        validation.check_range(r)
+        return reads.range_columns(self, r, view, with_count=False)
+
     def get_kv(self, key: bytes, at: int) -> KeyValue | None:
         return reads.get_kv(self, key, at)
 
@@ -203,6 +221,29 @@ class Store:
         return False
 
     # ------------------------------------------------------------------
+    # folding recent writes into the packed index (Shard.merge)
+
+    def overlay_floor(self, shard: Shard) -> int:
+        """How many overlay keys a shard keeps before merges start: a
+        small store stays in the overlay, a large one keeps it to a
+        hundredth of its keys, so reads that merge both tiers stay cheap
+        and the index's memory stays near the blocks'."""
+        return max(MERGE_FLOOR_KEYS, shard.keys() // 100)
+
+    @property
+    def merging(self) -> bool:
+        """True when some shard has entries to fold past its floor (Shard.merge_due)."""
+        return any(s.merge_due(self.overlay_floor(s)) for s in self.shards)
+
+    def merge_step(self, budget: int = 1000) -> None:
+        """Rebuild about `budget` keys of blocks with overlay keys folded in,
+        in the shards whose unmerged entries are past their floor."""
+        for shard in self.shards:
+            if budget <= 0:
+                return
+            budget -= shard.merge(budget, self.overlay_floor(shard))
+
+    # ------------------------------------------------------------------
     # recovery (brain.mvcc.replay)
 
     def replay(self, payload: bytes, *, live: bool = False) -> None:
@@ -214,14 +255,17 @@ class Store:
         replay.check_continues(self, payload)
 
     def load_checkpoint(self, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
-                        compaction_finished: bool, epoch: int = 0, leader_id: int = 0) -> None:
+                        compaction_finished: bool, epoch: int = 0, leader_id: int = 0,
+                        progress: replay.LoadProgress | None = None) -> None:
         """Take the state a checkpoint recorded (brain.mvcc.replay.load_checkpoint)."""
         replay.load_checkpoint(self, revision, leases, compact_rev=compact_rev,
-                               compaction_finished=compaction_finished, epoch=epoch, leader_id=leader_id)
+                               compaction_finished=compaction_finished, epoch=epoch, leader_id=leader_id,
+                               progress=progress)
 
-    def load_records(self, leases: Iterable[tuple[int, int]] = ()) -> None:
+    def load_records(self, leases: Iterable[tuple[int, int]] = (),
+                     progress: replay.LoadProgress | None = None) -> None:
         """Rebuild the key indexes from the value store (brain.mvcc.replay.load_records)."""
-        replay.load_records(self, leases)
+        replay.load_records(self, leases, progress)
 
     # ------------------------------------------------------------------
     # checkpoints (brain.mvcc.checkpoint)

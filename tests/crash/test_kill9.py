@@ -46,6 +46,13 @@ class Writers:
             t.start()
         return self
 
+    def wait_first_ack(self, within: float = 20.0) -> None:
+        """Until a write is acknowledged (a loaded machine can take longer
+        than the shortest kill delay to connect the writers)."""
+        deadline = time.monotonic() + within
+        while not self.acked and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def __exit__(self, *exc):
         self.stop.set()
         for t in self.threads:
@@ -146,6 +153,7 @@ def test_kill9_loses_no_acknowledged_write(setting):
     try:
         for cycle in range(cycles):
             with Writers(srv.endpoint, cycle, rng.random()) as w:
+                w.wait_first_ack()
                 time.sleep(rng.uniform(0.3, 1.5))
                 srv.kill9()
             all_acked.extend(w.acked)

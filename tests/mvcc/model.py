@@ -66,11 +66,11 @@ class ModelWrite:
     def rev(self) -> int:
         return self.model.rev + 1
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
         old = self.st.get(key)
         create = old.create_revision if old else self.rev
         version = old.version + 1 if old else 1
-        self.st[key] = KeyValue(key, create, self.rev, version, value, 0)
+        self.st[key] = KeyValue(key, create, self.rev, version, value, lease)
         self.changed = True
 
     def delete(self, start: bytes, end: bytes) -> int:
