@@ -8,6 +8,6 @@ taking the lead, is brain/engine/replication.py; the journal is
 brain/journal/jetstream.py.
 """
 
-from .replica import ClusterOptions, Replica
+from .replica import ClusterOptions, Replica, jetstream_streams
 
-__all__ = ["ClusterOptions", "Replica"]
+__all__ = ["ClusterOptions", "Replica", "jetstream_streams"]

@@ -9,6 +9,15 @@ with whoever leads next, until the request timeout.  A message that gets no
 answer at all may or may not have been applied: the client is told the
 request timed out (etcd's answer to the same uncertainty).
 
+A message in flight to a leader the election then finds dead (no
+heartbeat for the election timeout) or replaced (after a short grace for
+a leader that handed over and still answers) gets no answer either: a
+write's caller is told at once, "request timed out, possibly due to
+previous leader failure", rather than after the whole request timeout (the
+write pause after a leader's kill -9 was 7 s when a write was in flight to
+it); a lease call or read index, which can be asked again, goes to the next
+leader.
+
 Messages (brain.cluster.codec):
 
     request: [op, args]   op "w": args = [write requests]  (one commit batch's worth)
@@ -37,6 +46,8 @@ log = logging.getLogger("brain.cluster.forwarding")
 
 REQUEST_TIMEOUT = 7.0  # etcd's request timeout
 RETRY_WAIT = 0.05
+WATCH_INTERVAL = 0.02  # how often a message in flight checks the election's view of its leader
+HANDOVER_GRACE = 0.5  # a replaced (not dead) leader's time to answer what it had already taken
 
 
 def subject_of(name: str, member_id: int) -> str:
@@ -46,44 +57,80 @@ def subject_of(name: str, member_id: int) -> str:
 class Forwarder:
     """The follower side: sends to the leader, retries what is safe."""
 
-    def __init__(self, conn, name: str, leader_id: Callable[[], int], *, timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(self, conn, name: str, leader_id: Callable[[], int], *, timeout: float = REQUEST_TIMEOUT,
+                 elected: Callable[[], int] | None = None) -> None:
+        """``leader_id``: whom to ask.  ``elected``: the election's own view
+        of the leader (0 once it is silent for the election timeout), which
+        ends the wait for a leader that will not answer (module docstring)."""
         self.conn = conn
         self.name = name
         self.leader_id = leader_id
+        self.elected = elected
         self.timeout = timeout
         self.forwarded = 0
         self.retried = 0
+        self.abandoned = 0  # messages in flight to a leader that died or was replaced
 
     def forward(self, requests: list, done: Callable) -> None:
         self.forwarded += len(requests)
-        self._send(["w", requests], lambda result, exc: done(exc if exc is not None else result))
+        self._send(["w", requests], False, lambda result, exc: done(exc if exc is not None else result))
 
     def call(self, op: str, args: list, done: Callable) -> None:
-        self._send([op, args], done)
+        """A lease call or a read index: safe to ask the next leader again."""
+        self._send([op, args], True, done)
 
-    def _send(self, message: list, done: Callable) -> None:
+    def _send(self, message: list, repeatable: bool, done: Callable) -> None:
         data = codec.encode(message)
         deadline = time.monotonic() + self.timeout
-        self.conn.submit(self._exchange(data, deadline, done))
+        self.conn.submit(self._exchange(data, deadline, repeatable, done))
 
-    async def _exchange(self, data: bytes, deadline: float, done: Callable) -> None:
+    async def _request(self, leader: int, data: bytes, timeout: float):
+        """The leader's reply, or None when the election finds it dead or
+        replaced before it answers (the request is then abandoned)."""
+        import asyncio
+
+        # NatsConnection.request: a connection that drops ends the wait at once
+        request = self.conn.request(subject_of(self.name, leader), data, timeout=timeout)
+        elected = self.elected
+        if elected is None or elected() != leader:
+            return await request  # not the leader the election knows: nothing to watch
+        task = asyncio.ensure_future(request)
+        replaced_at = None
+        while True:
+            finished, _ = await asyncio.wait({task}, timeout=WATCH_INTERVAL)
+            if finished:
+                return task.result()
+            now_leader = elected()
+            if now_leader == leader:
+                replaced_at = None
+                continue
+            now = time.monotonic()
+            if now_leader == 0 or (replaced_at is not None and now - replaced_at >= HANDOVER_GRACE):
+                task.cancel()
+                self.abandoned += 1
+                return None
+            if replaced_at is None:
+                replaced_at = now
+
+    async def _exchange(self, data: bytes, deadline: float, repeatable: bool, done: Callable) -> None:
         import asyncio
 
         import nats.errors
 
         attempt = 0
+        abandoned = 0  # a leader this message gave up on: asked again only once elected again
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 done(None, errors.ErrNoLeader if attempt == 0 else errors.ErrTimeout)
                 return
             leader = self.leader_id()
-            if not leader:
-                await asyncio.sleep(RETRY_WAIT)
+            if not leader or (leader == abandoned and self.elected() != leader):
+                await asyncio.sleep(RETRY_WAIT)  # until the election names a leader to ask
                 continue
             attempt += 1
             try:
-                msg = await self.conn.nc.request(subject_of(self.name, leader), data, timeout=left)
+                msg = await self._request(leader, data, left)
             except nats.errors.NoRespondersError:
                 self.retried += 1
                 await asyncio.sleep(RETRY_WAIT * random.uniform(1, 2))
@@ -97,6 +144,12 @@ class Forwarder:
                 log.debug("forward: %r", e)
                 await asyncio.sleep(RETRY_WAIT * 4)
                 continue
+            if msg is None:
+                if repeatable:
+                    abandoned = leader
+                    continue
+                done(None, errors.ErrTimeoutDueToLeaderFail)
+                return
             try:
                 reply = codec.decode(msg.data)
                 kind = reply[0]
@@ -116,44 +169,52 @@ class Forwarder:
 
 
 class ReadIndexAsker:
-    """A follower's read index: asks the leader (one core NATS round trip,
-    answered from the leader's memory while it holds its lease) and falls
-    back to the journal's own answer (a JetStream API call, several times
-    dearer) when the leader cannot vouch for it."""
+    """A replica's read index, vouched for by the leader (the engine's
+    ``use_read_index``).  Within its read lease the leader answers its last
+    append from memory; otherwise it appends a barrier record and answers
+    its index once JetStream acknowledged it (Engine.journal_barrier).  The
+    leader's own reads ask its engine directly.  Asking the stream for its
+    last sequence instead would be cheaper and is not safe: a stream leader
+    cut off from its quorum answers it from its own copy.
 
-    def __init__(self, conn, name: str, leader_id: Callable[[], int], member_id: int, journal,
-                 timeout: float = 0.5, ask_leader: bool = True) -> None:
-        self.conn = conn
-        self.ask_leader = ask_leader  # False: no read lease, the journal always answers
-        self.name = name
-        self.leader_id = leader_id
-        self.member_id = member_id
-        self.journal = journal
-        self.timeout = timeout
-        self.from_leader = 0
-        self.from_journal = 0
-        self._request = codec.encode(["ri", []])
+    No leader known, or an answer "not leader": asked again (the
+    Forwarder's retries) until the request timeout, as etcd's ReadIndex
+    waits for a leader; then ``etcdserver: no leader`` or ``request timed
+    out``.  ``forwarder`` names the leader to ask."""
+
+    def __init__(self, forwarder: Forwarder, engine) -> None:
+        self.forwarder = forwarder
+        self.engine = engine
+        self.leased = 0  # answers from the leader's lease
+        self.confirmed = 0  # answers confirmed by a barrier record
 
     def __call__(self, callback) -> None:
-        leader = self.leader_id() if self.ask_leader else 0
-        if not leader or leader == self.member_id:
-            self.from_journal += 1
-            self.journal.read_index(callback)
-            return
-        self.conn.submit(self._ask(leader, callback))
+        if self.forwarder.leader_id() == self.engine.member_id:
+            self.engine.journal_barrier(lambda index, exc: self._own_answer(index, exc, callback))
+        else:
+            self._ask_leader(callback)
 
-    async def _ask(self, leader: int, callback) -> None:
-        try:
-            msg = await self.conn.nc.request(subject_of(self.name, leader), self._request, timeout=self.timeout)
-            reply = codec.decode(msg.data)
-        except Exception:  # noqa: BLE001 - no answer: the journal decides
-            reply = None
-        if reply and reply[0] == "ok" and type(reply[1]) is int:
-            self.from_leader += 1
-            callback(reply[1], None)
+    def _own_answer(self, index: int | None, exc, callback) -> None:
+        if exc == errors.ErrNotLeader or exc == errors.ErrLeaderChanged:
+            self._ask_leader(callback)  # the lead moved on meanwhile
             return
-        self.from_journal += 1
-        self.journal.read_index(callback)
+        if exc is None:
+            self.confirmed += 1
+        callback(index, exc)
+
+    def _ask_leader(self, callback) -> None:
+        def answered(result, exc) -> None:
+            if exc is not None:
+                callback(None, exc)
+                return
+            index, by_barrier = result
+            if by_barrier:
+                self.confirmed += 1
+            else:
+                self.leased += 1
+            callback(index, None)
+
+        self.forwarder.call("ri", [], answered)
 
 
 class ForwardingServer:
@@ -196,22 +257,35 @@ class ForwardingServer:
             return
         self.handled += 1
         if op == "ri":
-            # a follower's read index: while no other leader can exist (the
-            # lease), nothing is in the journal past this leader's last
-            # append (acknowledged or not: a record stored but not yet
-            # acknowledged may already be visible on another follower);
-            # otherwise the follower asks the journal
-            lease = eng.read_lease
-            if lease is not None and lease():
-                await msg.respond(codec.encode(["ok", eng.journal.last_index]))
-            else:
-                await msg.respond(codec.encode(["notleader"]))
+            self._read_index(msg)
             return
         if op == "w":
             self._submit(msg, args)
             return
         # lease calls need the leader's clocks; they are quick
         self._pool.submit(self._lease_call, msg, op, args)
+
+    def _read_index(self, msg) -> None:
+        """A follower's read index: [index, confirmed by a barrier record].
+        Within the lease no other leader can exist, so nothing is in the
+        journal past this leader's last append (acknowledged or not: a
+        record stored but not yet acknowledged may already be visible on
+        another follower); otherwise a barrier record vouches for it."""
+        eng = self.engine
+        lease = eng.read_lease
+        if lease is not None and lease():
+            self._reply(msg, ["ok", [eng.journal.last_index, False]])
+            return
+
+        def confirmed(index, exc) -> None:  # on the committer
+            if exc is None:
+                self._reply(msg, ["ok", [index, True]])
+            elif exc == errors.ErrNotLeader:
+                self._reply(msg, ["notleader"])
+            else:
+                self._reply(msg, ["err", exc])
+
+        eng.journal_barrier(confirmed)
 
     def _submit(self, msg, requests: list) -> None:
         n = len(requests)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..engine.ids import new_id
+from ..journal.natsio import STARTUP_WAIT, when_answering
 
 log = logging.getLogger("brain.cluster.membership")
 
@@ -63,6 +64,7 @@ class Member:
                    int(d.get("checkpoint_index", 0)), int(d.get("applied_index", 0)), float(d.get("updated", 0)))
 
 
+
 class Membership:
     def __init__(self, conn, name: str, *, replicas: int = 1, heartbeat: float = HEARTBEAT_SECONDS) -> None:
         self.conn = conn
@@ -79,7 +81,7 @@ class Membership:
         self.removed = False
 
     def open(self) -> None:
-        self._kv = self.conn.run(self._open_bucket(), 15)
+        self._kv = self.conn.run(when_answering(self._open_bucket, "membership bucket"), STARTUP_WAIT + 20)
 
     async def _open_bucket(self):
         from nats.js.errors import BucketNotFoundError
@@ -91,7 +93,7 @@ class Membership:
 
     def cluster_id(self) -> int:
         """The cluster's ID, created by the first replica to ask."""
-        return self.conn.run(self._cluster_id(), 10)
+        return self.conn.run(when_answering(self._cluster_id, "cluster ID"), STARTUP_WAIT + 20)
 
     async def _cluster_id(self) -> int:
         from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -114,7 +116,8 @@ class Membership:
         """Write this replica's entry and start heartbeating."""
         member.updated = time.time()
         self._me = member
-        self._rev = self.conn.run(self._kv.put(f"m.{member.id:x}", member.to_json()), 10)
+        self._rev = self.conn.run(when_answering(lambda: self._kv.put(f"m.{member.id:x}", member.to_json()),
+                                                 "member entry"), STARTUP_WAIT + 10)
         self.refresh()
         self._task = self.conn.submit(self._loop())
 

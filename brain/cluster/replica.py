@@ -14,8 +14,12 @@
 Start-up order matters: the engine is caught up and the forwarding
 listener is up before the replica campaigns, and it campaigns only once
 its clients can reach it (``start``, after the API server listens).
-Shutdown: stop leading (so in-flight writes finish or are refused), hand
-the key over, then close the engine (a final checkpoint) and NATS.
+Shutdown: hand the key to the most caught-up live follower
+(``successor``: it takes the lead at once instead of an election timeout
+later) while still leading, so the key's round trips are no write pause;
+stop leading as soon as the key names the follower (in-flight writes finish
+or are refused; one that lands after the follower's epoch record is fenced),
+then close the engine (a final checkpoint) and NATS.
 """
 
 from __future__ import annotations
@@ -28,16 +32,21 @@ from dataclasses import dataclass
 
 from ..engine import Engine, EngineConfig
 from ..journal import JournalError, JournalPurgedError
-from ..journal.jetstream import JetStreamJournal
+from ..journal.jetstream import JetStreamJournal, stream_names
 from ..journal.natsio import NatsConnection, parse_journal_url
-from . import bootstrap
-from .election import Election
+from . import bootstrap, placement
+from .election import POLL_INTERVAL, Election
+from .election import bucket_name as election_bucket
 from .forwarding import Forwarder, ForwardingServer, ReadIndexAsker
-from .membership import Member, Membership
+from .membership import HEARTBEAT_SECONDS, Member, Membership
+from .membership import bucket_name as members_bucket
 
 log = logging.getLogger("brain.cluster")
 
 RETENTION_INTERVAL = 30.0
+# a member whose entry was refreshed this recently is taken for alive (its
+# membership heartbeat is every HEARTBEAT_SECONDS)
+SUCCESSOR_FRESH_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
 @dataclass
@@ -45,14 +54,15 @@ class ClusterOptions:
     journal_url: str
     name: str = "default"  # this replica's member name (--name)
     client_urls: tuple[str, ...] = ()  # what MemberList advertises
-    election_timeout_ms: int = 2000
-    heartbeat_interval_ms: int = 500
+    election_timeout_ms: int = 500
+    heartbeat_interval_ms: int = 100
     journal_replicas: int = 0  # 0: 3 when the NATS cluster has 3 servers or more, else 1
     connect_wait: float = 60.0
     # The leader answers read indexes from memory within its election lease
     # (brain.cluster.election.Election.lease_valid), which rests on a bound
-    # on clock rates (docs/cluster.md); False: every read index is the
-    # journal's (one JetStream round trip), which rests on no clock.
+    # on clock rates (docs/cluster.md); False: every read index is a barrier
+    # record the journal acknowledged (one JetStream publish by the leader
+    # per batch of reads), which rests on no clock.
     read_lease: bool = True
 
 
@@ -69,16 +79,24 @@ class Replica:
         self.snapshots = bootstrap.SnapshotServer(conn, cluster_name, engine, journal_replicas_of(journal))
         self.election = Election(
             conn, cluster_name, engine.member_id,
-            ttl=options.election_timeout_ms / 1000.0, renew_interval=options.heartbeat_interval_ms / 1000.0,
-            on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal))
-        engine.forwarder = Forwarder(conn, cluster_name, self.leader_id)
+            timeout=options.election_timeout_ms / 1000.0,
+            heartbeat_interval=options.heartbeat_interval_ms / 1000.0,
+            on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal),
+            journal_acknowledged=lambda: journal.acknowledged_at,
+            confirm_with_journal=lambda: engine.journal_barrier(_ignore_barrier))
+        engine.forwarder = Forwarder(conn, cluster_name, self.leader_id, elected=lambda: self.election.leader_id)
         engine.leader_hint = lambda: self.election.leader_id
+        engine.leader_known = self.has_leader
+        engine.election_timeout = options.election_timeout_ms / 1000.0
         engine.read_lease = self.election.lease_valid if options.read_lease else None
-        self.read_index = ReadIndexAsker(conn, cluster_name, self.leader_id, engine.member_id, journal,
-                                         ask_leader=options.read_lease)
+        # read indexes come from the journal's writer: the replica its last
+        # epoch record names (the election's view only until there is one)
+        self.read_index = ReadIndexAsker(Forwarder(conn, cluster_name, lambda: engine.leader_id,
+                                                   elected=lambda: self.election.leader_id), engine)
         engine.use_read_index(self.read_index)
         self._stop = threading.Event()
         self._retention: threading.Thread | None = None
+        self._placement: threading.Thread | None = None
         self.purged = 0
         self.removed = False
         # what to do once removed from the membership (brain serve: stop)
@@ -141,6 +159,8 @@ class Replica:
         self.election.start()
         self._retention = threading.Thread(target=self._retain, name="brain-retention", daemon=True)
         self._retention.start()
+        self._placement = threading.Thread(target=self._separate_leaders, name="brain-placement", daemon=True)
+        self._placement.start()
 
     # -- what the API layer asks ----------------------------------------------------
 
@@ -157,9 +177,36 @@ class Replica:
         timeout."""
         if not self.conn.is_connected:
             return "journal unreachable"
-        if not self.election.leader_id:
+        if not self.has_leader():
             return "no leader"
         return None
+
+    def has_leader(self) -> bool:
+        """Whether this replica has a leader now: the one definition behind
+        require-leader (etcd's ``s.Leader() != None``, through
+        Engine.has_leader), the health service and etcd_server_has_leader's
+        cluster view.
+
+        True while all three hold:
+
+        * its NATS connection is up (it carries the journal and the election);
+        * the election names a leader (``leader_id``: the key's holder, 0
+          once the key went unrenewed for the election timeout, or this
+          replica lost it);
+        * it heard the holder's heartbeat, or NATS answered about the key,
+          within the election timeout and a poll interval (``last_answer``):
+          a replica whose NATS servers stopped answering without closing the
+          connection (paused, partitioned) keeps its last view, so an old
+          answer does not count.  A holder whose NATS lost its quorum fails
+          to renew the key and stops beating once the key's TTL has passed.
+
+        So a replica cut off from NATS, or whose NATS lost its quorum, has
+        no leader after at most the election timeout (plus one poll), as an
+        etcd follower forgets its leader an election timeout after its last
+        heartbeat."""
+        election = self.election
+        return (self.conn.is_connected and bool(election.leader_id)
+                and time.monotonic() - election.last_answer <= election.timeout + POLL_INTERVAL)
 
     def members(self) -> list[Member]:
         self.membership.set_applied(self.engine.statistics().applied_index)
@@ -210,6 +257,19 @@ class Replica:
                      n, floor + 1)
         return n
 
+    # -- stream leaders ------------------------------------------------------------------
+
+    def _separate_leaders(self) -> None:
+        journal_stream = stream_names(self.cluster_name)[0]
+        bucket_stream = f"KV_{election_bucket(self.cluster_name)}"
+        while not self._stop.wait(placement.INTERVAL):
+            if not self.engine.is_leader:
+                continue
+            try:
+                placement.separate_leaders(self.conn, journal_stream, bucket_stream)
+            except Exception as e:  # noqa: BLE001 - retried next time
+                log.debug("checking the streams' leaders: %r", e)
+
     # -- closing -----------------------------------------------------------------------------
 
     def _removed(self) -> None:
@@ -221,18 +281,57 @@ class Replica:
     def close(self) -> None:
         self._stop.set()
         self.election.set_candidate(False)
+        # while still leading: reading the member list and moving the key are
+        # JetStream round trips that would otherwise lengthen the pause
+        target = self._successor() if self.election.holds_key else 0
+        if target:
+            try:
+                self.election.hand_over(target)  # steps the engine down once the key names the target
+            except Exception as e:  # noqa: BLE001 - resigning instead
+                log.warning("handing the lead to %x at shutdown failed (%r); resigning it", target, e)
         try:
             self.engine.step_down()
         except Exception:  # noqa: BLE001
             log.exception("stepping down at shutdown")
-        self.election.stop(resign=True)
+        self.election.stop(resign=True)  # resigns the key if it was not handed over
         self.membership.stop()
         self.forwarding.stop()
         self.snapshots.stop()
         self.engine.close()
         self.conn.close()
-        if self._retention is not None:
-            self._retention.join(2)
+        for thread in (self._retention, self._placement):
+            if thread is not None:
+                thread.join(2)
+
+
+    def _successor(self) -> int:
+        """Whom to hand the lead to at shutdown (0: nobody)."""
+        try:
+            self.membership.refresh()
+        except Exception as e:  # noqa: BLE001 - the last refresh will do
+            log.debug("membership refresh at shutdown: %r", e)
+        target = successor(self.membership.members(), self.engine.member_id, time.time())
+        if not target:
+            log.info("no live follower to hand the lead to; resigning it")
+        return target
+
+
+def jetstream_streams(name: str) -> list[str]:
+    """The JetStream streams every write and election of brain cluster
+    ``name`` goes through: its journal and its election and membership
+    buckets.  A rolling restart of the NATS servers moves their leaders off
+    a server before it stops (docs/cluster.md "Operations")."""
+    return [stream_names(name)[0], f"KV_{election_bucket(name)}", f"KV_{members_bucket(name)}"]
+
+
+def successor(members: list[Member], me: int, now: float) -> int:
+    """The member to hand the lead to: of the others heard from within
+    SUCCESSOR_FRESH_SECONDS (wall clock), the one that has applied the most
+    (it catches up fastest); 0 if none."""
+    live = [m for m in members if m.id != me and m.updated and now - m.updated <= SUCCESSOR_FRESH_SECONDS]
+    if not live:
+        return 0
+    return max(live, key=lambda m: (m.applied_index, m.updated)).id
 
 
 def _clear_data_dir(data_dir: str) -> None:
@@ -268,6 +367,11 @@ def _retrying(fn, what: str, deadline: float):
             log.warning("%s: %s; retrying", what, e or type(e).__name__)
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+def _ignore_barrier(index, exc) -> None:
+    """The election asks for a barrier for its acknowledgement alone
+    (JetStreamJournal.acknowledged_at), not for the index it confirms."""
 
 
 def journal_replicas_of(journal: JetStreamJournal) -> int:

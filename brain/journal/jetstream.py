@@ -3,6 +3,9 @@
 Layout: one stream ``<name>_journal`` with one subject ``<name>.journal``,
 file storage, replicated by the NATS cluster (R3 with three servers or
 more).  A record's index is the stream sequence of its (last) message.
+Only the leader publishes (every message fenced, below): a replica's read
+barrier is an empty record the leader appends (brain.engine.readindex),
+never a message of its own, which would break the leader's fence.
 
 Writing (the leader only).  Each append is one publish carrying
 
@@ -28,7 +31,8 @@ is fenced.  Meanwhile ``sync`` raises JournalUnavailableError.
 Reading: ``records`` pulls batches through an ephemeral pull consumer (the
 reader's pace sets the flow); ``follow`` tails the stream with an ordered
 push consumer (lowest latency, re-created by the client on any gap).
-``read_index`` asks the stream leader for its last sequence.
+``end_index`` asks the stream leader for its last sequence (a new
+leader's catch-up; see its docstring for why reads never use it).
 
 Retention: ``release(upto)`` reports this replica's checkpoint through
 ``on_release`` (brain.cluster records it); the leader purges below the
@@ -41,8 +45,10 @@ import asyncio
 import base64
 import json
 import logging
+import math
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -52,7 +58,7 @@ from .errors import (
     JournalPurgedError,
     JournalUnavailableError,
 )
-from .natsio import NatsConnection
+from .natsio import NatsConnection, when_answering
 
 log = logging.getLogger("brain.journal.jetstream")
 
@@ -60,14 +66,18 @@ ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
 # JetStream errors that say "not now" rather than "never": the cluster or the
-# stream has no leader (10008 cluster not available, 10009 not the leader).
+# stream has no leader (10008 cluster not available, 10009 not the leader),
+# or a retried publish whose first copy is still proposed and not committed
+# (10158 duplicate message id is in process: a stream leader cut off from
+# its peers answers the retry so while the first copy waits for a quorum).
 # Out of space (10023) is not among them: like a full local disk, it stops
 # writes until an operator acts.
-TRANSIENT_ERRORS = {10008, 10009}
+TRANSIENT_ERRORS = {10008, 10009, 10158}
 PART_HEADER = "Brain-Part"
 HEADER_ROOM = 512  # bytes of a message left for headers
 ACK_TIMEOUT = 2.0
 FETCH_BATCH = 512
+PULL_WAIT = 30.0  # seconds a read of records the stream has waits for the next of them
 DUPLICATE_WINDOW_SECONDS = 120
 
 
@@ -90,7 +100,7 @@ class StreamSettingsError(JournalError):
     """The stream exists with settings a journal cannot live with."""
 
 
-def _api_error(resp: dict) -> tuple[int, str] | None:
+def api_error(resp: dict) -> tuple[int, str] | None:
     err = resp.get("error")
     if not err:
         return None
@@ -219,6 +229,11 @@ class JetStreamJournal:
         self.on_release: Callable[[int], None] | None = None
         self.appended = 0
         self.retries = 0
+        # writer: monotonic time a quorum last acknowledged every append so
+        # far, each fenced on the one before (so no other writer came
+        # between): the election keeps a leader whose key cannot be renewed
+        # on this (brain.cluster.election)
+        self.acknowledged_at = -math.inf
 
     # ------------------------------------------------------------------
     # provisioning
@@ -231,13 +246,13 @@ class JetStreamJournal:
         with settings that would lose records."""
         stream, subject = stream_names(name)
         info = conn.run(_api(conn, f"$JS.API.STREAM.INFO.{stream}", b""), timeout)
-        err = _api_error(info)
+        err = api_error(info)
         if err and err[0] == ERR_STREAM_NOT_FOUND:
             if not create:
                 raise JournalError(f"JetStream stream {stream} does not exist")
             body = json.dumps(required_config(stream, subject, replicas)).encode()
             info = conn.run(_api(conn, f"$JS.API.STREAM.CREATE.{stream}", body), timeout)
-            err = _api_error(info)
+            err = api_error(info)
             if err:
                 raise JournalError(f"cannot create JetStream stream {stream}: {err[1]} (code {err[0]})")
             log.info("created JetStream stream %s (R%d)", stream, replicas)
@@ -256,7 +271,7 @@ class JetStreamJournal:
 
     def state(self, timeout: float = 5.0) -> StreamState:
         info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), timeout)
-        err = _api_error(info)
+        err = api_error(info)
         if err:
             raise JournalUnavailableError(f"stream info: {err[1]}")
         st = info.get("state", {})
@@ -286,6 +301,7 @@ class JetStreamJournal:
         self._last = last_index
         self._nonce = secrets.token_hex(8)
         self._unacked = []
+        self.acknowledged_at = -math.inf  # an earlier term's acknowledgements say nothing of this one
 
     def stop_writing(self) -> None:
         self._writing = False
@@ -330,7 +346,7 @@ class JetStreamJournal:
             if ack is None:
                 retry = True
                 break
-            err = _api_error(ack)
+            err = api_error(ack)
             if err is None:
                 if int(ack.get("seq", 0)) != pub.seq:
                     self._writing = False
@@ -363,6 +379,8 @@ class JetStreamJournal:
             self._unacked = rest
             raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {rest[0].seq} "
                                           f"within {self.ack_timeout:g}s; retrying")
+        if pending:
+            self.acknowledged_at = time.monotonic()
         self._unacked = []
 
     def _landed(self, pub: _Publish) -> bool:
@@ -390,30 +408,45 @@ class JetStreamJournal:
         yield from self._pull(after_index + 1, st.last_seq)
 
     def _pull(self, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+        """Records from ``start`` to ``stop``, which the stream said it has.
+        A fetch that brings nothing or fails (a consumer lost with its
+        server, a NATS cluster still placing it) is retried on a new
+        consumer from the next sequence; after PULL_WAIT seconds without a
+        message, JournalUnavailableError."""
         conn = self.conn
-        psub = conn.run(_pull_subscribe(conn, self.stream, self.subject, start), 10)
-        assembler = _Assembler()
+        assembler = _Assembler()  # kept across consumers: a record may span them
         seq = start - 1
-        try:
-            while seq < stop:
-                want = min(FETCH_BATCH, stop - seq)
-                msgs = conn.run(_fetch(psub, want), 30)
-                if not msgs:
-                    raise JournalUnavailableError(f"{self.stream}: no messages after {seq} (expected up to {stop})")
-                for m_seq, data, part in msgs:
-                    if m_seq != seq + 1 and seq + 1 < self._first:
-                        raise JournalPurgedError(f"{self.stream}: message {seq + 1} was purged", m_seq)
-                    seq = m_seq
-                    record = assembler.add(m_seq, data, part)
-                    if record is not None:
-                        yield m_seq, record
-                    if seq >= stop:
-                        break
-        finally:
+        deadline = time.monotonic() + PULL_WAIT
+        while seq < stop:
+            psub = conn.run(when_answering(
+                lambda: _pull_subscribe(conn, self.stream, self.subject, seq + 1),
+                f"{self.stream}: reading from {seq + 1}", PULL_WAIT), PULL_WAIT + 10)
             try:
-                conn.run(psub.unsubscribe(), 5)
-            except Exception:  # noqa: BLE001 - the consumer expires on its own
-                pass
+                while seq < stop:
+                    msgs = conn.run(_fetch(psub, min(FETCH_BATCH, stop - seq)), 30)
+                    if not msgs:
+                        break
+                    deadline = time.monotonic() + PULL_WAIT
+                    for m_seq, data, part in msgs:
+                        if m_seq != seq + 1 and seq + 1 < self._first:
+                            raise JournalPurgedError(f"{self.stream}: message {seq + 1} was purged", m_seq)
+                        seq = m_seq
+                        record = assembler.add(m_seq, data, part)
+                        if record is not None:
+                            yield m_seq, record
+                        if seq >= stop:
+                            break
+            finally:
+                try:
+                    conn.run(psub.unsubscribe(), 5)
+                except Exception:  # noqa: BLE001 - the consumer expires on its own
+                    pass
+            if seq < stop:
+                if time.monotonic() >= deadline:
+                    raise JournalUnavailableError(
+                        f"{self.stream}: no messages after {seq} (expected up to {stop}) for {PULL_WAIT:g}s")
+                log.info("%s: reading after %d brought nothing; reading again on a new consumer", self.stream, seq)
+                time.sleep(0.25)
 
     def release(self, upto_index: int) -> int:
         hook = self.on_release
@@ -426,7 +459,7 @@ class JetStreamJournal:
         retention); returns how many were purged."""
         body = json.dumps({"seq": below}).encode()
         resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.PURGE.{self.stream}", body), 10)
-        err = _api_error(resp)
+        err = api_error(resp)
         if err:
             raise JournalError(f"{self.stream}: purge below {below}: {err[1]}")
         self._first = max(self._first, below)
@@ -439,13 +472,17 @@ class JetStreamJournal:
     # ------------------------------------------------------------------
     # the SharedJournal extras
 
-    def read_index(self, callback) -> None:
+    def end_index(self, callback) -> None:
+        """The stream leader's last sequence (STREAM.INFO).  It answers
+        from its own copy without asking its peers, so a stream leader cut
+        off from its quorum, until it notices (NATS's lost-quorum interval,
+        10 s), reports an end a newer stream leader has already passed."""
         fut = self.conn.submit(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.ack_timeout))
 
         def done(f) -> None:
             try:
                 info = f.result()
-                err = _api_error(info)
+                err = api_error(info)
                 if err:
                     raise JournalUnavailableError(f"stream info: {err[1]}")
                 if int(info.get("config", {}).get("num_replicas", 1)) > 1 and not (info.get("cluster") or {}).get(
@@ -498,11 +535,18 @@ class JetStreamJournal:
 # coroutines (run on the connection's loop)
 
 
+def jetstream_api(conn: NatsConnection, subject: str, payload: dict | None = None, timeout: float = 5.0) -> dict:
+    """(any thread but the connection's) One JetStream API request, its
+    decoded reply; an error reply (``api_error``) is returned, not raised."""
+    body = json.dumps(payload).encode() if payload is not None else b""
+    return conn.run(_api(conn, subject, body, timeout), timeout + 1)
+
+
 async def _api(conn: NatsConnection, subject: str, body: bytes, timeout: float = 5.0) -> dict:
     import nats.errors
 
     try:
-        msg = await conn.nc.request(subject, body, timeout=timeout)
+        msg = await conn.request(subject, body, timeout=timeout)
     except nats.errors.NoRespondersError:
         return {"error": {"err_code": 0, "description": "no responders (JetStream has no leader for this stream)"}}
     return json.loads(msg.data or b"{}")
@@ -513,7 +557,7 @@ async def _publish(conn: NatsConnection, subject: str, pub: _Publish, timeout: f
     import nats.errors
 
     try:
-        msg = await conn.nc.request(subject, pub.data, timeout=timeout, headers=pub.headers)
+        msg = await conn.request(subject, pub.data, timeout=timeout, headers=pub.headers)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
             nats.errors.ConnectionReconnectingError, asyncio.TimeoutError):
         return None
@@ -537,7 +581,11 @@ async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None]]:
 
     try:
         msgs = await psub.fetch(batch=want, timeout=5)
-    except nats.errors.TimeoutError:
+    except (nats.errors.Error, asyncio.TimeoutError) as e:
+        # nothing within the wait, no responders, the consumer gone with its
+        # server (nats.js.errors.APIError is a nats.errors.Error): the caller
+        # reads again on a new consumer
+        log.debug("fetch: %r", e)
         return []
     out = []
     for m in msgs:

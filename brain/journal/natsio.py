@@ -10,7 +10,13 @@ connection per process: one TCP session, one reconnect policy.
 
 The client reconnects forever (to any server of the cluster it learned);
 while it is disconnected requests fail fast, and callers decide (the
-journal retries its appends, reads fail with a timeout).
+journal retries its appends, reads fail with a timeout).  A request in
+flight when the connection drops fails at once (``request``): its answer
+would have come on the dropped connection, so waiting out its timeout
+only delays the retry.  A server entering lame duck mode (a planned
+restart: ``nats-server --signal ldm``) tells its clients so; this
+connection moves to another server right away instead of waiting for the
+lame duck server to close it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,35 @@ log = logging.getLogger("brain.journal.nats")
 
 CONNECT_TIMEOUT = 5.0
 
+
+
+ERR_NO_SUITABLE_PEERS = 10005  # JetStream: a stream cannot be placed yet (a peer offline)
+STARTUP_WAIT = 30.0  # how long a starting replica waits for a just-formed NATS cluster's JetStream
+
+
+async def when_answering(call, what: str, wait: float = STARTUP_WAIT, *, pause: float = 0.25) -> Any:
+    """``await call()``, retried for up to ``wait`` seconds while JetStream
+    gives no answer: a NATS cluster that has just formed (or whose links were
+    just restored) may not have placed a stream, elected its leader or made
+    its interest known to this server ("no responders", timeouts) for some
+    seconds after it was created."""
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.errors import APIError, NoStreamResponseError
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return await call()
+        except (NoStreamResponseError, NoRespondersError, NatsTimeout, APIError) as e:
+            # 10005 "no suitable peers for placement, peer offline": a peer of
+            # the just-formed cluster has not reported in yet
+            if isinstance(e, APIError) and e.err_code != ERR_NO_SUITABLE_PEERS:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            log.info("%s: JetStream not answering yet (%r); retrying", what, e)
+            await asyncio.sleep(pause)
 
 class NatsUnavailable(RuntimeError):
     """No NATS server of the given URLs could be reached."""
@@ -92,6 +127,9 @@ class NatsConnection:
         self._closed = False
         self.disconnects = 0
         self.reconnects = 0
+        # resolved when the current connection drops, then replaced (on the
+        # loop): what a request in flight waits on beside its answer
+        self._dropped: asyncio.Future | None = None
         try:
             self.run(self._connect(name, connect_timeout, tls), timeout=connect_timeout + 5)
         except BaseException:
@@ -103,7 +141,13 @@ class NatsConnection:
 
         async def disconnected() -> None:
             self.disconnects += 1
+            self._drop_in_flight()
             log.warning("disconnected from NATS")
+
+        async def lame_duck() -> None:
+            server = self.nc.connected_url.netloc if self.nc.connected_url else "?"
+            log.info("NATS server %s entered lame duck mode; moving to another server", server)
+            await self.nc.force_reconnect()
 
         async def reconnected() -> None:
             self.reconnects += 1
@@ -118,11 +162,34 @@ class NatsConnection:
                 allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                 ping_interval=5, max_outstanding_pings=2, tls=tls,
                 disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error,
+                lame_duck_mode_cb=lame_duck,
                 pending_size=64 * 1024 * 1024,
             )
         except Exception as e:  # noqa: BLE001 - one clear message for every way it fails
             raise NatsUnavailable(f"cannot connect to NATS at {', '.join(self.servers)}: {e!r}") from None
         self.js = self.nc.jetstream(timeout=connect_timeout)
+        self._dropped = self._loop.create_future()
+
+    def _drop_in_flight(self) -> None:
+        """(on the loop) The connection dropped: fail the requests waiting."""
+        if self._dropped is not None and not self._dropped.done():
+            self._dropped.set_result(None)
+        self._dropped = self._loop.create_future()
+
+    async def request(self, subject: str, data: bytes, *, timeout: float, headers: dict | None = None):
+        """(on the loop) ``nc.request``, except that when the connection it
+        was sent on drops it raises ``nats.errors.TimeoutError`` at once,
+        instead of after waiting ``timeout`` for an answer that cannot come
+        (callers handle it as the timeout it would have become)."""
+        from nats.errors import TimeoutError as NatsTimeout
+
+        dropped = self._dropped
+        answer = asyncio.ensure_future(self.nc.request(subject, data, timeout=timeout, headers=headers))
+        await asyncio.wait((answer, dropped), return_when=asyncio.FIRST_COMPLETED)
+        if answer.done():
+            return answer.result()
+        answer.cancel()
+        raise NatsTimeout
 
     @classmethod
     def connect_retrying(cls, servers: list[str], *, name: str = "brain", wait: float = 60.0,

@@ -77,11 +77,13 @@ class SharedJournal(Journal, Protocol):
     def stop_writing(self) -> None:
         """Give up writing (appends fail until ``begin_writing``)."""
 
-    def read_index(self, callback: Callable[[int | None, BaseException | None], None]) -> None:
-        """Ask the journal's newest index, as of a moment after this call;
-        ``callback(index, None)`` or ``callback(None, error)`` follows on
-        another thread.  A linearizable read waits until its replica has
-        applied up to that index."""
+    def end_index(self, callback: Callable[[int | None, BaseException | None], None]) -> None:
+        """Ask the journal's newest index; ``callback(index, None)`` or
+        ``callback(None, error)`` follows on another thread.  The answer may
+        be stale (a replicated log's deposed leader may give it), so only a
+        writer about to append fenced on it may rely on it, never a
+        linearizable read: those wait for an acknowledged record
+        (brain.engine.readindex)."""
 
     def follow(self, after_index: int, deliver: Callable[[int, bytes], None],
                failed: Callable[[BaseException], None]) -> None:

@@ -6,9 +6,12 @@
 #                 -> ${BRAIN_NATS_CACHE:-<repo>/.cache/nats}/nats-server-<version>/nats-server
 #   clustercheck  our linearizability / failover / watch checker (tests/cluster/go)
 #                 -> ${BRAIN_CLUSTER_CACHE:-<repo>/.cache/cluster}/bin/clustercheck
+#   toxiproxy     github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION, the
+#                 partition tests' fault injector (go install, upstream go.mod/go.sum)
+#                 -> ${BRAIN_CLUSTER_CACHE:-<repo>/.cache/cluster}/toxiproxy-<version>/toxiproxy
 #
 # Idempotent: a binary is rebuilt only when it is missing or its inputs
-# changed (nats-server: the version; clustercheck: its go.mod, go.sum and
+# changed (nats-server, toxiproxy: the version; clustercheck: its go.mod, go.sum and
 # sources, and this script). Concurrent runs cannot corrupt a cache: a build
 # goes into a fresh temporary directory inside the cache and is renamed into
 # place (rename(2) is atomic within one filesystem), and a lock file makes a
@@ -18,7 +21,7 @@
 #
 #   tests/cluster/build.sh                 build what is missing or stale (both)
 #   tests/cluster/build.sh --force         rebuild
-#   tests/cluster/build.sh [--force] NAME  only nats-server or clustercheck
+#   tests/cluster/build.sh [--force] NAME  only nats-server, clustercheck or toxiproxy
 #   tests/cluster/build.sh --go-test       also run clustercheck's Go unit tests
 #
 # Environment: BRAIN_NATS_CACHE, BRAIN_CLUSTER_CACHE (the cache directories);
@@ -28,6 +31,7 @@
 set -euo pipefail
 
 NATS_VERSION=v2.15.2
+TOXIPROXY_VERSION=v2.12.0
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -38,12 +42,12 @@ for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
         --go-test) gotest=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
-        nats-server|clustercheck) wanted+=("$arg") ;;
-        *) echo "build.sh: unknown argument $arg (nats-server, clustercheck, --force)" >&2; exit 2 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        nats-server|clustercheck|toxiproxy) wanted+=("$arg") ;;
+        *) echo "build.sh: unknown argument $arg (nats-server, clustercheck, toxiproxy, --force)" >&2; exit 2 ;;
     esac
 done
-[[ ${#wanted[@]} == 0 ]] && wanted=(nats-server clustercheck)
+[[ ${#wanted[@]} == 0 ]] && wanted=(nats-server clustercheck toxiproxy)
 
 jobs="${BRAIN_CLUSTER_JOBS:-2}"
 export GOMAXPROCS="$jobs"
@@ -67,33 +71,44 @@ with_lock() {
     fi
 }
 
-build_nats() {
-    local cache="${BRAIN_NATS_CACHE:-$repo/.cache/nats}"
-    local out="$cache/nats-server-$NATS_VERSION"
-    local target="$out/nats-server"
+# go_install <name> <cache dir> <versioned dir> <package@version> <built binary name>:
+# go install a released module into <cache>/<versioned dir>/<name>, unless it
+# is there. go install module@version builds with the module's own
+# go.mod/go.sum (the official build), verified against the checksum database.
+go_install() {
+    local name="$1" cache="$2" dir="$3" pkg="$4" built="$5"
+    local out="$cache/$dir"
+    local target="$out/$name"
     if [[ $force == 0 && -x "$target" ]]; then
-        printf '%-12s cached %6.1f s %s\n' nats-server 0 "$target"
+        printf '%-12s cached %6.1f s %s\n' "$name" 0 "$target"
         return
     fi
-    echo "build.sh: building nats-server $NATS_VERSION (go install -p $jobs)" >&2
+    echo "build.sh: building $pkg (go install -p $jobs)" >&2
     local t0 stage
     t0=$(date +%s.%N)
     stage="$(mktemp -d "$cache/stage.XXXXXX")"
-    # go install module@version builds with the module's own go.mod/go.sum
-    # (the official build), verified against the checksum database.
     if ! env GOCACHE="${GOCACHE:-$cache/go-build}" GOMODCACHE="${GOMODCACHE:-$cache/gomod}" \
             GOFLAGS="-modcacherw" GOBIN="$stage" \
-            go install -p "$jobs" -trimpath -ldflags "-s -w" \
-            "github.com/nats-io/nats-server/v2@$NATS_VERSION" >&2; then
+            go install -p "$jobs" -trimpath -ldflags "-s -w" "$pkg" >&2; then
         rm -rf "$stage"
-        echo "build.sh: nats-server build failed" >&2
+        echo "build.sh: $name build failed" >&2
         return 1
     fi
-    "$stage/nats-server" --version >&2
+    "$stage/$built" --version >&2
     mkdir -p "$out"
-    mv -f "$stage/nats-server" "$target"
+    mv -f "$stage/$built" "$target"
     rm -rf "$stage"
-    printf '%-12s built  %6.1f s %s\n' nats-server "$(elapsed "$t0")" "$target"
+    printf '%-12s built  %6.1f s %s\n' "$name" "$(elapsed "$t0")" "$target"
+}
+
+build_nats() {
+    go_install nats-server "${BRAIN_NATS_CACHE:-$repo/.cache/nats}" "nats-server-$NATS_VERSION" \
+        "github.com/nats-io/nats-server/v2@$NATS_VERSION" nats-server
+}
+
+build_toxiproxy() {
+    go_install toxiproxy "$cc_cache" "toxiproxy-$TOXIPROXY_VERSION" \
+        "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" server
 }
 
 # The Go environment clustercheck builds and tests with. -mod=mod lets go fill
@@ -142,6 +157,7 @@ for w in "${wanted[@]}"; do
             with_lock "$cc_cache" build_clustercheck
             if [[ $gotest == 1 ]]; then test_clustercheck; fi
             ;;
+        toxiproxy) with_lock "$cc_cache" build_toxiproxy ;;
     esac
 done
 

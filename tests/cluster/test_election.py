@@ -1,6 +1,6 @@
 """brain.cluster.election on a key-value bucket the test controls, with a
 clock the test moves: when a candidate may take over a key, and how long
-the holder's read lease lasts.  No NATS."""
+the holder's read lease lasts, what heartbeats change.  No NATS."""
 
 from __future__ import annotations
 
@@ -30,27 +30,54 @@ class Entry:
 
 
 class Bucket:
-    """The election key; ``get`` takes ``get_takes`` seconds of the test's
-    clock (a slow answer), during which ``during_get`` may change the key
-    (the holder renewing while the question is on its way)."""
+    """The election key, as the bucket (``get``, ``create``) and its stream
+    (``publish`` with an expected last sequence) show it; ``get`` takes
+    ``get_takes`` seconds of the test's clock (a slow answer), during which
+    ``during_get`` may change the key (the holder renewing while the
+    question is on its way).  ``beats`` are the core NATS heartbeats
+    published."""
 
     def __init__(self, clock: Clock, holder: int, revision: int) -> None:
         self.clock = clock
         self.entry = Entry(json.dumps({"member": f"{holder:x}"}).encode(), revision)
         self.get_takes = 0.0
         self.during_get = None
-        self.deleted: list[tuple[float, int]] = []
+        self.gets = 0
+        self.taken: list[tuple[float, int, str]] = []  # (when, the revision compared on, the new holder)
+        self.beats: list[dict] = []
 
     async def get(self, key):
+        self.gets += 1
         if self.during_get is not None:
             self.during_get()
             self.during_get = None
         self.clock.now += self.get_takes
         return self.entry
 
-    async def delete(self, key, last=None):
-        self.deleted.append((self.clock.now, last))
-        raise RuntimeError("the test ends here")
+    async def publish(self, subject, value, headers=None, timeout=None):
+        from nats.js.errors import APIError
+
+        last = int(headers["Nats-Expected-Last-Subject-Sequence"])
+        if last != self.entry.revision:
+            raise APIError(code=400, err_code=10071, description=f"wrong last sequence: {self.entry.revision}")
+        self.entry = Entry(value, last + 1)
+        self.taken.append((self.clock.now, last, json.loads(value)["member"]))
+        return type("Ack", (), {"seq": last + 1})()
+
+
+class Conn:
+    def __init__(self, bucket: Bucket) -> None:
+        self.js = bucket
+        self.nc = self
+
+    async def publish(self, subject, data):
+        self.js.beats.append(json.loads(data))
+
+
+class Msg:
+    def __init__(self, holder: int, rev: int, sender: int | None = None) -> None:
+        self.data = json.dumps({"member": f"{holder:x}", "rev": rev,
+                                "from": f"{holder if sender is None else sender:x}"}).encode()
 
 
 @pytest.fixture
@@ -60,8 +87,24 @@ def clock(monkeypatch):
     return c
 
 
-def candidate(bucket: Bucket) -> Election:
-    e = Election(None, "t", member_id=0xB, ttl=2.0, renew_interval=0.5,
+@pytest.fixture
+def no_threads(monkeypatch):
+    """Promotion runs on a thread in the replica; here it is recorded."""
+    started = []
+
+    class Thread:
+        def __init__(self, target, name, daemon):
+            self.name = name
+
+        def start(self):
+            started.append(self.name)
+
+    monkeypatch.setattr(election_mod.threading, "Thread", Thread)
+    return started
+
+
+def candidate(bucket: Bucket, timeout: float = 0.5) -> Election:
+    e = Election(Conn(bucket), "t", member_id=0xB, timeout=timeout, heartbeat_interval=0.1,
                  on_elected=lambda: True, on_lost=lambda: None)
     e._kv = bucket
     return e
@@ -71,15 +114,19 @@ def poll(e: Election) -> None:
     asyncio.run(e._observe_or_campaign())
 
 
-def test_a_revision_is_timed_from_when_its_answer_came_not_when_it_was_asked(clock):
-    """The holder renews at 100.5 (its lease: until 100.5 + 0.8 x 2 = 102.1)
-    while the candidate's question of 100.0 is on its way; the answer, one
-    second late, shows that renewal.  Timed from the question the candidate
-    would take over at 102.05, inside the holder's lease; timed from the
-    answer (101.0) it waits until after 103.0."""
+def beat(e: Election, holder: int, rev: int, sender: int | None = None) -> None:
+    asyncio.run(e._on_heartbeat(Msg(holder, rev, sender)))
+
+
+def test_a_revision_is_timed_from_when_its_answer_came_not_when_it_was_asked(clock, no_threads):
+    """The holder (never heard beating: judged by its key alone, for
+    KEY_ONLY_TIMEOUT) renews at 100.5 while the candidate's question of
+    100.0 is on its way; the answer, one second late, shows that renewal.
+    Timed from the question the candidate would take over at 102.05, inside
+    the holder's lease (until 100.5 + 0.8 x 2); timed from the answer
+    (101.0) it waits until after 103.0."""
     bucket = Bucket(clock, holder=0xA, revision=7)
     e = candidate(bucket)
-    lease_end = 100.5 + 2.0 * election_mod.LEASE_FRACTION
 
     def renewed() -> None:
         bucket.entry = Entry(bucket.entry.value, 8)
@@ -87,19 +134,94 @@ def test_a_revision_is_timed_from_when_its_answer_came_not_when_it_was_asked(clo
     bucket.get_takes = 1.0
     bucket.during_get = renewed
     poll(e)  # asked at 100.0, answered at 101.0 with revision 8
-    assert clock.now == 101.0 and not bucket.deleted
+    assert clock.now == 101.0 and not bucket.taken
     bucket.get_takes = 0.0
     clock.now = 102.05
     poll(e)
-    assert not bucket.deleted, "took over inside the holder's lease"
-    assert clock.now < lease_end
+    assert not bucket.taken, "took over inside the holder's lease"
+    assert clock.now < 100.5 + election_mod.KEY_ONLY_TIMEOUT * election_mod.LEASE_FRACTION
     assert e.leader_id == 0xA
     clock.now = 103.05
     poll(e)
-    assert bucket.deleted == [(103.05, 8)]  # stale: cleared on its revision, then taken
+    assert bucket.taken == [(103.05, 8, "b")]  # stale: taken by a compare on its revision
+    assert e._rev == 9 and e.leader_id == 0xB and no_threads == ["brain-elected"]
+    assert bucket.beats == [{"member": "b", "rev": 9, "from": "b"}]  # said at once
 
 
-def test_the_lease_of_a_won_election_counts_from_before_the_key_was_created(clock):
+def test_heartbeats_keep_a_holder_whose_key_revision_stands_still(clock, no_threads):
+    """While heartbeats come, a key unrenewed for longer than the election
+    timeout is no reason to take over, and the key is not even read."""
+    bucket = Bucket(clock, holder=0xA, revision=7)
+    e = candidate(bucket)
+    for _ in range(20):  # 2 s of heartbeats naming revision 7
+        beat(e, 0xA, 7)
+        clock.now += 0.1
+        poll(e)
+    assert not bucket.taken and bucket.gets == 0 and e.leader_id == 0xA
+
+
+def test_a_missed_heartbeat_bound_takes_the_key_at_once(clock, no_threads):
+    """The holder's heartbeats stop (kill -9 at 100.0): the candidate takes
+    its key by a compare on the revision the last heartbeat named, an
+    election timeout after it, not before."""
+    bucket = Bucket(clock, holder=0xA, revision=7)
+    e = candidate(bucket)
+    beat(e, 0xA, 7)
+    for _ in range(4):
+        clock.now += 0.1
+        poll(e)
+    assert not bucket.taken and e.leader_id == 0xA
+    clock.now = 100.5
+    poll(e)
+    assert bucket.taken == [(100.5, 7, "b")]
+    assert e.lease_until == pytest.approx(100.5 + 0.5 * election_mod.LEASE_FRACTION)
+
+
+def test_a_heartbeat_older_than_the_key_known_proves_nothing(clock, no_threads):
+    """A deposed holder's heartbeat (a revision below the one known) does not
+    keep the known holder alive."""
+    bucket = Bucket(clock, holder=0xC, revision=9)
+    e = candidate(bucket)
+    beat(e, 0xC, 9)
+    for _ in range(5):
+        clock.now += 0.1
+        beat(e, 0xA, 7)
+    assert e.leader_id == 0xC
+    clock.now = 100.5
+    poll(e)
+    assert bucket.taken == [(100.5, 9, "b")]
+
+
+def test_losing_a_race_for_the_key_reads_it_again(clock, no_threads):
+    """Two candidates judge the same holder dead; the second's compare fails
+    (the key moved): it does not lead, reads the key, and waits for the
+    winner, whom it has not heard beating yet."""
+    bucket = Bucket(clock, holder=0xA, revision=7)
+    e = candidate(bucket)
+    beat(e, 0xA, 7)
+    clock.now = 100.35
+    poll(e)  # silent for 3.5 heartbeat intervals: reads the key, still revision 7
+    assert bucket.gets == 1 and e.leader_id == 0xA
+    bucket.entry = Entry(json.dumps({"member": "c"}).encode(), 8)  # the other candidate wins at 100.45
+    clock.now = 100.5
+    poll(e)
+    assert not bucket.taken and not e._rev
+    clock.now += 0.1
+    poll(e)
+    assert bucket.gets == 2 and e.leader_id == 0xC and not bucket.taken
+
+
+def test_a_hand_over_heartbeat_is_taken_at_once(clock, no_threads):
+    """The leader names this replica in the key and says so in a heartbeat:
+    it leads on that heartbeat, without waiting for a check."""
+    bucket = Bucket(clock, holder=0xB, revision=8)
+    e = candidate(bucket)
+    beat(e, 0xB, 8, sender=0xA)
+    assert e._rev == 8 and e.leader_id == 0xB and no_threads == ["brain-elected"]
+    assert e.lease_until == 0.0  # no lease until its own renewal: the old leader's may run on
+
+
+def test_the_lease_of_a_won_election_counts_from_before_the_key_was_created(clock, no_threads):
     """The winner's lease starts when it sends the create (no revision of its
     key exists before), not when it began looking at the bucket."""
     from nats.js.errors import KeyNotFoundError
@@ -118,7 +240,7 @@ def test_the_lease_of_a_won_election_counts_from_before_the_key_was_created(cloc
     e = candidate(bucket)
     poll(e)
     assert e._rev == 3 and bucket.created_at == 100.7
-    assert e.lease_until == pytest.approx(100.7 + 2.0 * election_mod.LEASE_FRACTION)
+    assert e.lease_until == pytest.approx(100.7 + 0.5 * election_mod.LEASE_FRACTION)
 
 
 def test_no_answer_about_the_key_for_an_election_timeout_means_no_leader(clock):
@@ -127,7 +249,7 @@ def test_no_answer_about_the_key_for_an_election_timeout_means_no_leader(clock):
     passed without an answer (not before), and learns the holder again from
     the next answer."""
     bucket = Bucket(clock, holder=0xA, revision=7)
-    e = candidate(bucket)
+    e = candidate(bucket, timeout=2.0)
     e.set_candidate(False)  # observe only
     poll(e)
     assert e.leader_id == 0xA
@@ -140,19 +262,122 @@ def test_no_answer_about_the_key_for_an_election_timeout_means_no_leader(clock):
         raise NoQuorum
 
     bucket.get = refused
-    for _ in range(3):  # 0.5 s each: 1.5 s without an answer, under the 2 s timeout
+    clock.now += election_mod.POLL_INTERVAL  # the next read is due
+    for _ in range(3):  # 0.5 s each: 1.7 s without an answer, under the 2 s timeout
         with pytest.raises(NoQuorum):
             poll(e)
     assert e.leader_id == 0xA
     with pytest.raises(NoQuorum):
-        poll(e)  # 2.0 s
+        poll(e)  # 2.2 s
     with pytest.raises(NoQuorum):
-        poll(e)  # 2.5 s
+        poll(e)  # 2.7 s
     assert e.leader_id == 0
     del bucket.get  # answers again
     bucket.entry = Entry(bucket.entry.value, 9)
     poll(e)
     assert e.leader_id == 0xA
+
+
+def test_a_slow_renewal_costs_no_election(clock, no_threads):
+    """A renewal whose answer timed out is still in flight (JetStream refuses
+    the next one with 10164) or has landed (10071, and the key names this
+    replica at a later revision): the leader keeps leading, adopting the
+    landed revision, until the key's TTL has passed without a renewal."""
+    from nats.js.errors import APIError
+
+    bucket = Bucket(clock, holder=0xB, revision=7)
+    e = candidate(bucket)
+    e._rev, e._renewed, e.leading = 7, clock.now, True
+
+    async def in_flight(subject, value, headers=None, timeout=None):
+        raise APIError(code=400, err_code=10164, description="wrong last sequence")
+
+    bucket.publish = in_flight
+    clock.now += 1.5
+    asyncio.run(e._renew())
+    assert e.leading and e._rev == 7
+    del bucket.publish  # it landed: revision 8 names this replica; the renewal naming 7 is refused
+    bucket.entry = Entry(bucket.entry.value, 8)
+    clock.now += 0.1
+    asyncio.run(e._renew())
+    assert e.leading and e._rev == 8
+    asyncio.run(e._renew())
+    assert e._rev == 9 and e.lease_until == pytest.approx(clock.now + 0.5 * election_mod.LEASE_FRACTION)
+    bucket.publish = in_flight
+    clock.now += e.ttl + 0.1
+    asyncio.run(e._renew())
+    assert not e.leading and not e._rev and e.leader_id == 0
+
+
+def _leader_with_journal(bucket: Bucket, clock: Clock, acked: list, asked: list) -> Election:
+    e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
+                 on_elected=lambda: True, on_lost=lambda: None,
+                 journal_acknowledged=lambda: acked[0], confirm_with_journal=lambda: asked.append(clock.now))
+    e._kv = bucket
+    e._rev, e._renewed, e.leading = 7, clock.now, True
+    return e
+
+
+async def _no_bucket_leader(subject, value, headers=None, timeout=None):
+    from nats.errors import NoRespondersError
+
+    raise NoRespondersError
+
+
+def test_a_leader_leads_on_through_a_bucket_without_a_leader_while_the_journal_acknowledges(clock, no_threads):
+    """The nats-server leading the election bucket died: no renewal is
+    answered for longer than the key's TTL, but the journal acknowledges
+    the leader's appends (each failed renewal asks it for one), so it keeps
+    the lead, without a read lease; when the bucket answers again the key
+    has expired (JetStream's marker holds its subject) and the leader writes
+    it again on the marker's revision."""
+    bucket = Bucket(clock, holder=0xB, revision=7)
+    acked, asked = [clock.now], []
+    e = _leader_with_journal(bucket, clock, acked, asked)
+    bucket.publish = _no_bucket_leader
+    for _ in range(10):  # 5 s, past the TTL (2 s)
+        clock.now += 0.5
+        acked[0] = clock.now - 0.3  # the empty record asked for last time was acknowledged
+        asyncio.run(e._renew())
+        assert e.leading and e._rev == 7 and e.last_answer == acked[0]
+    assert len(asked) == 10 and not e.lease_valid()
+    del bucket.publish
+    bucket.entry = Entry(b"", 12)  # the key expired: its marker
+    asyncio.run(e._renew())
+    assert e.leading and e._rev == 13 and e.lease_valid()
+    assert bucket.taken[-1] == (clock.now, 12, "b")
+    asyncio.run(e._renew())
+    assert e._rev == 14 and len(asked) == 10
+
+
+def test_a_leader_without_journal_acknowledgements_steps_down_after_the_ttl(clock, no_threads):
+    """Its NATS lost its quorum (the journal cannot acknowledge either): the
+    key's TTL after its last renewal it stops leading, as before."""
+    bucket = Bucket(clock, holder=0xB, revision=7)
+    acked, asked = [clock.now], []
+    e = _leader_with_journal(bucket, clock, acked, asked)
+    bucket.publish = _no_bucket_leader
+    clock.now += 1.9
+    asyncio.run(e._renew())
+    assert e.leading
+    clock.now += e.ttl
+    asyncio.run(e._renew())
+    assert not e.leading and not e._rev and e.leader_id == 0
+
+
+def test_a_leader_that_led_on_loses_to_a_candidate_that_took_the_expired_key(clock, no_threads):
+    bucket = Bucket(clock, holder=0xB, revision=7)
+    acked, asked = [clock.now], []
+    e = _leader_with_journal(bucket, clock, acked, asked)
+    bucket.publish = _no_bucket_leader
+    clock.now += 3.0
+    acked[0] = clock.now
+    asyncio.run(e._renew())
+    assert e.leading
+    del bucket.publish
+    bucket.entry = Entry(json.dumps({"member": "c"}).encode(), 13)  # expired, then created by 0xC
+    asyncio.run(e._renew())
+    assert not e.leading and not e._rev
 
 
 def test_a_leader_that_loses_its_key_knows_no_leader(clock):
@@ -191,13 +416,20 @@ def test_a_hand_over_waits_for_a_renewal_in_flight():
                 await asyncio.get_running_loop().run_in_executor(None, release.wait)
             return type("Ack", (), {"seq": self.seq})()
 
+    class Core:
+        beats: list = []
+
+        async def publish(self, subject, data):
+            self.beats.append(json.loads(data))
+
     class Conn:
         js = Stream()
+        nc = Core()
 
         def run(self, coro, timeout=None):
             return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
-    e = Election(Conn(), "t", member_id=0xB, ttl=2.0, renew_interval=0.5,
+    e = Election(Conn(), "t", member_id=0xB, timeout=2.0, heartbeat_interval=0.5,
                  on_elected=lambda: True, on_lost=lambda: None)
     e._rev = 7
     renewal = asyncio.run_coroutine_threadsafe(e._renew(), loop)
@@ -209,4 +441,5 @@ def test_a_hand_over_waits_for_a_renewal_in_flight():
     renewal.result(5)
     handed.join(5)
     assert Conn.js.last == "a" and Conn.js.seq == 9 and e._rev == 0 and e.leader_id == 0xA
+    assert Conn.nc.beats == [{"member": "a", "rev": 9, "from": "b"}]  # the target takes it on this
     loop.call_soon_threadsafe(loop.stop)

@@ -11,11 +11,14 @@ kill -9 of the brain leader and of the NATS stream leader.
   one already returned before it was asked (clustercheck's real-time order
   check, which sees a stale read even on a key that did not change): 16
   clients on 8 keys, puts, linearizable gets and CAS Txns whose compares
-  often fail, over all three endpoints, with 18 leader kills (3 runs of 6;
-  BRAIN_CLUSTER_KILLS sets the total for longer runs);
+  often fail, over all three endpoints, with 12 leader kills (2 runs of 6;
+  BRAIN_CLUSTER_KILLS sets the total: 24 in ``make test-full``);
 - a concurrency.Mutex excludes across a leader kill (clustercheck mutex);
-- the write pause of each failover is printed (the benchmarks report it
-  next to etcd's).
+- a rolling restart (SIGTERM of every replica in turn) loses nothing and
+  hands the lead over instead of waiting for an election;
+- the write pause of each failover is printed and bounded generously here
+  (this machine is loaded: PAUSE_BOUND_KILL, PAUSE_BOUND_RESTART); the
+  benchmarks carry the precise figures, next to etcd's.
 
 Every planned kill must happen inside the clustercheck run's window (a kill
 after the run ended would check nothing), and every leader kill is confirmed
@@ -34,6 +37,11 @@ from tests.support import clustercheck
 from tests.support.brain_cluster import BrainCluster
 
 JOURNAL = "{name}_journal"
+# Write pauses asserted, far above what an idle machine shows (docs/cluster.md
+# "Failover": about 0.6-0.7 s after a kill -9 of the leader, 0.5 s at most
+# across a restart) and below what the key-TTL election gave (2-4 s).
+PAUSE_BOUND_KILL = 1.8
+PAUSE_BOUND_RESTART = 1.5
 
 
 @pytest.fixture
@@ -140,6 +148,47 @@ def test_kill9_of_brain_and_nats_leaders_loses_nothing(brain_cluster, clusterche
     _clean(v)
     assert v["missing"] == 0 and v["acked"] == w["acked"] > 1000, v
     assert seen["missing"] == 0 and seen["acked_watched"] > 0, seen
+    brain_pauses = [clustercheck.pause_after(w, t, window=3) for what, _who, t, _took in kills[:5]]
+    assert max(brain_pauses) <= PAUSE_BOUND_KILL, brain_pauses
+
+
+def test_a_rolling_restart_hands_the_lead_over_and_loses_nothing(brain_cluster, clustercheck_bin, tmp_path):
+    """SIGTERM of every replica in turn under the writer: the leader hands
+    its key to a follower on the way out (its log says so; it neither
+    resigns nor lets the key time out), every pause stays short, every
+    acknowledged write is there afterwards."""
+    cluster = brain_cluster(3)
+    cluster.wait_leader()
+    record = tmp_path / "acked.json"
+    stop = tmp_path / "stop"
+    writer = clustercheck.start("write", cluster.endpoints, binary=clustercheck_bin, duration=3 + 3 * 20,
+                                rate=300, clients=16, record=record, pause_threshold=0.2, stop_file=stop)
+    restarts = []
+    with writer:
+        time.sleep(3)
+        for member in list(cluster.members):
+            was_leader = cluster.leader() is member
+            t_stop = time.time()
+            member.stop()
+            log = member.log_tail(20000)
+            member.start()
+            cluster.wait_serving(timeout=60)
+            restarts.append((member.name, was_leader, t_stop, log))
+            time.sleep(2.0)
+        stop.touch()
+        w = writer.result()
+    v = clustercheck.run("verify", cluster.endpoints, binary=clustercheck_bin, record=record)
+    pauses = [(name, was_leader, clustercheck.pause_after(w, t, window=3)) for name, was_leader, t, _ in restarts]
+    print(f"\nrolling restart ({w['acked']} acked, {w['unknown']} unknown): "
+          + ", ".join(f"{name}{' (leading)' if lead else ''} {p:.2f} s" for name, lead, p in pauses))
+    _clean(w)
+    _clean(v)
+    assert v["missing"] == 0 and v["acked"] == w["acked"] > 1000, v
+    leaders = [(name, log) for name, was_leader, _t, log in restarts if was_leader]
+    assert leaders, [r[:2] for r in restarts]  # the lead may land on a replica restarted later: then twice
+    for name, log in leaders:
+        assert "handed the lead to" in log, (name, log[-3000:])
+    assert max(p for _, _, p in pauses) <= PAUSE_BOUND_RESTART, pauses
 
 
 # A kill cycle: the new epoch (~2 s: the election timeout, a poll, the
@@ -174,7 +223,7 @@ def test_no_stale_answers_across_leader_kills(brain_cluster, clustercheck_bin, t
     deletes), the brain leader killed with kill -9 six times per run.  Each
     run must be linearizable and keep header revisions in real-time order;
     the defect showed in 2 runs of 4."""
-    total = int(os.environ.get("BRAIN_CLUSTER_KILLS", str(3 * KILLS_PER_RUN)))
+    total = int(os.environ.get("BRAIN_CLUSTER_KILLS", str(2 * KILLS_PER_RUN)))
     cluster = brain_cluster(3, nats_size=1, sync_always=False)
     print("\nmembers: " + ", ".join(f"{m.name} {m.member_id():x}" for m in cluster.members))
     runs = []

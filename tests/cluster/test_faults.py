@@ -100,6 +100,11 @@ def test_nats_quorum_loss_fails_writes_keeps_serializable_reads(nats_cluster_fac
             acked[key] = _put(m.endpoint, key, b"v").header.revision
         _wait_health(cluster, health.HealthCheckResponse.SERVING, within=10)
         watch = _HealthWatch(cluster.members[0].endpoint)
+        # the stream's first status must be read before NATS goes, or it may
+        # already say NOT_SERVING on a loaded machine
+        deadline = time.monotonic() + 10
+        while not watch.statuses and time.monotonic() < deadline:
+            time.sleep(0.05)
         down = nats.nodes[:2]
         for n in down:
             nats.kill9(n)

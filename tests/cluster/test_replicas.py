@@ -14,6 +14,7 @@ import pytest
 
 from brain.cluster import ClusterOptions, Replica
 from brain.engine import EngineConfig
+from brain.journal import JournalUnavailableError
 from brain.mvcc import errors
 from brain.mvcc.requests import (
     CompactRequest,
@@ -203,13 +204,13 @@ def test_a_deposed_leader_is_fenced_and_rebuilds(cluster):
     c = cluster()
     old = c.leader()
     old.engine.put(PutRequest(b"before", b"1"))
-    # the old leader stops renewing its key (paused) but keeps believing it leads
-    renew = old.election._renew
+    # the old leader stops renewing its key and beating (paused) but keeps believing it leads
+    renew, beat = old.election._renew, old.election._beat
 
     async def paused() -> None:
         pass
 
-    old.election._renew = paused
+    old.election._renew = old.election._beat = paused
     new = c.leader(exclude=(old,))
     new.engine.put(PutRequest(b"after", b"2"))
     assert old.engine.is_leader  # it has not noticed yet
@@ -227,7 +228,7 @@ def test_a_deposed_leader_is_fenced_and_rebuilds(cluster):
     for r in c.replicas:
         assert get(r, b"stale") is None
     # it wakes up: its key is gone, it learns who leads, and it is a working follower
-    old.election._renew = renew
+    old.election._renew, old.election._beat = renew, beat
     res = old.engine.put(PutRequest(b"again", b"3"))
     assert get(new, b"again").mod_revision == res.revision
 
@@ -414,6 +415,49 @@ def test_a_replica_whose_rebuild_is_pending_does_not_lead(cluster):
         assert (kv.value, kv.mod_revision) == (b"after", base + 1), r.name
 
 
+def test_a_rebuild_that_reads_a_journal_still_catching_up_retries(cluster):
+    """A rebuild whose journal read ends before records this replica has
+    already applied saw a stream view still catching up (a NATS server just
+    back from a partition answered with its own older end; the partition
+    suite hit it): it is retried, never taken for a corrupt store."""
+    c = cluster()
+    lead = c.leader()
+    eng = lead.engine
+    for i in range(5):
+        base = eng.put(PutRequest(b"k", b"v%d" % i)).revision
+
+    def unavailable() -> None:
+        raise JournalUnavailableError("no quorum (test)")
+
+    real = eng._load_store
+    short_reads: list[int] = []
+
+    def behind(upto_index=None):
+        if len(short_reads) < 2:  # the first two reads see an older end of the stream
+            short_reads.append(upto_index)
+            return real(upto_index=upto_index - 2)
+        return real(upto_index=upto_index)
+
+    eng.journal.append = lambda payload: eng.journal.last_index + 1  # never reaches NATS
+    eng.journal.sync = unavailable
+    eng._load_store = behind
+    t = threading.Thread(target=lambda: _try(eng.put, PutRequest(b"k", b"unknown")))
+    t.start()
+    deadline = time.monotonic() + 5
+    while eng.store.revision == base and time.monotonic() < deadline:
+        time.sleep(0.01)
+    eng.step_down()  # the unknown append: a rebuild from the journal
+    t.join(10)
+    del eng.journal.append, eng.journal.sync
+    deadline = time.monotonic() + 15
+    while not eng.promote():
+        assert eng.statistics().failed is None, eng.statistics().failed
+        assert time.monotonic() < deadline, "no lead once the journal read reached the applied index"
+        time.sleep(0.1)
+    assert len(short_reads) == 2 and eng.statistics().failed is None
+    assert eng.store.revision == base and get(lead, b"k").value == b"v4"
+
+
 def _try(fn, *args):
     try:
         return fn(*args)
@@ -435,12 +479,12 @@ def test_a_deposed_leader_does_not_answer_a_failed_compare_from_its_store(cluste
     c = cluster()
     old = c.leader()
     first = old.engine.put(PutRequest(b"k", b"v1"))
-    renew = old.election._renew
+    renew, beat = old.election._renew, old.election._beat
 
     async def paused() -> None:
         pass
 
-    old.election._renew = paused
+    old.election._renew = old.election._beat = paused
     new = c.leader(exclude=(old,))
     second = new.engine.put(PutRequest(b"k", b"v2"))
     assert old.engine.is_leader and old.engine.committed_rev == first.revision  # it has not noticed
@@ -453,7 +497,7 @@ def test_a_deposed_leader_does_not_answer_a_failed_compare_from_its_store(cluste
         time.sleep(0.02)
     # it stepped down (the journal is past its last append); its election
     # wakes up too and learns who leads, so the Txn can be forwarded
-    old.election._renew = renew
+    old.election._renew, old.election._beat = renew, beat
     t.join(20)
     assert out, "the Txn was not answered"
     res = out[0]
@@ -463,10 +507,11 @@ def test_a_deposed_leader_does_not_answer_a_failed_compare_from_its_store(cluste
     assert get(new, b"k").value == b"v3"
 
 
-def test_without_the_read_lease_every_read_index_is_the_journals(cluster):
-    """read_lease=False: the leader asks the journal before answering a
-    failed compare or a linearizable read, and followers never ask the
-    leader (whose answer rests on the lease's clock bound)."""
+def test_without_the_read_lease_every_read_index_is_a_barrier_record(cluster):
+    """read_lease=False: the leader confirms a failed compare or a
+    linearizable read with a barrier record acknowledged by the journal,
+    and followers' read indexes are barrier records too (never the
+    leader's lease, whose answer rests on the clock bound)."""
     c = cluster(read_lease=False)
     lead = c.leader()
     f = c.followers(lead)[0]
@@ -477,8 +522,40 @@ def test_without_the_read_lease_every_read_index_is_the_journals(cluster):
     assert res.responses[0].kvs[0].value == b"v1"
     assert lead.engine.unwritten_confirmations == before + 1
     trips = lead.engine._barrier.round_trips
+    appended = lead.journal.appended
     assert get(lead, b"k").value == b"v1"
     assert lead.engine._barrier.round_trips == trips + 1
+    assert lead.journal.appended == appended + 1  # the barrier record
     for r in c.followers(lead):
         assert get(r, b"k").value == b"v1"
-        assert r.read_index.from_leader == 0 and r.read_index.from_journal >= 1
+        assert r.read_index.leased == 0 and r.read_index.confirmed >= 1
+        assert r.engine.store.revision == put.revision  # barrier records hold no revision
+
+
+def test_a_record_in_a_newer_format_stops_followers_before_applying_it(cluster):
+    """A replica of a newer brain leads and writes a record in a format this
+    one does not know (here appended through the leader's journal while its
+    committer is idle): every follower refuses it with a message that says
+    so, applies nothing of it or after it, and says it has failed."""
+    from brain.mvcc.codec import FORMAT_VERSION, BatchEncoder
+
+    c = cluster()
+    leader = c.leader()
+    before = leader.engine.put(PutRequest(b"before", b"1"))
+    followers = c.followers(leader)
+    for f in followers:
+        assert get(f, b"before") is not None
+    enc = BatchEncoder()
+    enc.begin_revision(before.revision + 1)
+    enc.put(b"newer", b"x", 0)
+    newer = b"V" + bytes((FORMAT_VERSION + 1,)) + enc.finish()[2:]
+    index = leader.journal.append(newer)
+    leader.journal.sync()
+    deadline = time.monotonic() + 15
+    while not all(f.engine.statistics().failed for f in followers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for f in followers:
+        st = f.engine.statistics()
+        assert st.failed and f"format version {FORMAT_VERSION + 1} is newer than this brain reads" in st.failed, st
+        assert st.applied_index == index - 1 and get(f, b"newer", serializable=True) is None
+        assert f.engine.range(RangeRequest(b"before", serializable=True)).revision == before.revision

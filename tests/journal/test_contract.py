@@ -8,7 +8,7 @@ files and the JetStream stream pass the same tests.
   release               a checkpointed prefix may go; the rest stays
   fencing (shared)      a second writer's append is refused, never interleaved
   follow (shared)       records arrive in order, each once
-  read index (shared)   the newest index, for linearizable reads
+  end index (shared)    the newest index, for a writer's catch-up
 """
 
 from __future__ import annotations
@@ -271,13 +271,13 @@ def test_follow_delivers_each_record_once_in_order(shared):
     assert failed and isinstance(failed[0], JournalPurgedError)
 
 
-def test_read_index_is_the_newest_index(shared):
+def test_end_index_is_the_newest_index(shared):
     impl = shared
     w = impl.writer()
     w.append(b"x")
     w.sync()
     out = []
     done = threading.Event()
-    impl.another().read_index(lambda index, exc: (out.append((index, exc)), done.set()))
+    impl.another().end_index(lambda index, exc: (out.append((index, exc)), done.set()))
     assert done.wait(5)
     assert out == [(w.last_index, None)]

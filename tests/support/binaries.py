@@ -8,6 +8,7 @@ silently). An environment variable points at a binary built elsewhere:
   etcd36_binary()       benchmarks/build.sh etcd-3.6     $ETCD36_BIN
   nats_server_binary()  tests/cluster/build.sh           $NATS_SERVER_BIN
   clustercheck_binary() tests/cluster/build.sh           $CLUSTERCHECK_BIN
+  toxiproxy_binary()    tests/cluster/build.sh toxiproxy $TOXIPROXY_BIN
 """
 
 from __future__ import annotations
@@ -65,3 +66,7 @@ def nats_server_binary() -> str:
 
 def clustercheck_binary() -> str:
     return built_binary(REPO_ROOT / "tests" / "cluster" / "build.sh", "clustercheck", "CLUSTERCHECK_BIN")
+
+
+def toxiproxy_binary() -> str:
+    return built_binary(REPO_ROOT / "tests" / "cluster" / "build.sh", "toxiproxy", "TOXIPROXY_BIN")

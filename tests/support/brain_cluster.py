@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tests.support import servers
 from tests.support.server_group import LedGroup, StatusMember
@@ -50,7 +50,7 @@ class BrainReplica(StatusMember):
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.client_url,
             "--advertise-client-urls", self.client_url,
-            "--journal-url", f"{c.nats.url.replace(',nats://', ',')}/{c.name}",
+            "--journal-url", f"nats://{','.join(c.nats_addresses(self))}/{c.name}",
             "--shards", str(c.shards), *servers.shard_args(c.shards),
             *c.extra_args,
         ]
@@ -67,8 +67,12 @@ class BrainReplica(StatusMember):
 
 class BrainCluster(LedGroup):
     def __init__(self, size: int, nats, *, shards: int = 1, extra_args: Sequence[str] = (),
-                 lifetime: float = 900.0, ready_timeout: float = 60.0, name: str | None = None):
+                 lifetime: float = 900.0, ready_timeout: float = 60.0, name: str | None = None,
+                 nats_addresses: Callable[[BrainReplica], list[str]] | None = None):
         self.nats = nats
+        # the host:port of each NATS server as a replica is to reach it
+        # (default: the servers' own; tests/support/partitioned.py: proxies)
+        self.nats_addresses = nats_addresses or (lambda replica: [f"127.0.0.1:{n.port}" for n in nats.nodes])
         self.shards = shards
         self.extra_args = list(extra_args)
         self.name = name or f"bc{os.getpid()}x{next(_seq)}"

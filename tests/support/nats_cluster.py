@@ -17,6 +17,10 @@ no disk: it survives the kill -9 of any node (the others have it), not a
 power loss of all three. ``always`` is the only setting as durable as brain's
 fdatasync per batch, at about twice the publish latency.
 
+``route_via(src, dst) -> "host:port"`` sends every route from ``src`` to
+``dst`` through that address (a proxy, tests/support/partitioned.py) and
+keeps the servers from advertising any address of their own.
+
 Faults: ``kill9(node)`` (SIGKILL, store kept), ``restart(node)`` (same ports,
 config and store); ``stream_leader(name)`` asks ``$JS.API.STREAM.INFO.<name>``
 which node leads that stream's Raft group (``cluster.leader``, a server name).
@@ -41,12 +45,15 @@ import json
 import time
 import urllib.error
 import urllib.request
+from typing import Callable
 
 from tests.support import servers
 from tests.support.binaries import nats_server_binary
 from tests.support.server_group import GroupMember, ServerGroup
 
 CLUSTER_NAME = "brain-test"
+# a loopback port nothing listens on (1 is privileged: no test server takes it)
+UNREACHABLE = "127.0.0.1:1"
 
 
 class NatsNode(GroupMember):
@@ -79,14 +86,28 @@ class NatsNode(GroupMember):
             f"listen: 127.0.0.1:{self.port}",
             f"http: 127.0.0.1:{self.monitor_port}",
             "jetstream {", *(f"  {x}" for x in js), "}",
+            # lame duck mode (a planned restart) closes clients after 1 s, not
+            # the default 10 s: a replica must leave the server within it, and
+            # a rolling restart of three servers takes half a minute less
+            "lame_duck_grace_period: 1s",
         ]
         if len(self.cluster.nodes) > 1:
-            routes = ", ".join(n.route_url for n in self.cluster.nodes)
+            via = self.cluster.route_via
+            if via is None:
+                routes = [n.route_url for n in self.cluster.nodes]
+                hidden = []
+            else:
+                routes = [f"nats-route://{via(self, n)}" for n in self.cluster.nodes if n is not self]
+                # Through proxies only: clients learn no other URL, and a
+                # route a peer gossips about (its advertised address) leads
+                # nowhere, so no connection bypasses the links under test.
+                hidden = ["  no_advertise: true", f"  advertise: {UNREACHABLE}"]
             lines += [
                 "cluster {",
                 f"  name: {CLUSTER_NAME}",
                 f"  listen: 127.0.0.1:{self.route_port}",
-                f"  routes: [{routes}]",
+                f"  routes: [{', '.join(routes)}]",
+                *hidden,
                 "}",
             ]
         self.config_path.write_text("\n".join(lines) + "\n")
@@ -128,11 +149,13 @@ class NatsCluster(ServerGroup):
     """``size`` nats-servers with JetStream on loopback. See the module docstring."""
 
     def __init__(self, size: int = 3, *, sync_always: bool = False, binary: str | None = None,
-                 lifetime: float = 900.0, ready_timeout: float = 30.0):
+                 lifetime: float = 900.0, ready_timeout: float = 30.0,
+                 route_via: Callable[[NatsNode, NatsNode], str] | None = None):
         if size < 1:
             raise ValueError("size must be >= 1")
         self.binary = binary or nats_server_binary()
         self.sync_always = sync_always
+        self.route_via = route_via
         super().__init__("nats-cluster-", lifetime=lifetime, ready_timeout=ready_timeout)
         self.members = [NatsNode(self, f"n{i + 1}", ready_timeout=ready_timeout) for i in range(size)]
 

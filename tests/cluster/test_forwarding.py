@@ -1,0 +1,113 @@
+"""brain.cluster.forwarding's wait for a leader's answer, on a real NATS
+server: "leaders" here are plain subscribers that answer, or never do, as
+a test says; the election's view is a value the test sets."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from brain.cluster import codec
+from brain.cluster.forwarding import HANDOVER_GRACE, Forwarder, subject_of
+from brain.journal.natsio import NatsConnection
+from brain.mvcc import errors
+
+OLD, NEW = 0xA1, 0xB2
+
+
+class Leaders:
+    """Subscribers on two members' forwarding subjects; ``answers[member]``
+    is the delay before it replies "ok" (None: it never replies)."""
+
+    def __init__(self, conn: NatsConnection, name: str, answers: dict) -> None:
+        self.conn, self.answers, self.asked = conn, answers, []
+        for member in answers:
+            conn.run(conn.nc.subscribe(subject_of(name, member), cb=self._handler(member)), 5)
+        conn.run(conn.nc.flush(), 5)
+
+    def _handler(self, member: int):
+        import asyncio
+
+        async def on_msg(msg) -> None:
+            self.asked.append(member)
+            delay = self.answers[member]
+            if delay is None:
+                return  # a leader killed after it took the message
+            await asyncio.sleep(delay)
+            await msg.respond(codec.encode(["ok", f"from {member:x}"]))
+
+        return on_msg
+
+
+@pytest.fixture
+def conn(nats1):
+    c = NatsConnection(list(nats1.urls), name="fwd-test")
+    yield c
+    c.close()
+
+
+def _outcome(send) -> tuple[object, float]:
+    """What ``send(finish)`` finished with (a result or an EtcdError) and
+    how long it took."""
+    got = threading.Event()
+    box: list = []
+    t0 = time.monotonic()
+    send(lambda outcome: (box.extend([outcome, time.monotonic() - t0]), got.set()))
+    assert got.wait(15), "no outcome"
+    return box[0], box[1]
+
+
+def _write(f: Forwarder):
+    return lambda finish: f.forward([b"w"], finish)
+
+
+def _call(f: Forwarder, op: str):
+    return lambda finish: f.call(op, [], lambda result, exc: finish(exc if exc is not None else result))
+
+
+def test_a_write_in_flight_to_a_leader_found_dead_is_answered_at_once(conn):
+    Leaders(conn, "fwd1", {OLD: None})
+    view = [OLD]
+    f = Forwarder(conn, "fwd1", lambda: OLD, elected=lambda: view[0])
+    threading.Timer(0.3, lambda: view.__setitem__(0, 0)).start()  # silent for the election timeout
+    outcome, took = _outcome(_write(f))
+    assert outcome == errors.ErrTimeoutDueToLeaderFail, outcome
+    assert took < 1.5, took  # not the 7 s request timeout
+    assert f.abandoned == 1
+
+
+def test_a_read_index_in_flight_to_a_dead_leader_asks_the_next_one(conn):
+    leaders = Leaders(conn, "fwd2", {OLD: None, NEW: 0.0})
+    view = [OLD]
+    asked = [OLD]
+    f = Forwarder(conn, "fwd2", lambda: asked[0], elected=lambda: view[0])
+
+    def elect_new() -> None:
+        view[0] = 0
+        time.sleep(0.1)
+        asked[0] = view[0] = NEW
+
+    threading.Timer(0.3, elect_new).start()
+    outcome, took = _outcome(_call(f, "ri"))
+    assert outcome == f"from {NEW:x}", outcome
+    assert leaders.asked[:1] == [OLD] and NEW in leaders.asked
+    assert took < 2.0, took
+
+
+def test_a_leader_that_handed_over_still_answers_what_it_took(conn):
+    Leaders(conn, "fwd3", {OLD: HANDOVER_GRACE / 2, NEW: 0.0})
+    view = [OLD]
+    f = Forwarder(conn, "fwd3", lambda: OLD, elected=lambda: view[0])
+    threading.Timer(0.05, lambda: view.__setitem__(0, NEW)).start()  # a hand-over, not a death
+    outcome, _ = _outcome(_write(f))
+    assert outcome == f"from {OLD:x}", outcome
+    assert f.abandoned == 0
+
+
+def test_without_the_election_view_a_silent_leader_times_out(conn):
+    Leaders(conn, "fwd4", {OLD: None})
+    f = Forwarder(conn, "fwd4", lambda: OLD, timeout=1.0)
+    outcome, took = _outcome(_write(f))
+    assert outcome == errors.ErrTimeout and took >= 0.9, (outcome, took)

@@ -1,0 +1,54 @@
+"""A starting replica's JetStream calls against a NATS cluster still forming."""
+
+import asyncio
+
+import pytest
+from nats.js.errors import APIError, BadRequestError, NoStreamResponseError
+
+from brain.journal.natsio import when_answering
+
+
+class FormingBucket:
+    """A bucket whose stream answers 'no responders' ``failures`` times."""
+
+    def __init__(self, failures: int, error=NoStreamResponseError) -> None:
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+
+    async def put(self, key: str, value: bytes) -> int:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error()
+        return 7
+
+
+def test_the_put_is_retried_until_the_stream_answers():
+    kv = FormingBucket(failures=3)
+    assert asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01)) == 7
+    assert kv.calls == 4
+
+
+def test_a_stream_that_never_answers_fails_after_the_wait():
+    kv = FormingBucket(failures=10**9)
+    with pytest.raises(NoStreamResponseError):
+        asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=0.2, pause=0.01))
+    assert kv.calls >= 2
+
+
+def _no_peers() -> APIError:
+    return BadRequestError(code=400, err_code=10005, description="no suitable peers for placement, peer offline")
+
+
+def test_a_stream_that_cannot_be_placed_yet_is_retried():
+    """A just-formed cluster whose peer has not reported in: JetStream 10005."""
+    kv = FormingBucket(failures=2, error=_no_peers)
+    assert asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01)) == 7
+    assert kv.calls == 3
+
+
+def test_any_other_refusal_is_raised_at_once():
+    kv = FormingBucket(failures=1, error=lambda: BadRequestError(code=400, err_code=10052, description="bad"))
+    with pytest.raises(BadRequestError):
+        asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01))
+    assert kv.calls == 1
