@@ -304,7 +304,10 @@ class Etcd(Storage):
 class BrainCluster(Storage):
     """Three brain replicas on a 3-node NATS JetStream cluster (docs/cluster.md),
     over TCP; kube-apiserver lists all three in --etcd-servers.  Reads for the
-    checks go to any live replica; ``kill_leader`` kills -9 the one leading."""
+    checks go to any live replica; ``kill_leader`` kills -9 the one leading.
+    Each replica reaches each nats-server through a Toxiproxy link of its own
+    (tests/support/toxiproxy.py), so ``cut_from_nats`` can isolate a replica
+    from the journal while kube-apiserver still reaches it."""
 
     label = "brain-cluster"
     transport = "tcp"
@@ -312,25 +315,66 @@ class BrainCluster(Storage):
     def __init__(self, workdir: Path, size: int = 3):
         from tests.support import binaries
         from tests.support.nats_cluster import NatsCluster
+        from tests.support.toxiproxy import Toxiproxy
 
         self.workdir = workdir
         self.data_dir = workdir / "brain-cluster"
         self.nats = NatsCluster(3, binary=binaries.require(binaries.nats_server_binary), sync_always=True,
                                 lifetime=3600.0)
+        self.toxiproxy = Toxiproxy(binary=binaries.require(binaries.toxiproxy_binary), lifetime=3600.0)
         self.ports = [free_port() for _ in range(size)]
-        journal = ",".join(u.removeprefix("nats://") for u in self.nats.urls)
-        self.replicas = []
-        for i, port in enumerate(self.ports):
-            url = f"http://127.0.0.1:{port}"
-            self.replicas.append(Proc(f"brain-{i + 1}", [
-                sys.executable, "-m", "brain", "serve", "--name", f"b{i + 1}",
-                "--data-dir", str(self.data_dir / f"b{i + 1}"),
-                "--listen-client-urls", url, "--advertise-client-urls", url,
-                "--journal-url", f"nats://{journal}/e2e",
-            ], workdir / f"brain-{i + 1}.log"))
+        self.replicas = [Proc(f"brain-{i + 1}", [], workdir / f"brain-{i + 1}.log") for i in range(size)]
         self.port = self.ports[0]
         self.proc = self.replicas[0]
         self.killed: set[str] = set()  # replicas the run killed on purpose (kill_replica)
+
+    def _links(self, replica: "Proc") -> list[str]:
+        return [f"{replica.name}-{n.name}" for n in self.nats.nodes]
+
+    def _wire(self) -> None:
+        """(once the proxies can be made) each replica's command, its
+        journal URL naming its own links to the nats-servers."""
+        for i, (replica, port) in enumerate(zip(self.replicas, self.ports)):
+            links = [self.toxiproxy.proxy(name, f"127.0.0.1:{n.port}")
+                     for name, n in zip(self._links(replica), self.nats.nodes)]
+            url = f"http://127.0.0.1:{port}"
+            replica.argv = [
+                sys.executable, "-m", "brain", "serve", "--name", f"b{i + 1}",
+                "--data-dir", str(self.data_dir / f"b{i + 1}"),
+                "--listen-client-urls", url, "--advertise-client-urls", url,
+                "--journal-url", f"nats://{','.join(links)}/e2e",
+            ]
+
+    def cut_from_nats(self, replica: "Proc") -> None:
+        """Hold every byte between ``replica`` and every nats-server (a
+        network partition; its clients still reach it)."""
+        for name in self._links(replica):
+            self.toxiproxy.cut(name)
+
+    def heal(self) -> None:
+        self.toxiproxy.heal_all()
+
+    def read_revision(self, replica: "Proc", timeout: float = 3.0) -> int:
+        """The header revision of a linearizable Range answered by ``replica``."""
+        import grpc
+
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        port = self.ports[self.replicas.index(replica)]
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            resp = rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=b"/registry/health"), timeout=timeout)
+        return resp.header.revision
+
+    def metric(self, replica: "Proc", name: str) -> int:
+        """An unlabelled sample of ``replica``'s /metrics, e.g.
+        brain_require_leader_streams (the streams opened with etcd's
+        require-leader metadata, as kube-apiserver opens its watches)."""
+        port = self.ports[self.replicas.index(replica)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return int(float(line.split()[1]))
+        raise ValueError(f"{replica.name}: no {name} in /metrics")
 
     @property
     def url(self) -> str:
@@ -352,6 +396,9 @@ class BrainCluster(Storage):
         creates the stream), and the apiserver, which was given all three,
         and the Status check would meet it."""
         self.nats.start()
+        if not self.replicas[0].argv:
+            self.toxiproxy.start()
+            self._wire()
         for r in self.replicas:
             if not r.alive:
                 r.start()
@@ -413,6 +460,7 @@ class BrainCluster(Storage):
     def stop(self, timeout: float = 30.0) -> int | None:
         codes = [r.stop(timeout) for r in self.replicas]
         self.nats.cleanup()
+        self.toxiproxy.cleanup()
         bad = [c for c in codes if c not in (0, None, -9)]
         return bad[0] if bad else 0
 

@@ -40,10 +40,10 @@ pytestmark = [
 # a check that silently stops running fails the test too.
 # One server: bring-up 3, nodes 1, watch 1, ConfigMaps 4, CRD 4, Deployment 1,
 # SIGTERM restart 10, kill -9 restart 12, scale/roll/delete 4, events and
-# compaction 3, /readyz 1, metrics 4, apiserver log 1, clean exit 1.
-SINGLE_SERVER_CHECKS = 50
+# compaction 3, /readyz 1, metrics 5, apiserver log 1, clean exit 1.
+SINGLE_SERVER_CHECKS = 51
 # A brain cluster: the two restarts are one leader kill (12 checks).
-CLUSTER_CHECKS = 40
+CLUSTER_CHECKS = 48
 
 
 def run_e2e(tmp_path: Path, transport: str, profile: str) -> dict[str, int]:

@@ -112,7 +112,9 @@ func brainEndpoint(t testing.TB, opts brainOptions) (string, string) {
 	cmd := exec.Command(python, args...)
 	cmd.Dir = repo
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group; and SIGTERM when the test binary dies without running
+	// its cleanups (an interrupted go test), so no server is left behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting brain: %v", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/apitesting"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
+	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
@@ -17,12 +19,6 @@ import (
 
 func allowUnsafeDelete(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
-}
-
-// Brain does not serve KV.RangeStream (etcd 3.7); the store falls back to
-// paged Range. Run list tests with the gate off, as against etcd 3.6.
-func noRangeStream(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EtcdRangeStream, false)
 }
 
 func TestCreate(t *testing.T) {
@@ -123,19 +119,16 @@ func TestPreconditionalDeleteWithOnlySuggestionPass(t *testing.T) {
 }
 
 func TestListPaging(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestListPaging(ctx, t, s)
 }
 
 func TestGetListNonRecursive(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestGetListNonRecursive(ctx, t, s.increaseRV(), s)
 }
 
 func TestGetListRecursivePrefix(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestGetListRecursivePrefix(ctx, t, s)
 }
@@ -185,22 +178,29 @@ func TestTransformationFailure(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestList(ctx, t, s, s.compaction(), false, s.lists)
 }
 
-// With the RangeStream gate on (the 1.37 default), the store must fall back to
-// paged Range when brain answers Unimplemented, and the suite still passes.
-func TestListRangeStreamFallback(t *testing.T) {
+// Every list test runs with the EtcdRangeStream gate at its 1.37 default (on):
+// brain serves KV.RangeStream (etcd 3.7), so the store streams recursive lists.
+// This one proves the stream was used and never answered Unimplemented (which
+// would mark it unsupported and fall back to paged Range, silently).
+func TestListRangeStream(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EtcdRangeStream, true)
 	ctx, s := newStore(t)
 	storagetesting.RunTestList(ctx, t, s, s.compaction(), false, s.lists)
-	t.Logf("%d RangeStream attempts (each answered Unimplemented, then paged Range)", s.kv.GetStreamReadsAndReset())
+	streams := s.kv.GetStreamReadsAndReset()
+	if streams == 0 {
+		t.Fatal("the store never called RangeStream")
+	}
+	if !etcdfeature.DefaultFeatureSupportChecker.Supports(storage.RangeStream) {
+		t.Fatal("RangeStream was marked unsupported: brain answered it Unimplemented")
+	}
+	t.Logf("%d lists streamed with RangeStream", streams)
 }
 
 func TestConsistentList(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestConsistentList(ctx, t, s, s.increaseRV(), false, true, false)
 }
@@ -213,37 +213,31 @@ func TestCompactRevision(t *testing.T) {
 }
 
 func TestListContinuation(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestListContinuation(ctx, t, s, s.callsInvariants())
 }
 
 func TestListPaginationRareObject(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestListPaginationRareObject(ctx, t, s, s.callsInvariants())
 }
 
 func TestListContinuationWithFilter(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestListContinuationWithFilter(ctx, t, s, s.callsInvariants())
 }
 
 func TestNamespaceScopedList(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestNamespaceScopedList(ctx, t, s)
 }
 
 func TestListInconsistentContinuation(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestListInconsistentContinuation(ctx, t, s, s.compaction())
 }
 
 func TestListResourceVersionMatch(t *testing.T) {
-	noRangeStream(t)
 	ctx, s := newStore(t)
 	storagetesting.RunTestListResourceVersionMatch(ctx, t, s)
 }
@@ -301,23 +295,19 @@ func TestWatch(t *testing.T) {
 		storagetesting.RunSendInitialEventsBackwardCompatibility(ctx, t, s)
 	})
 	run("WatchSemantics", func(t *testing.T) {
-		noRangeStream(t)
 		ctx, s := newStore(t)
 		storagetesting.RunWatchSemantics(ctx, t, s)
 	})
 	run("WatchSemanticsWithConcurrentDecode", func(t *testing.T) {
-		noRangeStream(t)
 		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ConcurrentWatchObjectDecode, true)
 		ctx, s := newStore(t)
 		storagetesting.RunWatchSemantics(ctx, t, s)
 	})
 	run("WatchSemanticInitialEventsExtended", func(t *testing.T) {
-		noRangeStream(t)
 		ctx, s := newStore(t)
 		storagetesting.RunWatchSemanticInitialEventsExtended(ctx, t, s)
 	})
 	run("WatchListMatchSingle", func(t *testing.T) {
-		noRangeStream(t)
 		ctx, s := newStore(t)
 		storagetesting.RunWatchListMatchSingle(ctx, t, s)
 	})
