@@ -5,7 +5,7 @@ cluster against a 3-member etcd 3.6 cluster, on the same machine.
     target = flavor.start(root / "brain-cluster-r1", size=3)
     target.endpoint                          # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
     target.cpu_seconds()                     # every process of the cluster
-    failover(target, plan, log_dir)          # kill -9 of leaders under a writer
+    failover(target, plan, log_dir)          # kills, isolations, planned restarts, under a writer
     target.stop()
 
 brain: three ``nats-server`` with ``jetstream { sync_interval: always }``
@@ -27,9 +27,15 @@ it unchanged, with every endpoint given to the load generator.
 tests/cluster/build.sh): an open-loop writer over every endpoint records
 each acknowledged write with its revision while the leader (etcd's, brain's,
 and for brain the NATS stream leader's nats-server) is killed with SIGKILL
-and restarted; the write pause of each kill is the longest gap between
-acknowledged writes around it, and afterwards ``clustercheck verify`` reads
-every acknowledged write back at its revision.
+and restarted; while the leader is isolated (its process stopped with
+SIGSTOP for a fixed time, then SIGCONT: cut from its peers, from NATS and
+from its clients at once, the machine having no packet filter to cut links
+with); for brain while every nats-server in turn is restarted as planned
+(the leaders of brain's streams on it stepped down, lame duck mode, a start); and
+while every member is restarted in turn with SIGTERM (a rolling restart: a
+brain leader hands the lead over first).  The write pause of each fault is
+the longest gap between acknowledged writes around it, and afterwards
+``clustercheck verify`` reads every acknowledged write back at its revision.
 """
 
 from __future__ import annotations
@@ -37,12 +43,17 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from benchmarks.machine import first_line
 from benchmarks.servers import ServerError, StartOptions, cpu_seconds, memory_kb, tool_path
+from brain.cluster.replica import jetstream_streams
+from tests.support.servers import ServerStartError
 
 JOURNAL_STREAM = "{name}_journal"  # brain's journal stream in NATS (docs/cluster.md)
 
@@ -88,7 +99,9 @@ class ClusterFlavor:
     def flags_note(self) -> str:
         return ""
 
-    def start(self, root: Path, size: int, lifetime: float) -> "ClusterTarget":  # pragma: no cover
+    def start(self, root: Path, size: int, lifetime: float,
+              extra_args: Sequence[str] = ()) -> "ClusterTarget":  # pragma: no cover
+        """Start ``size`` members, each with ``extra_args`` added to its command line."""
         raise NotImplementedError
 
 
@@ -109,11 +122,12 @@ class EtcdClusterFlavor(ClusterFlavor):
     def flags_note(self):
         return "3 members on loopback, defaults"
 
-    def start(self, root, size, lifetime):
+    def start(self, root, size, lifetime, extra_args=()):
         from tests.support.etcd_cluster import EtcdCluster
 
         with _data_under(root):
-            group = EtcdCluster(size, binary=self.binary(), lifetime=lifetime, ready_timeout=120.0)
+            group = EtcdCluster(size, binary=self.binary(), extra_args=extra_args, lifetime=lifetime,
+                                ready_timeout=120.0)
         _start(group)
         return ClusterTarget(self, root, group)
 
@@ -143,7 +157,7 @@ class BrainClusterFlavor(ClusterFlavor):
         return ("3 `brain serve --journal-url` replicas (otherwise defaults) on 3 nats-servers, "
                 "`jetstream { sync_interval: always }`, stream R3")
 
-    def start(self, root, size, lifetime):
+    def start(self, root, size, lifetime, extra_args=()):
         from tests.support.nats_cluster import NatsCluster
 
         with _data_under(root):
@@ -152,7 +166,8 @@ class BrainClusterFlavor(ClusterFlavor):
         _start(nats)
         try:
             with _data_under(root):
-                group = _BenchBrainCluster(size, nats, lifetime=lifetime, ready_timeout=120.0)
+                group = _BenchBrainCluster(size, nats, extra_args=extra_args, lifetime=lifetime,
+                                           ready_timeout=120.0)
             _start(group)
         except BaseException:
             nats.cleanup()
@@ -289,8 +304,12 @@ class ClusterTarget:
 
 @dataclass(frozen=True)
 class FailoverPlan:
-    leader_kills: int         # kill -9 of the leader (brain's or etcd's), then restart it
+    leader_kills: int         # kill -9 of the leader (brain's, etcd's), then restart it
     nats_kills: int           # brain only: kill -9 of the NATS stream leader's nats-server
+    rolling_restarts: int = 0  # SIGTERM and start again of every member in turn, leader included
+    leader_isolations: int = 0  # SIGSTOP of the leader (brain's, etcd's), SIGCONT after isolate_seconds
+    nats_rolling_restarts: int = 0  # brain only: every nats-server in turn: step-down, lame duck, start
+    isolate_seconds: float = 5.0  # how long an isolated leader stays stopped
     rate: float = 300.0       # acknowledged-write rate asked of the open-loop writer (writes/s)
     clients: int = 16
     warmup: float = 3.0       # seconds of writes before the first kill
@@ -300,28 +319,161 @@ class FailoverPlan:
     pause_threshold: float = 0.1  # gaps above this are listed by the writer
 
 
-# Seconds one kill cycle takes at most, settle included (a new leader, the restart, every member
+# Seconds one fault's cycle takes at most, settle included (a new leader, the restart, every member
 # serving): a brain leader is replaced in ~2 s and restarts in a few; a NATS stream leader is
 # replaced after nats-server's Raft election timeout, a random 4-9 s.  Measured cycles: ~9.5 s and
-# ~13 s with a 1 s settle.
-CYCLE_ESTIMATE = {"leader": 12.0, "nats": 18.0}
+# ~13 s with a 1 s settle.  A restart: a member's clean stop, its start and every member serving,
+# per member.  An isolation: the stopped time (``isolate_seconds``, added) and the resumed member
+# serving again.  A nats-server's planned restart: its step-down, lame duck mode (nats-server's
+# default grace period of 10 s before it closes its clients, about a second per client after),
+# its start and its stream replica current again, per server.
+# Measured (smoke, loaded machine): an isolation's cycle ~5 s past its stopped time, a planned
+# nats-server restart ~16 s.
+CYCLE_ESTIMATE = {"leader": 12.0, "nats": 18.0, "restart": 10.0, "isolate": 6.0, "nats-roll": 20.0}
 
 
-def writer_seconds(plan: FailoverPlan, nats: bool) -> float:
-    """How long the writer runs: the warm-up, every kill cycle, and a tail."""
-    return (plan.warmup + plan.leader_kills * CYCLE_ESTIMATE["leader"]
-            + (plan.nats_kills * CYCLE_ESTIMATE["nats"] if nats else 0) + 5.0)
+FAULT_NAMES = {"leader": "kill -9 leader", "nats": "kill -9 NATS stream leader", "restart": "SIGTERM and restart",
+               "isolate": "leader isolated (SIGSTOP, SIGCONT later)",
+               "nats-roll": "nats-server planned restart (step-down, lame duck, start)"}
+# The result's list of write pauses for each fault, one per fault run (benchmarks.workloads reads them).
+PAUSE_KEYS = {"leader": "leader_pauses_s", "nats": "nats_pauses_s", "restart": "restart_pauses_s",
+              "isolate": "isolate_pauses_s", "nats-roll": "nats_restart_pauses_s"}
+
+
+def cycle_seconds(fault: str, plan: FailoverPlan) -> float:
+    """The most one run of ``fault`` is expected to take."""
+    return CYCLE_ESTIMATE[fault] + (plan.isolate_seconds if fault == "isolate" else 0.0)
+
+
+def fault_sequence(plan: FailoverPlan, nats: bool, members: int, nats_servers: int) -> list[str]:
+    """The faults of a run in the order they are done: the kills, the isolations, the NATS kills
+    and planned restarts (brain only), the members' rolling restarts."""
+    return (["leader"] * plan.leader_kills + ["isolate"] * plan.leader_isolations
+            + (["nats"] * plan.nats_kills + ["nats-roll"] * (plan.nats_rolling_restarts * nats_servers)
+               if nats else [])
+            + ["restart"] * (plan.rolling_restarts * members))
+
+
+def writer_seconds(plan: FailoverPlan, nats: bool, members: int, nats_servers: int = 3) -> float:
+    """How long the writer runs: the warm-up, every fault's cycle, and a tail."""
+    faults = fault_sequence(plan, nats, members, nats_servers)
+    return plan.warmup + sum(cycle_seconds(f, plan) for f in faults) + 5.0
+
+
+def _kill_leader(group, plan: FailoverPlan) -> dict:
+    lead, t_kill, t_new = group.kill_leader()
+    time.sleep(plan.down)
+    group.restart(lead)
+    return {"fault": "leader", "member": lead.name, "t_unix": t_kill, "leader_after_s": t_new - t_kill}
+
+
+def _isolate_leader(group, plan: FailoverPlan) -> dict:
+    """SIGSTOP the leader's process group for ``isolate_seconds``, then SIGCONT: it is cut from its
+    peers (and, for brain, from every nats-server) and from its clients, whose connections stay open
+    unanswered, as under a partition.  ``leader_after_s``: when another member was seen leading
+    (None: not within the isolation); a Status probe of the stopped member waits out its 2 s timeout,
+    so the figure is an upper bound."""
+    lead = group.wait_leader()
+    t_stop = time.time()
+    os.killpg(lead.proc.pid, signal.SIGSTOP)
+    leader_after = None
+    try:
+        while time.time() < t_stop + plan.isolate_seconds:
+            now = group.leader(timeout=0.5)
+            if now is not None and now is not lead:
+                leader_after = time.time() - t_stop
+                break
+            time.sleep(0.05)
+        time.sleep(max(0.0, t_stop + plan.isolate_seconds - time.time()))
+    finally:
+        os.killpg(lead.proc.pid, signal.SIGCONT)
+    return {"fault": "isolate", "member": lead.name, "t_unix": t_stop, "leader_after_s": leader_after,
+            "isolated_s": round(time.time() - t_stop, 3)}
+
+
+def _restart_member(group, member) -> dict:
+    was_leader = group.leader() is member
+    t_kill = time.time()
+    member.stop()  # SIGTERM: a clean stop
+    leader_after = None
+    if was_leader:
+        group.wait_leader(exclude=member)
+        leader_after = time.time() - t_kill
+    member.start()
+    return {"fault": "restart", "member": member.name, "was_leader": was_leader, "t_unix": t_kill,
+            "leader_after_s": leader_after}
+
+
+def _kill_nats_leader(nats, stream: str, plan: FailoverPlan) -> dict:
+    node = nats.wait_stream_leader(stream, timeout=30)
+    t_kill = nats.kill9(node)
+    nats.wait_stream_leader(stream, exclude=node, timeout=60)
+    kill = {"fault": "nats", "member": node.name, "t_unix": t_kill, "leader_after_s": time.time() - t_kill}
+    time.sleep(plan.down)
+    nats.restart(node)
+    return kill
+
+
+def _restart_nats_server(nats, node, streams: list[str]) -> dict:
+    """A nats-server's planned restart, as docs/cluster.md "Operations" tells an operator: the
+    leader of each of brain's streams (``streams``: the journal first, then the election and
+    membership buckets) that this server leads stepped down first ($JS.API.STREAM.LEADER.STEPDOWN),
+    then lame duck mode (``nats-server --signal ldm=<pid>``: it stops taking clients, hands its
+    Raft leaders over, closes its clients one by one and exits), then a start with the same config
+    and store, done when every stream's replicas are current again.  ``was_leader``: it led the
+    journal; ``leader_after_s``: the journal's new leader seen.  ``window_s``: the write pause is
+    the longest gap that begins while this runs."""
+    t0 = time.time()
+    was_leader = nats.stream_leader(streams[0]) is node
+    leader_after = None
+    for stream in streams:
+        if nats.stream_leader(stream) is not node:
+            continue
+        reply = nats.js_request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", timeout=10)
+        if not reply.get("success"):
+            raise RuntimeError(f"stream leader step-down of {stream} on {node.name}: {reply}")
+        nats.wait_stream_leader(stream, exclude=node, timeout=60)
+        if stream == streams[0]:
+            leader_after = time.time() - t0
+    t_ldm = time.time()
+    subprocess.run([nats.binary, "--signal", f"ldm={node.proc.pid}"], check=True, capture_output=True, timeout=30)
+    node.proc.wait(timeout=300)
+    lame_duck = time.time() - t_ldm
+    nats.restart(node)
+    for stream in streams:
+        _wait_replicas_current(nats, stream, timeout=120)
+    return {"fault": "nats-roll", "member": node.name, "was_leader": was_leader, "t_unix": t0,
+            "leader_after_s": leader_after, "lame_duck_s": round(lame_duck, 2), "window_s": time.time() - t0}
+
+
+def _wait_replicas_current(nats, stream: str, timeout: float) -> None:
+    """Until ``stream`` has a leader and every other replica is online and current."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cluster = nats.stream_info(stream).get("cluster") or {}
+        except Exception:  # noqa: BLE001 - no responders while the meta group settles: ask again
+            cluster = {}
+        replicas = cluster.get("replicas") or []
+        if (cluster.get("leader") and len(replicas) == len(nats.members) - 1
+                and all(r.get("current") and not r.get("offline") for r in replicas)):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stream {stream}: replicas not current within {timeout:.0f} s: {cluster}")
+        time.sleep(0.2)
 
 
 def failover(target: ClusterTarget, plan: FailoverPlan, log_dir: Path, tag: str, say=print) -> dict:
-    """Kill the leaders under a clustercheck writer; return the run's result.
+    """Kill and isolate the leaders, restart every member (and every nats-server) in turn, under a
+    clustercheck writer; return the run's result.
 
-    Every kill gets: what was killed, when, how long until a new leader was
-    seen, the write pause around it.  ``acked``, ``unknown`` (writes whose
+    Every fault gets: what was killed, stopped or restarted, when, how long until a new
+    leader was seen (None: none was, or a restart of a follower), the write pause around
+    it.  ``acked``, ``unknown`` (writes whose
     outcome the client could not know), ``lost`` (acknowledged writes the
     verify did not find at their revision) and ``violations`` (revisions that
     went back or were given twice, reads that disagree) cover the run.  A
-    kill that no longer fits in the writer's time is skipped and listed."""
+    fault that no longer fits in the writer's time is skipped and listed."""
     from tests.support import clustercheck
     from tests.support.binaries import clustercheck_binary
 
@@ -329,52 +481,68 @@ def failover(target: ClusterTarget, plan: FailoverPlan, log_dir: Path, tag: str,
     log_dir.mkdir(parents=True, exist_ok=True)
     record = log_dir / f"{tag}-acked.json"
     group, nats = target.group, target.nats
-    duration = writer_seconds(plan, nats is not None)
+    nats_servers = len(nats.members) if nats is not None else 0
+    duration = writer_seconds(plan, nats is not None, len(group.members), nats_servers)
+    stream = JOURNAL_STREAM.format(name=group.name) if nats is not None else None
     prefix = f"/bench/failover/{tag}/"
     kills: list[dict] = []
     skipped: list[str] = []
+    fault_error = None
     writer = clustercheck.start("write", target.endpoint, binary=binary, duration=duration, rate=plan.rate,
                                 clients=plan.clients, record=record, pause_threshold=plan.pause_threshold,
                                 prefix=prefix)
     with writer:
         end = writer.started + duration
         time.sleep(plan.warmup)
-        faults = ["leader"] * plan.leader_kills + (["nats"] * plan.nats_kills if nats is not None else [])
-        for fault in faults:
-            if time.time() + CYCLE_ESTIMATE[fault] > end - 2.0:
+        turn = {"restart": 0, "nats-roll": 0}  # the next member / nats-server a rolling restart takes
+        for fault in fault_sequence(plan, nats is not None, len(group.members), nats_servers):
+            if time.time() + cycle_seconds(fault, plan) > end - 2.0:
                 skipped.append(fault)
                 continue
             t0 = time.time()
-            if fault == "leader":
-                lead, t_kill, t_new = group.kill_leader()
-                kill = {"fault": "leader", "member": lead.name, "t_unix": t_kill, "leader_after_s": t_new - t_kill}
-                time.sleep(plan.down)
-                group.restart(lead)
-            else:
-                stream = JOURNAL_STREAM.format(name=group.name)
-                node = nats.wait_stream_leader(stream, timeout=30)
-                t_kill = nats.kill9(node)
-                nats.wait_stream_leader(stream, exclude=node, timeout=60)
-                kill = {"fault": "nats", "member": node.name, "t_unix": t_kill,
-                        "leader_after_s": time.time() - t_kill}
-                time.sleep(plan.down)
-                nats.restart(node)
-            group.wait_serving(timeout=60)
+            try:
+                if fault == "leader":
+                    kill = _kill_leader(group, plan)
+                elif fault == "isolate":
+                    kill = _isolate_leader(group, plan)
+                elif fault == "restart":
+                    kill = _restart_member(group, group.members[turn[fault] % len(group.members)])
+                    turn[fault] += 1
+                elif fault == "nats-roll":
+                    kill = _restart_nats_server(nats, nats.members[turn[fault] % nats_servers],
+                                                jetstream_streams(group.name))
+                    turn[fault] += 1
+                else:
+                    kill = _kill_nats_leader(nats, stream, plan)
+                group.wait_serving(timeout=60)
+            except (ServerStartError, TimeoutError, RuntimeError, subprocess.SubprocessError) as e:
+                # The cluster did not come back from this fault: no further fault, but the writer's
+                # record and the verify of what was acknowledged still count.
+                fault_error = f"{FAULT_NAMES[fault]}: {' '.join(str(e).split())}"[:3000]
+                say(f"    {fault_error[:300]}")
+                break
             kill["cycle_s"] = round(time.time() - t0, 2)
             kills.append(kill)
-            say(f"    kill -9 {'NATS stream leader' if fault == 'nats' else 'leader'} {kill['member']}: "
-                f"a new leader after {kill['leader_after_s']:.2f} s")
+            after = kill["leader_after_s"]
+            say(f"    {FAULT_NAMES[fault]} {kill['member']}"
+                + (f": a new leader after {after:.2f} s" if after is not None else ""))
             time.sleep(plan.settle)
         w = writer.result()
     v = clustercheck.run("verify", target.endpoint, binary=binary, record=record, prefix=prefix)
     for k in kills:
-        k["write_pause_s"] = round(clustercheck.pause_after(w, k["t_unix"], window=plan.window), 3)
-        k["leader_after_s"] = round(k["leader_after_s"], 3)
+        window = max(plan.window, k.pop("window_s", 0.0))
+        k["write_pause_s"] = round(clustercheck.pause_after(w, k["t_unix"], window=window), 3)
+        if k["leader_after_s"] is not None:
+            k["leader_after_s"] = round(k["leader_after_s"], 3)
     res = {
         "kills": kills,
         "skipped_kills": skipped,
-        "leader_pauses_s": [k["write_pause_s"] for k in kills if k["fault"] == "leader"],
-        "nats_pauses_s": [k["write_pause_s"] for k in kills if k["fault"] == "nats"],
+        **{key: [k["write_pause_s"] for k in kills if k["fault"] == fault] for fault, key in PAUSE_KEYS.items()},
+        "leader_restart_pauses_s": [k["write_pause_s"] for k in kills if k["fault"] == "restart" and k["was_leader"]],
+        # what brain adds to NATS's own election of a new stream leader (seen by a poll every 0.1 s,
+        # so this errs low by up to a poll and a request)
+        "nats_excess_pauses_s": [max(0.0, k["write_pause_s"] - k["leader_after_s"]) for k in kills
+                                 if k["fault"] == "nats" and k.get("leader_after_s") is not None],
         "acked": w.get("acked"), "unknown": w.get("unknown"), "acked_per_s": w.get("acked_per_s"),
         "writer_seconds": w.get("run_seconds"), "rate": plan.rate,
         "longest_pause_s": w.get("longest_pause_s"),
@@ -382,13 +550,14 @@ def failover(target: ClusterTarget, plan: FailoverPlan, log_dir: Path, tag: str,
         "verified": v.get("acked"), "lost": v.get("missing"), "verify_violations": v.get("violations"),
         "ops": len(kills),
     }
+    if fault_error:
+        res["fault_error"] = fault_error
     for key in ("revision_problems", "problems", "failure"):
         if w.get(key):
             res["writer_" + key] = w[key]
         if v.get(key):
             res["verify_" + key] = v[key]
     return res
-
 
 
 def all_cluster_flavors() -> list[ClusterFlavor]:

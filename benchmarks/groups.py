@@ -6,9 +6,11 @@ cluster for the cluster groups.  For each group the servers take turns, the
 order rotated by one place per round and per group (``round_order``), so no
 server always runs first or last.  The mutual TLS groups start every server
 with the run's certificates; etcd's fast gRPC configurations run in those
-alone (``servers_for``).  Three groups are more than their workloads: list
+alone (``servers_for``).  Four groups are more than their workloads: list
 starts from a data dir loaded once per server (a template), restart loads
-its keys and times starts, cluster-failover kills leaders under a writer.
+its keys and times starts, scale loads a Kubernetes-shaped data set and
+reads all of it before timing starts, cluster-failover kills leaders under
+a writer.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from benchmarks import cluster as clusters
 from benchmarks.cluster import ClusterFlavor
 from benchmarks.machine import du_kb
 from benchmarks.probes import count_prefix, head_revision, put_key
-from benchmarks.servers import Flavor, Server, ServerError, StartOptions, tool_path
+from benchmarks.servers import QUOTA_8G, Flavor, Server, ServerError, StartOptions, tool_path
 from benchmarks.settings import conns_for
 from benchmarks.tools import ToolError, ToolRunner, parse_check_perf, tail
-from benchmarks.workloads import CLUSTER, MTLS, WORKLOADS, measured_in
+from benchmarks.workloads import CLUSTER, MTLS, SCALE_LIMITS, UNSUPPORTED, WORKLOADS, measured_in
 from tests.support.tls import TestPKI, make_test_pki
 
-GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "keepalive", "k8s-mix", "check-perf", "restart",
+GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "keepalive", "k8s-mix", "check-perf", "restart", "scale",
           "mtls-put", "mtls-range", "mtls-txn-put", "mtls-watch", "mtls-keepalive",
-          "cluster-load", "cluster-failover"]
+          "cluster-load", "cluster-read-barrier", "cluster-failover"]
 # --groups also takes these names for several groups at once.
 GROUP_SETS = {
     "plain": [g for g in GROUPS if not g.startswith((MTLS, CLUSTER))],
@@ -41,6 +43,20 @@ GROUP_SETS = {
 RANGE_KEY = "/bench/range/key"
 LIST_PREFIX = "/bench/list/"
 RESTART_PREFIX = "/bench/restart/"
+SCALE_REGISTRY = "/registry/"
+# Cluster groups on one kind of cluster only, and the flags every member of it gets: the read
+# confirmation's cost is brain's with its read lease off, beside cluster-load's range (lease on).
+CLUSTER_GROUP_SERVERS = {"cluster-read-barrier": ("brain",)}
+CLUSTER_GROUP_ARGS = {"cluster-read-barrier": ("--read-lease=false",)}
+# The scale group runs on the servers issue 17 compares (etcd 3.7 for its KV.RangeStream).
+SCALE_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
+
+
+def scale_quota(keys: int) -> int:
+    """The scale run's --quota-backend-bytes: 8 GiB, or 4 KiB per key when more (etcd's bbolt file was
+    3.6 KB per key after the 100,000-key load, every revision of ~1 KB values in half-full pages; at 10M
+    keys a smaller quota would stop etcd with "mvcc: database space exceeded")."""
+    return max(QUOTA_8G, keys * 4096)
 
 
 def now_s() -> float:
@@ -57,9 +73,12 @@ def servers_for(group: str, flavors: list, cluster_flavors: list) -> list:
     """The servers a group runs on: clusters for the cluster groups; the TLS-only
     configurations (etcd's fast gRPC listener) in the mutual TLS groups alone."""
     if group.startswith(CLUSTER):
-        return cluster_flavors
+        only = CLUSTER_GROUP_SERVERS.get(group)
+        return [c for c in cluster_flavors if only is None or c.name in only]
     if group.startswith(MTLS):
         return flavors
+    if group == "scale":
+        return [f for f in flavors if f.name in SCALE_SERVERS]
     return [f for f in flavors if not f.tls_only]
 
 
@@ -88,6 +107,8 @@ class Groups:
         self.untimed = 0.0
         if group == "restart":
             return self._restart(flavor, rnd)
+        if group == "scale":
+            return self._scale(flavor, rnd)
         if group == "cluster-failover":
             return self._failover(flavor, rnd)
         workloads = measured_in(group)
@@ -175,7 +196,8 @@ class Groups:
         root = self.session.root / f"{cf.name}-{tag}-r{rnd}"
         t = now_s()
         try:
-            target = cf.start(root, self.s.cluster_size, lifetime=3600.0)
+            target = cf.start(root, self.s.cluster_size, lifetime=3600.0,
+                              extra_args=CLUSTER_GROUP_ARGS.get(tag, ()))
         except ServerError as e:
             for w in workloads:
                 self.session.record(cf.name, w, rnd, error=f"cluster did not start: {e}"[:2000])
@@ -372,11 +394,17 @@ class Groups:
         self.session.record(srv.flavor.name, workload, rnd, res, tool="etcdctl", cpu_s=cpu, mem=mem, error=error)
 
     def _failover(self, cf: ClusterFlavor, rnd: int) -> None:
-        """kill -9 of the leader (and of the NATS stream leader under brain) under a writer; every
-        acknowledged write is read back afterwards."""
+        """kill -9 of the leader, the leader isolated (SIGSTOP), under brain also kill -9 of the NATS
+        stream leader and a planned restart of every nats-server, then a rolling restart (SIGTERM),
+        under a writer; every acknowledged write is read back afterwards."""
         s = self.s
+        brain = cf.name == "brain"
         plan = clusters.FailoverPlan(leader_kills=s.failover_leader_kills,
-                                     nats_kills=s.failover_nats_kills if cf.name == "brain" else 0,
+                                     nats_kills=s.failover_nats_kills if brain else 0,
+                                     rolling_restarts=s.failover_rolling_restarts,
+                                     leader_isolations=s.failover_isolations,
+                                     nats_rolling_restarts=s.failover_nats_rolling_restarts if brain else 0,
+                                     isolate_seconds=s.failover_isolate_seconds,
                                      rate=s.failover_rate, warmup=s.failover_warmup, settle=s.failover_settle)
 
         def body(target):
@@ -386,6 +414,8 @@ class Groups:
                 error = (f"{res.get('lost')} acknowledged writes lost, {res.get('writer_violations')} writer and "
                          f"{res.get('verify_violations')} verify violations: "
                          f"{res.get('verify_problems') or res.get('writer_revision_problems')}")
+            elif res.get("fault_error"):
+                error = f"the cluster did not come back from a fault: {res['fault_error']}"[:2000]
             elif res.get("skipped_kills"):
                 error = f"kills skipped, the writer's time ran out: {res['skipped_kills']}"
             self.session.record(cf.name, "cluster-failover", rnd, res, tool="clustercheck write + verify",
@@ -400,7 +430,7 @@ class Groups:
         restart is one start: the row gives their median and worst, the target is the worst."""
         s = self.s
         name = f.name
-        srv = self.server(f, "restart", StartOptions(big_quota=True))
+        srv = self.server(f, "restart", StartOptions(quota_bytes=QUOTA_8G))
         self.tools.target = srv
         out: dict = {"keys_target": s.restart_keys, "val_size": s.restart_val,
                      "samples_planned": s.restart_samples}
@@ -446,17 +476,16 @@ class Groups:
             srv.count_prefix = RESTART_PREFIX.encode()  # ready = a linearizable count answers
             if out["count_after_load"] != loaded:
                 error = f"{out['count_after_load']} keys found after the load, {loaded} loaded"
-            sigterm, kill9 = [], []
-            out["sigterm_samples"], out["kill9_samples"] = sigterm, kill9
-            for i in range(s.restart_samples if error is None else 0):
-                error = self._restart_sample(srv, loaded, i, sigterm, kill9)
-                self.session.say(f"  {name}: restart sample {i + 1}/{s.restart_samples}: SIGTERM "
-                         f"{_sample_line(sigterm[-1:], 'ready_after_s', 'cpu_to_ready_s')}, kill -9 "
-                         f"{_sample_line(kill9[-1:], 'ready_after_kill9_s', 'cpu_to_ready_kill9_s')}"
-                         + (f"; {error}" if error else ""))
-                if error:
-                    break
-            summarise_restart(out, sigterm, kill9)
+            tail = min(s.restart_tail, loaded)
+
+            def write_tail(i: int) -> dict:  # overwrites of the first keys
+                return self.tools.brainload("load", srv.endpoint, [
+                    "--count", tail, "--start", 0, "--clients", 64, "--conns", 8, "--prefix", RESTART_PREFIX,
+                    "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools", f"restart-tail-{i + 1}")
+            if error is None:
+                error = self._restart_samples(srv, out, loaded, s.restart_samples, tail, write_tail)
+            else:
+                summarise_restart(out, [], [])
             out["ops"] = loaded
             self.session.record(name, "restart", rnd, out, tool="brainload load + harness probe",
                         cpu_s=cpu_total, error=error, extra={"partial": out.get("load_error")})
@@ -466,9 +495,142 @@ class Groups:
         finally:
             self.finish(srv)
 
-    def _restart_sample(self, srv: Server, loaded: int, i: int, sigterm: list, kill9: list) -> str | None:
-        """One SIGTERM restart and one kill -9 restart (after the tail), appended to the lists;
-        returns what was wrong, if anything."""
+    def _scale(self, f: Flavor, rnd: int) -> None:
+        """Load ``scale_keys`` keys of Kubernetes shapes (brainload scale-load: Txn batches, then a
+        share overwritten) and read RSS; then, one after another on that server: the pods listed in
+        pages of each SCALE_LIMITS size and by RangeStream, count_only and keys_only over every key, a
+        watch of the pods from before the load; last the restarts (SIGTERM, tail, kill -9).  Every
+        read is checked against the counts the load reports, and recorded as its own workload."""
+        s = self.s
+        keys = s.scale_keys
+        srv = Server(f, self.session.root / f"{f.name}-scale", StartOptions(quota_bytes=scale_quota(keys)),
+                     ready_timeout=max(300.0, keys / 10_000))
+        self.tools.target = srv
+        slow = keys / 1000 + 600  # seconds any one step may take: 1,000 keys/s at the least
+        try:
+            srv.start()
+        except ServerError as e:
+            for w in measured_in("scale"):
+                self.session.record(f.name, w, rnd, error=f"server did not start: {e}"[:2000])
+            self.finish(srv)
+            return
+        try:
+            load = self._scale_load(srv, rnd, keys, slow)
+            if load is None:
+                return
+            kinds = load["result"]["kinds"]
+            pods = kinds["pods"]
+            list_args = ["--prefix", pods["prefix"], "--expect", pods["keys"], "--op-timeout", f"{slow:.0f}s"]
+            for limit in SCALE_LIMITS:
+                self._scale_read(srv, rnd, f"scale-list-{limit}", slow, [*list_args, "--op", "list", "--limit", limit])
+            self._scale_read(srv, rnd, "scale-stream", slow, [*list_args, "--op", "stream"])
+            self._load(srv, "scale-count", rnd, "count", [
+                "--clients", 1, "--duration", f"{s.duration}s", "--prefix", SCALE_REGISTRY, "--expect", keys,
+                "--op-timeout", f"{slow:.0f}s"], timeout=slow)
+            self._scale_read(srv, rnd, "scale-keys-only", slow, [
+                "--op", "keys-only", "--prefix", SCALE_REGISTRY, "--expect", keys, "--op-timeout", f"{slow:.0f}s"])
+            self._scale_read(srv, rnd, "scale-watch", slow, [
+                "--op", "watch", "--prefix", pods["prefix"], "--from-rev", load["result"]["rev_before"] + 1,
+                "--expect", pods["puts"], "--op-timeout", f"{slow:.0f}s"])
+            self._scale_restarts(srv, rnd, keys, slow)
+        finally:
+            self.finish(srv)
+
+    def _scale_args(self, keys: int) -> list:
+        s = self.s
+        return ["--keys", keys, "--seed", s.scale_seed, "--clients", s.scale_clients,
+                "--conns", conns_for(s.scale_clients), "--batch", s.scale_batch, "--registry", SCALE_REGISTRY,
+                "--op-timeout", "120s"]
+
+    def _scale_load(self, srv: Server, rnd: int, keys: int, slow: float) -> dict | None:
+        """The data set, recorded as scale-load with the RSS after it; None (and every other scale
+        workload recorded as not run) when the load or its count check failed."""
+        s = self.s
+        args = [*self._scale_args(keys), "--overwrites", int(keys * s.scale_overwrite)]
+        try:
+            res, cpu, mem = self.measured(srv, lambda: self.tools.brainload(
+                "scale-load", srv.endpoint, args, 2 * slow, srv.root / "tools", "scale-load"))
+        except ToolError as e:
+            res, cpu, mem = {"_error": str(e)}, None, {}
+        error = None
+        if not res.get("_error"):
+            time.sleep(s.settle)
+            res["rss_after_load_kb"] = srv.memory().get("rss_kb")
+            res["memory_after_load_kb"] = srv.memory()
+            res["du_kb"] = du_kb(srv.data_dir)
+            res["count_after_load"] = count_prefix(srv.endpoint, SCALE_REGISTRY.encode())
+            if res["count_after_load"] != keys:
+                error = f"{res['count_after_load']} keys found after the load of {keys}"
+        rec = self.session.record(srv.flavor.name, "scale-load", rnd, res, tool="brainload scale-load",
+                                  cpu_s=cpu, mem=mem, error=error)
+        if not rec["ok"]:
+            for w in measured_in("scale")[1:]:
+                self.session.record(srv.flavor.name, w, rnd, error=f"not run: the load failed ({rec['error']})"[:2000])
+            return None
+        return rec
+
+    def _scale_read(self, srv: Server, rnd: int, workload: str, timeout: float, args: list) -> None:
+        """One brainload scale-read, recorded; a server without the RPC (Unimplemented) is recorded as
+        ``unsupported``, which is not a failure."""
+        name = srv.flavor.name
+        try:
+            res, cpu, mem = self.measured(srv, lambda: self.tools.brainload(
+                "scale-read", _tool_endpoint(srv), args, timeout, srv.root / "tools", workload, tls=srv.opts.tls))
+        except ToolError as e:
+            self.session.record(name, workload, rnd, error=str(e), tool="brainload")
+            return
+        if res.get(UNSUPPORTED):  # nothing was read: no CPU per key
+            cpu = None
+        self.session.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+
+    def _scale_restarts(self, srv: Server, rnd: int, keys: int, slow: float) -> None:
+        """``scale_restart_samples`` SIGTERM and kill -9 restarts, ready when a linearizable count over
+        /registry/ answers with every key; the tail before each kill -9 overwrites ``scale_tail`` keys."""
+        s = self.s
+        tail = min(s.scale_tail, keys)
+        out: dict = {"keys": keys, "samples_planned": s.scale_restart_samples}
+        srv.count_prefix = SCALE_REGISTRY.encode()
+
+        def write_tail(i: int) -> dict:
+            return self.tools.brainload("scale-load", srv.endpoint, [
+                *self._scale_args(keys), "--create=false", "--overwrites", tail, "--pass", i + 2],
+                slow, srv.root / "tools", f"scale-tail-{i + 1}")
+        try:
+            error = self._restart_samples(srv, out, keys, s.scale_restart_samples, tail, write_tail)
+        except (ServerError, ToolError, OSError) as e:
+            out.setdefault("sigterm_samples", [])
+            out.setdefault("kill9_samples", [])
+            summarise_restart(out, out["sigterm_samples"], out["kill9_samples"])
+            error = str(e)[:2000]
+        out["ops"] = keys
+        # The server's CPU in its starts (spawn to ready), so CPU per op is per key held.
+        cpu = sum(x.get(k) or 0.0 for x in out["sigterm_samples"] + out["kill9_samples"]
+                  for k in ("cpu_to_ready_s", "cpu_to_ready_kill9_s"))
+        self.session.record(srv.flavor.name, "scale-restart", rnd, out, tool="brainload scale-load + harness probe",
+                            cpu_s=cpu, error=error)
+
+    def _restart_samples(self, srv: Server, out: dict, loaded: int, samples: int, tail: int,
+                         write_tail) -> str | None:
+        """``samples`` times a SIGTERM and a kill -9 restart (``_restart_sample``), each one said as it
+        ends, until one goes wrong; their lists and summary go into ``out``.  Returns what was wrong."""
+        sigterm, kill9 = [], []
+        out["sigterm_samples"], out["kill9_samples"] = sigterm, kill9
+        error = None
+        for i in range(samples):
+            error = self._restart_sample(srv, loaded, i, sigterm, kill9, tail, write_tail)
+            self.session.say(f"  {srv.flavor.name}: restart sample {i + 1}/{samples}: SIGTERM "
+                             f"{_sample_line(sigterm[-1:], 'ready_after_s', 'cpu_to_ready_s')}, kill -9 "
+                             f"{_sample_line(kill9[-1:], 'ready_after_kill9_s', 'cpu_to_ready_kill9_s')}"
+                             + (f"; {error}" if error else ""))
+            if error:
+                break
+        summarise_restart(out, sigterm, kill9)
+        return error
+
+    def _restart_sample(self, srv: Server, loaded: int, i: int, sigterm: list, kill9: list,
+                        tail: int, write_tail) -> str | None:
+        """One SIGTERM restart and one kill -9 restart after ``write_tail(i)`` (``tail`` overwrites of
+        loaded keys: the count stays), appended to the lists; returns what was wrong, if anything."""
         s = self.s
         # 1. SIGTERM, start (brain's shutdown writes a checkpoint: no journal to replay).
         one: dict = {"stop_seconds": round(srv.stop(grace=120), 3)}
@@ -483,14 +645,11 @@ class Groups:
         if one["count_after_restart"] != loaded:
             return f"{one['count_after_restart']} keys found after SIGTERM restart {i + 1}, {loaded} loaded"
 
-        # 2. The tail: overwrites of the first keys (the count stays), then at once kill -9.
-        tail = min(s.restart_tail, loaded)
+        # 2. The tail, then at once kill -9.
         two: dict = {}
         kill9.append(two)
         before = _journal_gauges(srv)
-        res = self.tools.brainload("load", srv.endpoint, [
-            "--count", tail, "--start", 0, "--clients", 64, "--conns", 8, "--prefix", RESTART_PREFIX,
-            "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools", f"restart-tail-{i + 1}")
+        res = write_tail(i)
         two["tail_writes"] = int(res.get("ops") or 0)
         two["tail_seconds"] = res.get("seconds")
         after = _journal_gauges(srv)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchmarks.settings import FULL
 from benchmarks.targets import ISSUES, TARGETS, Target, met
-from benchmarks.workloads import CLUSTER, MTLS, ONCE_GROUPS, WORKLOADS, mode_of
+from benchmarks.workloads import CLUSTER, MTLS, ONCE_GROUPS, READ_BARRIER, SCALE, UNSUPPORTED, WORKLOADS, mode_of
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
 PEERS = ["etcd-3.6", "etcd-3.7", "etcd-3.4", "kine"]
@@ -119,6 +119,8 @@ def one_line(rec: dict) -> str:
     if not rec.get("ok"):
         return "ERROR " + str(rec.get("error", ""))[:300].replace("\n", " ")
     r = rec.get("result", {})
+    if r.get(UNSUPPORTED):
+        return UNSUPPORTED + ": " + str(r.get("detail", ""))[:300]
     w = WORKLOADS.get(rec["workload"])
     bits = []
     if w:
@@ -182,6 +184,7 @@ def aggregate(data: dict) -> dict:
                 cell["samples"] = samples
                 cell["value"] = nearest_rank(samples, 0.99)
                 cell["p50"], cell["p99"] = _median(samples), cell["value"]
+                cell["max"] = max(samples) if samples else None
             elif meta.samples:
                 samples = []
                 for r in runs:
@@ -222,6 +225,8 @@ def aggregate(data: dict) -> dict:
                 xs = [x for r in res for x in (r.get(key) or []) if _num(x) is not None]
                 if xs:
                     extra[key] = xs
+            if any(x.get(UNSUPPORTED) for x in res):
+                extra[UNSUPPORTED] = next(str(x.get("detail", "")) for x in res if x.get(UNSUPPORTED))
             if any("pass" in x for x in res):
                 extra["pass"] = all(x.get("pass") for x in res)
             partial = [r.get("partial") for r in runs if r.get("partial")]
@@ -324,6 +329,7 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     pass, is n/a."""
     t: list[dict] = []
     keys = f"{(settings or {}).get('restart_keys', 1_000_000):,} keys"
+    scale_keys = (settings or {}).get("scale_keys", FULL.scale_keys)
     issue = ""
 
     def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na=""):
@@ -370,8 +376,13 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
 
     def judge(spec: Target) -> None:
         w, peer = spec.workload, spec.peer
-        name = spec.name.format(workload=w, peer=peer, versus=spec.versus, keys=keys)
-        if spec.kind == "ratio":
+        name = spec.name.format(workload=w, peer=peer, versus=spec.versus, keys=keys,
+                                scale_keys=f"{scale_keys:,} keys")
+        if spec.at_keys > scale_keys:
+            r = compare(agg, w, peer, spec.key)
+            add(name, None, False, spec.goal, w, f"asked at {spec.at_keys:,} keys (this run: brain/{peer} "
+                f"{_fmt(r.value)})", peer=peer)
+        elif spec.kind == "ratio":
             add_ratio(name, w, peer, spec.goal, spec.key)
         elif spec.kind == "restart":
             c = agg.get(w, {}).get("brain") or {}
@@ -432,7 +443,8 @@ def _servers_in(data: dict) -> list[str]:
 
 
 MODE_TITLES = {"plain": "plaintext, one server", "mtls": "mutual TLS, one server",
-               "cluster": "clusters: 3 brains on 3 nats-servers (brain) vs 3 etcd 3.6 members (etcd-3.6)"}
+               "cluster": "clusters: 3 brains on 3 nats-servers (brain) vs 3 etcd 3.6 members (etcd-3.6)",
+               "scale": "scale: one Kubernetes-shaped data set per server (brainload scale-load), one server"}
 
 
 def run_labels(data: dict) -> dict[str, str]:
@@ -455,12 +467,16 @@ def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
     count, and (merged reports) the letter of the run it comes from."""
     if c is None:
         return "–"
+    if c["value"] is None and UNSUPPORTED in (c.get("extra") or {}):
+        return UNSUPPORTED + _run_mark(c, labels)
     if c["value"] is None:
         return f"error (0/{c['planned']})" + _run_mark(c, labels) if c.get("error") else "–"
     cell = _fmt(c["value"])
+    n = len(c.get("samples") or [])
     if "worst" in c:
-        n = len(c.get("samples") or [])
         cell += (f" (worst {_fmt(c['worst'])}, {n} samples)" if n > 1 else " (1 sample)")
+    elif c.get("max") is not None:  # a pause row: its value is the p99 of the samples
+        cell += f" (p50 {_fmt(c['p50'])}, max {_fmt(c['max'])}, {n} sample{'s' if n != 1 else ''})"
     if c["n"] < c["planned"]:
         cell += f" ({c['n']}/{c['planned']})"
     if (c.get("extra") or {}).get("partial"):
@@ -525,7 +541,9 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
             for k, v in ex.items():
                 if k == "partial":
                     continue
-                if isinstance(v, list):  # a restart's samples, in the order they were taken
+                if isinstance(v, str):  # the server's answer to an RPC it lacks
+                    bits.append(f"{k}: `{_oneline(v, 200)}`")
+                elif isinstance(v, list):  # a restart's samples, in the order they were taken
                     bits.append(f"{k} {', '.join(_fmt(x) for x in v)}")
                 elif k.endswith("_kb"):
                     bits.append(f"{k[:-3]} {v / 1024:,.0f} MiB")
@@ -548,11 +566,15 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
 
 
 def _kills_line(res: dict) -> str:
-    """One failover run: each kill's write pause, then what the writer and the verify saw."""
-    names = {"leader": "leader", "nats": "NATS stream leader"}
-    kills = ", ".join(f"{names.get(k['fault'], k['fault'])} {k['member']} {_fmt(k.get('write_pause_s'))} s "
-                      f"(a new leader after {_fmt(k.get('leader_after_s'))} s)" for k in res["kills"])
-    return (f"write pauses after kill -9 of the {kills}; {res.get('acked')} writes acknowledged "
+    """One failover run: each fault's write pause, then what the writer and the verify saw."""
+    names = {"leader": "kill -9 of the leader", "nats": "kill -9 of the NATS stream leader",
+             "restart": "SIGTERM restart of", "isolate": "SIGSTOP isolation of the leader",
+             "nats-roll": "planned restart (step-down, lame duck) of nats-server"}
+    kills = ", ".join(f"{names.get(k['fault'], k['fault'])} {k['member']}{' (leading)' if k.get('was_leader') else ''} "
+                      f"{_fmt(k.get('write_pause_s'))} s"
+                      + (f" (a new leader after {_fmt(k['leader_after_s'])} s)" if k.get("leader_after_s") is not None
+                         else "") for k in res["kills"])
+    return (f"write pauses after {kills}; {res.get('acked')} writes acknowledged "
             f"({res.get('unknown')} unknown outcomes), {res.get('verified')} read back, {res.get('lost')} lost, "
             f"{(res.get('writer_violations') or 0) + (res.get('verify_violations') or 0)} violations")
 
@@ -702,7 +724,39 @@ def summary_tables(data: dict, agg: dict, level: str = "###") -> list[str]:
         if len(modes) > 1:
             out += [f"{level} {MODE_TITLES[m][0].upper()}{MODE_TITLES[m][1:]}", ""]
         out += summary_table(data, agg, m) + [""]
+        if m == "cluster":
+            out += read_confirmation_table(agg)
     return out[:-1] if out else out
+
+
+def read_confirmation_table(agg: dict) -> list[str]:
+    """Linearizable range on brain's cluster with its read lease (the default) and without it
+    (``--read-lease=false``: every read waits for a barrier record), beside etcd 3.6's; a ratio only
+    between cells of one run.  [] when the run did not measure the lease-off rows."""
+    rows = [(off, on) for off, on in READ_BARRIER.items() if (agg.get(off) or {}).get("brain")]
+    if not rows:
+        return []
+
+    def cell(c: dict | None) -> str:
+        if c is None or c.get("value") is None:
+            return "–"
+        return f"{_fmt(c['value'])}/s, p99 {_fmt(c.get('p99'))} ms"
+
+    def over(a: dict | None, b: dict | None) -> str:
+        if not a or not b or a.get("value") is None or not b.get("value"):
+            return "–"
+        return _fmt(a["value"] / b["value"]) if same_run(a, b) else "runs differ"
+
+    out = ["Read confirmation: linearizable range, one key, on brain's cluster with its read lease and with "
+           "`--read-lease=false` (every read confirmed by a barrier record), beside etcd 3.6's cluster:", "",
+           "| clients | brain, read lease | brain, --read-lease=false | etcd-3.6 | brain lease off / on "
+           "| brain lease off / etcd-3.6 |", "|---|---|---|---|---|---|"]
+    for off, on in rows:
+        b_off, b_on = agg[off]["brain"], (agg.get(on) or {}).get("brain")
+        etcd = (agg.get(on) or {}).get("etcd-3.6")
+        out.append(f"| {WORKLOADS[off].clients} | {cell(b_on)} | {cell(b_off)} | {cell(etcd)} | {over(b_off, b_on)} "
+                   f"| {over(b_off, etcd)} |")
+    return out + [""]
 
 
 def markdown(data: dict, plots: list[str]) -> str:
@@ -757,7 +811,7 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
         plt.close(fig)
         made.append(name)
 
-    suffix = {"plain": "workloads", "mtls": "mtls", "cluster": "cluster"}
+    suffix = {"plain": "workloads", "mtls": "mtls", "cluster": "cluster", "scale": "scale"}
     for mode, title_ in MODE_TITLES.items():
         ws = [w for w in WORKLOADS if w in agg and mode_of(w) == mode]
         if not ws:
@@ -781,8 +835,9 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
             ax.bar(names, vals, color=[COLORS.get(n) for n in names], yerr=[lo, hi], capsize=3)
             for i, (n, v) in enumerate(zip(names, raw)):
                 if v is None:
-                    ax.text(i, 0, "error" if agg[w][n].get("error") else "–", ha="center", va="bottom",
-                            fontsize=8)
+                    what = (UNSUPPORTED if UNSUPPORTED in (agg[w][n].get("extra") or {})
+                            else "error" if agg[w][n].get("error") else "–")
+                    ax.text(i, 0, what, ha="center", va="bottom", fontsize=8)
                 elif v == 0:
                     ax.text(i, 0, "0", ha="center", va="bottom", fontsize=8)
                 elif (agg[w][n].get("extra") or {}).get("partial"):
@@ -860,7 +915,7 @@ def readme_block(data: dict, md_rel: str) -> str:
 def _ranges(workloads: list[str]) -> list[str]:
     """Workload names with a mode's rows folded into one ("mtls-* (9 rows)")."""
     out: list[str] = []
-    for mode, prefix in (("mtls", MTLS), ("cluster", CLUSTER)):
+    for mode, prefix in (("mtls", MTLS), ("cluster", CLUSTER), ("scale", SCALE)):
         ws = [w for w in workloads if mode_of(w) == mode]
         if len(ws) > 2:
             out.append(f"{prefix}* ({len(ws)} rows)")
@@ -888,7 +943,7 @@ def _run_entry(meta: dict, name: str) -> dict:
             "brain": (meta.get("servers", {}).get("brain") or {}).get("version") or "brain"}
 
 
-def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mtls", "cluster"),
+def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mtls", "cluster", "scale"),
           base_name: str = "base.json") -> dict:
     """``base`` with the runs of every (server, workload) ``rerun`` measured replaced by ``rerun``'s.
 
@@ -961,8 +1016,8 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", type=Path, action="append",
                     help="a re-run whose (server, workload) runs replace the JSON's; repeatable, later ones "
                          "replace earlier ones (needs --out)")
-    ap.add_argument("--merge-modes", default="plain,mtls,cluster",
-                    help="take only the re-runs' workloads of these modes (plain, mtls, cluster)")
+    ap.add_argument("--merge-modes", default="plain,mtls,cluster,scale",
+                    help="take only the re-runs' workloads of these modes (plain, mtls, cluster, scale)")
     ap.add_argument("--out", type=Path, help="where the merged JSON goes (its report beside it)")
     a = ap.parse_args(argv)
     src = a.json

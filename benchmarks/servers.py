@@ -124,7 +124,7 @@ def memory_kb(pgid: int) -> dict:
 
 @dataclass
 class StartOptions:
-    big_quota: bool = False  # the 1M-key restart run: 8 GiB backend quota
+    quota_bytes: int = 0  # --quota-backend-bytes (0: the server's default); the restart and scale runs raise it
     tls: TestPKI | None = None  # https:// with client-cert auth instead of http://
 
     @property
@@ -218,14 +218,15 @@ class Etcd(Flavor):
         if self.fast_grpc:
             # A port taken meanwhile fails the start with "address already in use": Server.start retries.
             cmd += ["--listen-client-http-urls", f"{opts.scheme}://127.0.0.1:{free_port()}"]
-        if opts.big_quota:
-            cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        if opts.quota_bytes:
+            cmd += ["--quota-backend-bytes", str(opts.quota_bytes)]
         if opts.tls:
             cmd += opts.tls.server_flags()
         return cmd
 
     def flags_note(self) -> str:
-        note = "single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run)"
+        note = ("single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run; the scale run: 8 GiB or "
+                "4 KiB per key, the larger)")
         if self.fast_grpc:
             return ("fast gRPC: " + note + " plus --listen-client-http-urls on a second port, the load on the "
                     "gRPC-only client port (mutual TLS groups only)")
@@ -305,8 +306,8 @@ class Brain(Flavor):
                "--data-dir", str(data_dir),
                "--listen-client-urls", f"{opts.scheme}://127.0.0.1:{port}",
                "--listen-metrics-urls", f"http://127.0.0.1:{peer_port}"]
-        if opts.big_quota:
-            cmd += ["--quota-backend-bytes", str(QUOTA_8G)]
+        if opts.quota_bytes:
+            cmd += ["--quota-backend-bytes", str(opts.quota_bytes)]
         if opts.tls:
             cmd += opts.tls.server_flags()
         return cmd
@@ -318,7 +319,7 @@ class Brain(Flavor):
         return str(REPO_ROOT)
 
     def flags_note(self):
-        return "`brain serve` defaults (8 GiB quota for the 1M-key restart run, as for etcd)"
+        return "`brain serve` defaults (the restart and scale runs' quotas, as for etcd)"
 
 
 def all_flavors() -> list[Flavor]:

@@ -53,6 +53,15 @@ class Settings:
     # Starts timed per restart row (SIGTERM, kill -9) on the one loaded data dir: a row's value is
     # their median, its target is judged on the worst.
     restart_samples: int = 3
+    # The scale group (issue 17): keys of Kubernetes shapes (brainload scale-load), then a share of
+    # them overwritten; reads of the whole data set, restarts.  --scale-keys 10000000 for the 10M run.
+    scale_keys: int = 1_000_000
+    scale_overwrite: float = 0.2     # overwrites after the create, as a share of the keys
+    scale_seed: int = 17
+    scale_clients: int = 64          # the load's clients (one gRPC connection per 8) ...
+    scale_batch: int = 64            # ... each writing Txns of this many puts (etcd's --max-txn-ops: 128)
+    scale_tail: int = 100_000        # overwrites before the kill -9 (under brain's 128 MiB checkpoint threshold)
+    scale_restart_samples: int = 1   # SIGTERM and kill -9 starts timed per server
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
@@ -65,6 +74,10 @@ class Settings:
     cluster_clients: tuple = clients_of("cluster-load")
     failover_leader_kills: int = 3   # per round: kill -9 of the leader (brain's, etcd's)
     failover_nats_kills: int = 2     # per round, brain only: kill -9 of the NATS stream leader
+    failover_rolling_restarts: int = 1  # per round: SIGTERM and start of every member in turn
+    failover_isolations: int = 2     # per round: SIGSTOP of the leader (brain's, etcd's), SIGCONT after ...
+    failover_isolate_seconds: float = 5.0  # ... this many seconds
+    failover_nats_rolling_restarts: int = 1  # per round, brain only: every nats-server restarted in turn
     failover_rate: float = 300.0     # the writer's open-loop rate, writes/s
     failover_warmup: float = 3.0     # seconds of writes before the first kill
     failover_settle: float = 2.5     # seconds between a killed member's restart and the next kill
@@ -78,9 +91,11 @@ SMOKE = Settings(
     lease_leases=200, lease_ttl=2,
     k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
     restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0, restart_tail=500,
+    scale_keys=3_000, scale_tail=300,
     check_perf=False, settle=0.0, probe_per_client=2,
     keepalive_leases=200, keepalive_ttl=2, keepalive_window=100, keepalive_duration=2.5,
-    failover_leader_kills=1, failover_nats_kills=1,
+    failover_leader_kills=1, failover_nats_kills=1, failover_rolling_restarts=0,
+    failover_isolations=1, failover_isolate_seconds=3.0, failover_nats_rolling_restarts=1,
     failover_rate=200.0, failover_warmup=1.5, failover_settle=1.0,
 )
 

@@ -18,6 +18,9 @@ The kinds of target:
   cluster-vs-single  brain's cluster over a single brain (``versus``, of the same run)
   pause              the p99 write pause of a kill (with ``peer``'s figure in the note)
   lost               acknowledged writes lost, summed over every run
+
+A target with ``at_keys`` is asked of the scale group at that data set size:
+a run with fewer ``scale_keys`` shows its value in the note and is n/a.
 """
 
 from __future__ import annotations
@@ -37,18 +40,21 @@ class Issue:
 class Target:
     issue: str
     kind: str
-    name: str  # {workload}, {peer}, {versus} and {keys} (the restart load's key count) are filled in
+    name: str  # {workload}, {peer}, {versus}, {keys} (the restart load's key count) and {scale_keys} are filled in
     workload: str
     goal: str
     peer: str = ""
     key: str = "value"
     versus: str = ""
+    at_keys: int = 0  # judged only on a scale run of at least this many keys
 
 
 ISSUES = (
     Issue("5", "issue 5: single node, plaintext", "plain"),
     Issue("10", "issue 10: mutual TLS", "mtls"),
     Issue("9", "issue 9: brain cluster on NATS JetStream vs etcd 3.6 cluster", "cluster"),
+    Issue("18", "issue 18: the brain cluster under faults and planned restarts vs etcd 3.6", "cluster"),
+    Issue("17", "issue 17: scale, Kubernetes-shaped data sets of 1M and 10M keys", "scale"),
 )
 
 _THROUGHPUT = "{workload}: brain/{peer} throughput"
@@ -89,7 +95,28 @@ TARGETS = (
            peer="etcd-3.6"),
     Target("9", "pause", "write pause after kill -9 of the NATS stream leader, p99 (s)", "cluster-pause-nats",
            "<= 7 s"),
+    # Issue 18: failover faster than etcd's, planned restarts without a pause.
+    Target("18", "pause", "write pause after kill -9 of brain's leader, p99 (s)", "cluster-pause-leader", "<= 1 s",
+           peer="etcd-3.6"),
+    Target("18", "pause", "write pause after SIGTERM of each member in a rolling restart, p99 (s)",
+           "cluster-pause-restart", "<= 0.5 s", peer="etcd-3.6"),
+    Target("18", "pause", "write pause after kill -9 of the NATS stream leader beyond NATS's own election, p99 (s)",
+           "cluster-pause-nats-excess", "<= 0.5 s"),
+    Target("18", "pause", "write pause in a planned restart of each nats-server (step-down, lame duck), p99 (s)",
+           "cluster-pause-nats-roll", "<= 0.5 s"),
     Target("9", "lost", "acknowledged writes lost over every brain failover run", "cluster-failover", "0"),
+    # Issue 17: the scale group, asked at 1M keys (the default run) and at 10M (--scale-keys 10000000).
+    Target("17", "ratio", "RSS after loading {scale_keys}: brain/{peer}", "scale-rss", "<= 0.5", "etcd-3.6",
+           at_keys=1_000_000),
+    *[Target("17", "ratio", "{workload} ({scale_keys}): brain/{peer} keys/s", w, goal, "etcd-3.6",
+             at_keys=1_000_000)
+      for w, goal in (("scale-list-500", ">= 3"), ("scale-list-10000", ">= 3"), ("scale-keys-only", ">= 2"))],
+    Target("17", "ratio", "scale-count ({scale_keys}): brain/{peer} counts/s", "scale-count", ">= 20", "etcd-3.6",
+           at_keys=1_000_000),
+    Target("17", "ratio", "scale-stream ({scale_keys}): brain/{peer} keys/s by RangeStream", "scale-stream", ">= 3",
+           "etcd-3.7", at_keys=1_000_000),
+    *[Target("17", "ratio", "{workload} ({scale_keys}): brain/{peer} seconds, worst sample", w, "<= 1",
+             "etcd-3.6", "worst", at_keys=10_000_000) for w in ("scale-restart", "scale-restart-kill9")],
 )
 
 _GOAL = re.compile(r"^(>=|<=|<|>)?\s*([\d.]+)")

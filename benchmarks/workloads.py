@@ -18,8 +18,12 @@ from dataclasses import dataclass
 
 MTLS = "mtls-"
 CLUSTER = "cluster-"
+SCALE = "scale-"
+# A result key (brainload scale-read's): the server answered Unimplemented; such a run did nothing and did not fail.
+UNSUPPORTED = "unsupported"
+SCALE_LIMITS = (500, 10_000)  # the scale group's page sizes: kube-apiserver's list default, its consistency checker's
 # Groups run once per server whatever the rounds setting (their rows say so).
-ONCE_GROUPS = ("restart", "check-perf")
+ONCE_GROUPS = ("restart", "check-perf", "scale")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,39 @@ WORKLOADS: dict[str, Workload] = {
     "rss": Workload("restart", "restart", "brainload load + harness probe",
                     "resident memory after loading the {restart_keys:,} keys", "rss_after_load_kb", "MiB",
                     higher_better=False, latency="", source="restart", scale=1 / 1024),
+    # Scale (issue 17): one data set of Kubernetes shapes per server, then reads of all of it and restarts.
+    "scale-load": Workload("scale", "scale-load", "brainload scale-load",
+                           "scale: load {scale_keys:,} keys of Kubernetes shapes (40% leases ~350 B, 25% events "
+                           "~700 B, 20% pods 1.5-4 KiB, 15% other kinds ~1 KiB), then {scale_overwrite:.0%} of them "
+                           "overwritten; {scale_clients} clients, Txns of {scale_batch} puts", "puts_per_s", "puts/s",
+                           latency=""),
+    "scale-rss": Workload("scale", "scale-load", "brainload scale-load",
+                          "scale: resident memory after the load", "rss_after_load_kb", "MiB", higher_better=False,
+                          latency="", source="scale-load", scale=1 / 1024),
+    **{f"scale-list-{n}": Workload("scale", "scale-list", "brainload scale-read",
+                                   f"scale: paginated list of the pods (the largest prefix by bytes), limit {n:,}, "
+                                   f"at the first page's revision, every page's count checked (kube-apiserver's "
+                                   f"hasMore = len(kvs) < count)", "keys_per_s", "keys/s", latency="")
+       for n in SCALE_LIMITS},
+    "scale-stream": Workload("scale", "scale-stream", "brainload scale-read",
+                             "scale: the same list by KV.RangeStream (etcd 3.7; \"unsupported\" where the server "
+                             "answers Unimplemented)", "keys_per_s", "keys/s", latency=""),
+    "scale-count": _ops("scale", "scale-count", "brainload",
+                        "scale: count_only over /registry/ (all {scale_keys:,} keys), one client, count checked"),
+    "scale-keys-only": Workload("scale", "scale-keys-only", "brainload scale-read",
+                                "scale: keys_only Range of all {scale_keys:,} keys in one response (kube-apiserver's "
+                                "size estimate)", "keys_per_s", "keys/s", latency=""),
+    "scale-watch": Workload("scale", "scale-watch", "brainload scale-read",
+                            "scale: watch of the pods from the revision before the load, until every event of the "
+                            "load arrived", "keys_per_s", "events/s", latency=""),
+    "scale-restart": Workload("scale", "scale-restart", "brainload scale-load + harness probe",
+                              "scale: restart after SIGTERM: start until a linearizable count over /registry/ answers "
+                              "(count checked)", "ready_after_s", "s", higher_better=False, latency="",
+                              samples="ready_after_s_samples"),
+    "scale-restart-kill9": Workload("scale", "scale-restart", "brainload scale-load + harness probe",
+                                    "scale: the same after {scale_tail:,} overwrites and kill -9 at once",
+                                    "ready_after_kill9_s", "s", higher_better=False, latency="",
+                                    source="scale-restart", samples="ready_after_kill9_s_samples"),
     # Mutual TLS: every server on https:// with client-certificate auth, the tools presenting one
     # (etcd 3.6 and 3.7 in two configurations each, default and -fast).
     **{f"mtls-put-c{c}": _ops("mtls-put", "put", "benchmark", f"mutual TLS: put, 256 B values, {c} clients", c)
@@ -120,6 +157,14 @@ WORKLOADS: dict[str, Workload] = {
     **{f"cluster-range-l-c{c}": _ops("cluster-load", "range-l", "benchmark",
                                      f"cluster: range, one key, linearizable, {c} clients over every endpoint", c)
        for c in (64, 256)},
+    # The same on a brain cluster whose replicas run with --read-lease=false: every linearizable read
+    # waits for a barrier record the journal's quorum acknowledged (the read lease's cost, by difference:
+    # READ_BARRIER pairs each row with its lease-on row).
+    **{f"cluster-range-l-barrier-c{c}": _ops("cluster-read-barrier", "range-l", "benchmark",
+                                             f"cluster: range, one key, linearizable, {c} clients over every "
+                                             "endpoint, brain with --read-lease=false (every read confirmed "
+                                             "by a barrier record)", c)
+       for c in (64, 256)},
     "cluster-watch": _fanout("cluster-load", "watch", "cluster: watch fan-out, {watch_watchers:,} watchers (a stream "
                                                       "each) over every endpoint"),
     "cluster-watch-shared": _fanout("cluster-load", "watch-shared",
@@ -132,11 +177,35 @@ WORKLOADS: dict[str, Workload] = {
                                      "cluster: write pause after kill -9 of the leader (brain's, etcd's), "
                                      "p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
                                      higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    "cluster-pause-isolate": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                      "cluster: write pause while the leader (brain's, etcd's) is isolated: "
+                                      "SIGSTOP of its process for {failover_isolate_seconds:g} s, then SIGCONT, "
+                                      "p99 of every isolation", "isolate_pauses_s", "s (p99 of isolations)",
+                                      higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-nats": Workload("cluster-failover", "failover", "clustercheck write + verify",
                                    "cluster: write pause after kill -9 of the NATS stream leader's nats-server "
                                    "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
                                    higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    "cluster-pause-nats-excess": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                          "cluster: the write pause after kill -9 of the NATS stream leader's "
+                                          "nats-server beyond NATS's election of a new stream leader (the pause "
+                                          "minus the time until the new leader was seen), p99 of every kill",
+                                          "nats_excess_pauses_s", "s (p99 of kills)",
+                                          higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    "cluster-pause-nats-roll": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                        "cluster: write pause in a planned restart of each nats-server (brain): "
+                                        "stream leader stepped down, lame duck mode, start; p99 of every server",
+                                        "nats_restart_pauses_s", "s (p99 of restarts)",
+                                        higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    "cluster-pause-restart": Workload("cluster-failover", "failover", "clustercheck write + verify",
+                                      "cluster: write pause after SIGTERM of a member in a rolling restart (every "
+                                      "member in turn, the leader included), p99 of every restart",
+                                      "restart_pauses_s", "s (p99 of restarts)",
+                                      higher_better=False, latency="", source="cluster-failover", agg="p99"),
 }
+
+# The read confirmation's rows: {the row with --read-lease=false: the same load with the lease on}.
+READ_BARRIER = {f"cluster-range-l-barrier-c{c}": f"cluster-range-l-c{c}" for c in (64, 256)}
 
 
 def measured_in(group: str, kind: str | None = None) -> list[str]:
@@ -151,5 +220,8 @@ def clients_of(group: str) -> tuple:
 
 
 def mode_of(workload: str) -> str:
-    """plain, mtls or cluster: which mode of the run a workload belongs to."""
-    return "mtls" if workload.startswith(MTLS) else "cluster" if workload.startswith(CLUSTER) else "plain"
+    """plain, mtls, cluster or scale: which mode of the run a workload belongs to."""
+    for mode, prefix in (("mtls", MTLS), ("cluster", CLUSTER), ("scale", SCALE)):
+        if workload.startswith(prefix):
+            return mode
+    return "plain"

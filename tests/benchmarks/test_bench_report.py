@@ -321,3 +321,77 @@ def test_summarise_restart_keeps_every_sample_and_its_cpu_time():
     assert out["ready_after_kill9_s"] == 8.0 and out["ready_after_kill9_s_worst"] == 30.0
     assert out["cpu_to_ready_kill9_s_samples"] == [5.0, 5.0, 5.0]
     assert out["tail_writes"] == 499 and out["journal_tail_bytes"] == 10 and out["checkpoints_during_tail"] == 0
+
+
+def _scale_data(runs, scale_keys):
+    data = _data(runs)
+    data["meta"]["settings"]["scale_keys"] = scale_keys
+    return data
+
+
+def _unsupported(server, workload):
+    return {"server": server, "workload": workload, "round": 1, "ok": True, "error": None, "cpu_s": None,
+            "cpu_us_per_op": None, "result": {"unsupported": True, "detail": "code = Unimplemented desc = nope"}}
+
+
+def test_an_unsupported_rpc_is_its_own_cell_and_no_ratio():
+    runs = [_unsupported("brain", "scale-stream"), _unsupported("etcd-3.6", "scale-stream"),
+            _run("etcd-3.7", "scale-stream", 90_000.0)]
+    data = _scale_data(runs, 1_000_000)
+    agg = report.aggregate(data)
+    assert agg["scale-stream"]["brain"]["value"] is None and report.ratio(agg, "scale-stream", "etcd-3.7") is None
+    md = report.markdown(data, [])
+    assert "| scale-stream | keys/s | 1 | unsupported | unsupported | 90,000 | – | – |" in md
+    [t] = [t for t in report.targets(agg) if t["target"].startswith("scale-stream")]
+    assert t["status"] == "n/a" and t["issue"] == "17"
+
+
+def test_a_target_asked_at_ten_million_keys_is_not_judged_on_a_smaller_run():
+    runs = [_restart("brain", [6.0], [7.0]), _restart("etcd-3.6", [9.0], [9.0])]
+    for r in runs:
+        r["workload"] = "scale-restart"
+
+    def restart_target(scale_keys):
+        tg = report.targets(report.aggregate(_scale_data(runs, scale_keys)), {"scale_keys": scale_keys})
+        return next(t for t in tg if t["target"].startswith("scale-restart-kill9"))
+    small = restart_target(1_000_000)
+    assert small["status"] == "n/a" and small["value"] is None
+    assert "asked at 10,000,000 keys" in small["note"] and "0.778" in small["note"]
+    big = restart_target(10_000_000)
+    assert big["status"] == "pass" and abs(big["value"] - 7.0 / 9.0) < 1e-9
+
+
+def _failover(server, rnd, **pauses):
+    kills = [{"fault": f, "member": "m", "t_unix": 0.0, "leader_after_s": None, "write_pause_s": x}
+             for f, xs in pauses.items() for x in xs]
+    lists = {f"{f}_pauses_s": xs for f, xs in pauses.items()}
+    return {"server": server, "workload": "cluster-failover", "round": rnd, "ok": True, "error": None,
+            "result": {"kills": kills, "lost": 0, "ops": len(kills), **lists}, "cpu_s": None}
+
+
+def test_fault_rows_give_p99_p50_max_and_samples_beside_etcd():
+    runs = [_failover("brain", 1, isolate=[0.5], nats_restart=[0.2, 0.3], nats_excess=[0.05, 0.25]),
+            _failover("brain", 2, isolate=[0.9], nats_restart=[0.1, 0.2]),
+            _failover("brain", 3, isolate=[0.7], nats_restart=[0.4, 0.6])]
+    runs += [_failover("etcd-3.6", i, isolate=[x]) for i, x in enumerate((1.2, 1.4, 1.3), 1)]
+    agg = report.aggregate(_data(runs))
+    iso = agg["cluster-pause-isolate"]
+    assert iso["brain"]["value"] == 0.9 and iso["brain"]["p50"] == 0.7 and iso["brain"]["max"] == 0.9
+    assert iso["etcd-3.6"]["samples"] == [1.2, 1.4, 1.3]
+    assert agg["cluster-pause-nats-roll"]["etcd-3.6"]["value"] is None  # no such fault on etcd: no figure
+    assert agg["cluster-pause-nats-excess"]["brain"]["value"] == 0.25
+    [t] = [t for t in report.targets(agg) if "beyond NATS's own election" in t["target"]]
+    assert t["issue"] == "18" and t["status"] == "pass"
+    md = report.markdown(_data(runs), [])
+    assert ("| cluster-pause-isolate | s (p99 of isolations) (lower is better) | 3 | 0.900 (p50 0.700, max 0.900, "
+            "3 samples) | 1.40 (p50 1.30, max 1.40, 3 samples) |") in md
+    assert "| cluster-pause-nats-roll | s (p99 of restarts) (lower is better) | 3 | 0.600 (p50 0.250, max 0.600, " \
+           "6 samples) | – |" in md
+
+
+def test_read_confirmation_table_sets_lease_off_beside_lease_on_and_etcd():
+    runs = [_run("brain", "cluster-range-l-c64", 4000.0), _run("brain", "cluster-range-l-barrier-c64", 1000.0),
+            _run("etcd-3.6", "cluster-range-l-c64", 5000.0)]
+    md = report.markdown(_data(runs), [])
+    assert "| 64 | 4,000/s, p99 2.00 ms | 1,000/s, p99 2.00 ms | 5,000/s, p99 2.00 ms | 0.250 | 0.200 |" in md
+    assert report.read_confirmation_table(report.aggregate(_data(runs[:1]))) == []

@@ -5,17 +5,16 @@ module brain.bench/brainload
 go 1.26.0
 
 require (
-	go.etcd.io/etcd/api/v3 v3.6.16
-	go.etcd.io/etcd/client/pkg/v3 v3.6.16
-	go.etcd.io/etcd/client/v3 v3.6.16
-	go.uber.org/zap v1.27.0
+	go.etcd.io/etcd/api/v3 v3.7.3
+	go.etcd.io/etcd/client/pkg/v3 v3.7.3
+	go.etcd.io/etcd/client/v3 v3.7.3
+	go.uber.org/zap v1.27.1
 	google.golang.org/grpc v1.83.2
 )
 
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
-	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect

@@ -47,6 +47,8 @@ var workloads = map[string]workload{
 	"k8s-mix":       {runK8sMix, "node lease renewals plus pod status updates on a schedule"},
 	"keepalive":     {runKeepAlive, "keep --leases leases alive through one LeaseKeepAlive stream"},
 	"restart-probe": {runRestartProbe, "time until a linearizable Get succeeds"},
+	"scale-load":    {runScaleLoad, "write the scale group's Kubernetes-shaped keys (Txn batches), then overwrites"},
+	"scale-read":    {runScaleRead, "one whole read, timed: paged list, RangeStream, keys_only or a watch from a revision"},
 }
 
 // result is the JSON object printed at the end; "workload" is always set.
