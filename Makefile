@@ -15,8 +15,8 @@ test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTEST)
 
-test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds, the benchmark smoke on every server
-	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all $(PYTEST)
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server
+	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 BRAIN_CLUSTER_KILLS=24 $(PYTEST)
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
@@ -33,7 +33,7 @@ cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NAT
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
-bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, 100 min (measured): benchmarks/results/<date>.md, plots, README table
+bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, 100 min (measured) plus about 8 min for the cluster groups' isolations, nats-server restarts and lease-off reads and 40 min for the 1M-key scale group (estimated): benchmarks/results/<date>.md, plots, README table
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh
