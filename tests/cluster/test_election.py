@@ -380,6 +380,67 @@ def test_a_leader_that_led_on_loses_to_a_candidate_that_took_the_expired_key(clo
     assert not e.leading and not e._rev
 
 
+class Purged(Bucket):
+    """The key with no message left at all (purged, or its marker gone too):
+    ``get`` finds nothing, a publish on the old revision is refused with
+    10071, and ``create`` writes revision ``created_rev`` unless
+    ``taken_by`` created it first."""
+
+    def __init__(self, clock: Clock, created_rev: int, taken_by: int = 0) -> None:
+        super().__init__(clock, holder=0xB, revision=7)
+        self.gone, self.created_rev, self.taken_by = True, created_rev, taken_by
+        self.created: list[tuple[str, int | None]] = []
+
+    async def get(self, key):
+        from nats.js.errors import KeyNotFoundError
+
+        if self.gone:
+            raise KeyNotFoundError
+        return await super().get(key)
+
+    async def publish(self, subject, value, headers=None, timeout=None):
+        from nats.js.errors import APIError
+
+        if self.gone:
+            raise APIError(code=400, err_code=10071, description="wrong last sequence: 0")
+        return await super().publish(subject, value, headers, timeout)
+
+    async def create(self, key, value, msg_ttl=None):
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        if self.taken_by:
+            self.gone = False
+            self.entry = Entry(json.dumps({"member": f"{self.taken_by:x}"}).encode(), self.created_rev)
+            raise KeyWrongLastSequenceError(description="wrong last sequence: %d" % self.created_rev)
+        self.created.append((json.loads(value)["member"], msg_ttl))
+        self.gone = False
+        self.entry = Entry(value, self.created_rev)
+        return self.created_rev
+
+
+def test_a_leader_that_led_on_creates_its_key_again_when_no_message_of_it_is_left(clock, no_threads):
+    """No marker to compare on: the key is created as a new one (with the
+    key's TTL), and renewals go on from the created revision."""
+    bucket = Purged(clock, created_rev=20)
+    acked, asked = [clock.now], []
+    e = _leader_with_journal(bucket, clock, acked, asked)
+    clock.now += 0.5
+    asyncio.run(e._renew())
+    assert e.leading and e._rev == 20 and e.lease_valid()
+    assert bucket.created == [("b", e.ttl)]
+    asyncio.run(e._renew())
+    assert e._rev == 21 and bucket.taken[-1][1:] == (20, "b")
+
+
+def test_a_leader_loses_when_another_replica_created_the_vanished_key_first(clock, no_threads):
+    bucket = Purged(clock, created_rev=20, taken_by=0xC)
+    acked, asked = [clock.now], []
+    e = _leader_with_journal(bucket, clock, acked, asked)
+    clock.now += 0.5
+    asyncio.run(e._renew())
+    assert not e.leading and not e._rev and bucket.created == []
+
+
 def test_a_leader_that_loses_its_key_knows_no_leader(clock):
     e = candidate(Bucket(clock, holder=0xB, revision=7))
     e._set_leader(0xB)
