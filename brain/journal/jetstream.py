@@ -49,6 +49,8 @@ import math
 import secrets
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -76,6 +78,15 @@ TRANSIENT_ERRORS = {10008, 10009, 10158}
 PART_HEADER = "Brain-Part"
 HEADER_ROOM = 512  # bytes of a message left for headers
 ACK_TIMEOUT = 2.0
+# Seconds without an answer before the same publish goes again, beside the
+# first copy.  A stream leader that steps down (a NATS rolling restart)
+# drops the proposals it had not committed, and their acks never come: the
+# copy reaches the new leader and is stored (or acked as a duplicate when
+# the first one landed), so the append waits about this long instead of
+# ACK_TIMEOUT.  A copy that meets the first one still being stored is
+# answered 10158 and ignored; the de-duplication makes either harmless.
+HEDGE_AFTER = 0.25
+ERR_DUPLICATE_IN_PROCESS = 10158
 FETCH_BATCH = 512
 PULL_WAIT = 30.0  # seconds a read of records the stream has waits for the next of them
 DUPLICATE_WINDOW_SECONDS = 120
@@ -338,11 +349,7 @@ class JetStreamJournal:
         pending = self._unacked
         retry = False
         for i, pub in enumerate(pending):
-            try:
-                ack = pub.future.result(self.ack_timeout + 5)
-            except Exception as e:  # noqa: BLE001 - an unknown outcome
-                log.debug("publish of index %d: %r", pub.seq, e)
-                ack = None
+            ack = self._answer(pub)
             if ack is None:
                 retry = True
                 break
@@ -356,6 +363,11 @@ class JetStreamJournal:
             if err[0] == ERR_WRONG_LAST_SEQUENCE:
                 if self._landed(pub):
                     continue
+                if i > 0 and self._stream_last() == pub.seq - 1:
+                    # our previous message (acknowledged above) landed after
+                    # this one was judged: this one is not stored, resend it
+                    retry = True
+                    break
                 self._writing = False
                 self._unacked = []
                 raise JournalFencedError(f"{self.stream}: {err[1]} (another writer appended after index "
@@ -382,6 +394,48 @@ class JetStreamJournal:
         if pending:
             self.acknowledged_at = time.monotonic()
         self._unacked = []
+
+    def _answer(self, pub: _Publish) -> dict | None:
+        """The first answer to ``pub`` that decides something (an ack, an
+        API error other than 10158), sending it again every HEDGE_AFTER
+        without one; None when none came within ack_timeout."""
+        start = time.monotonic()
+        deadline = start + self.ack_timeout
+        next_copy = start + HEDGE_AFTER
+        waiting = [pub.future]
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            if now >= next_copy:
+                self._send(pub)
+                waiting.append(pub.future)
+                next_copy = now + HEDGE_AFTER
+            if not waiting:  # every copy came back without an answer: the next goes at next_copy
+                time.sleep(max(0.0, min(next_copy, deadline) - now))
+                continue
+            done, _ = futures_wait(waiting, timeout=max(0.0, min(next_copy, deadline) - now),
+                                   return_when=FIRST_COMPLETED)
+            for fut in done:
+                waiting.remove(fut)
+                try:
+                    ack = fut.result()
+                except Exception as e:  # noqa: BLE001 - an unknown outcome
+                    log.debug("publish of index %d: %r", pub.seq, e)
+                    continue
+                if ack is None:
+                    continue
+                err = api_error(ack)
+                if err is not None and err[0] == ERR_DUPLICATE_IN_PROCESS and waiting:
+                    continue  # another copy is being stored: its answer decides
+                return ack
+
+    def _stream_last(self) -> int:
+        try:
+            info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), 5)
+        except Exception as e:  # noqa: BLE001
+            raise JournalUnavailableError(f"{self.stream}: cannot read the stream's state: {e!r}") from None
+        return int((info.get("state") or {}).get("last_seq", -1))
 
     def _landed(self, pub: _Publish) -> bool:
         """After a refusal: is our message the one at its sequence?"""

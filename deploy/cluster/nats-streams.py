@@ -23,33 +23,57 @@ import time
 
 
 async def cluster_info(nc, stream: str) -> dict:
-    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)
+    """The stream's cluster section, or {} when no server answered in time:
+    a stream between two leaders answers no INFO request until it has one,
+    so a timeout here means "ask again", never "fail"."""
+    import nats.errors
+
+    try:
+        reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=2)
+    except nats.errors.TimeoutError:
+        return {}
     return json.loads(reply.data).get("cluster") or {}
 
 
 async def step_down(nc, server: str, streams: list[str], deadline: float) -> None:
     """A stream's leader steps down only when it is ``server``: asking
-    another would cost that stream an election for nothing."""
+    another would cost that stream an election for nothing.  The leader
+    that steps down may not answer the request (it is no longer the leader
+    when the answer would go): a lost answer is followed by looking at who
+    leads, and the request is sent again while ``server`` still leads a few
+    seconds later."""
+    import nats.errors
+
     for stream in streams:
-        if (await cluster_info(nc, stream)).get("leader") != server:
-            continue
-        reply = json.loads((await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)).data)
-        if not reply.get("success"):
-            sys.exit(f"{stream}: step-down refused: {reply.get('error')}")
-        while (await cluster_info(nc, stream)).get("leader") in (None, server):
+        asked, ask_after = False, 0.0
+        while True:
+            info = await cluster_info(nc, stream)
+            leader = info.get("leader")
+            if leader is not None and leader != server:
+                break  # led elsewhere: by another server from the start, or since we asked
+            if leader == server and time.monotonic() >= ask_after:
+                # (a STEPDOWN request goes to whoever leads now: asking again
+                # too soon, on an answer that is behind, would move a new leader)
+                ask_after = time.monotonic() + 3.0
+                try:
+                    reply = json.loads((await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"",
+                                                         timeout=2)).data)
+                except nats.errors.TimeoutError:
+                    reply = {"success": True}  # perhaps done: the next look says
+                if not reply.get("success"):
+                    sys.exit(f"{stream}: step-down refused: {reply.get('error')}")
+                asked = True
             if time.monotonic() > deadline:
-                sys.exit(f"{stream}: no other leader yet")
+                sys.exit(f"{stream}: still led by {server} or by no server: {info}")
             await asyncio.sleep(0.2)
-        print(f"{stream}: leader moved off {server}")
+        if asked:
+            print(f"{stream}: leader moved off {server}")
 
 
 async def wait_current(nc, streams: list[str], deadline: float) -> None:
     for stream in streams:
         while True:
-            try:
-                c = await cluster_info(nc, stream)
-            except Exception:  # noqa: BLE001 - no leader to answer yet
-                c = {}
+            c = await cluster_info(nc, stream)
             replicas = c.get("replicas") or []
             if c.get("leader") and replicas and all(r.get("current") for r in replicas):
                 break
