@@ -88,6 +88,8 @@ def _unit(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "brain" or len(parts) == 1:
         return None
+    if parts[1] == "_transport":  # the native transport, built from native/: part of api
+        return "api"
     return parts[1]
 
 

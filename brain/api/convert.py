@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from itertools import repeat
 
+from brain.api import encoded
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.mvcc import requests as core
 
@@ -91,6 +92,11 @@ class Header:
         h.member_id = self.member_id
         h.revision = revision
         h.raft_term = self._engine.raft_term if self._engine is not None else self._raft_term
+
+    def wire(self, revision: int) -> bytes:
+        """The header's fields as wire bytes (brain.api.encoded)."""
+        term = self._engine.raft_term if self._engine is not None else self._raft_term
+        return encoded.header(self.cluster_id, self.member_id, revision, term)
 
     def __repr__(self) -> str:
         return f"Header(cluster_id={self.cluster_id:x}, member_id={self.member_id:x}, raft_term={self.raft_term})"
@@ -312,7 +318,11 @@ def _top(cls, hdr: Header, revision: int):
     return resp
 
 
-def range_columns_response(cols: core.RangeColumns, hdr: Header) -> rpc_pb2.RangeResponse:
+def range_columns_response(cols: core.RangeColumns, hdr: Header) -> rpc_pb2.RangeResponse | encoded.Encoded:
+    """The Range response of ``cols``: wire bytes encoded natively
+    (brain.api.encoded) when the native module is there, else a message."""
+    if encoded.available():
+        return encoded.range_response(hdr.wire(cols.revision), cols, cols.more, cols.count)[0]
     resp = _top(_RangeResponse, hdr, cols.revision)
     fill_columns(resp, cols)
     if cols.more:

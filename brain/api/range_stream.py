@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from brain.api import convert
+from brain.api import convert, encoded
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.unary import abort_with, wait_read_barrier
 from brain.mvcc import validation
@@ -146,20 +146,34 @@ class RangeStreamer:
             sent += len(res.keys)
             if res.more:
                 key = res.keys[-1] + b"\x00"
-            out = rpc_pb2.RangeStreamResponse()
-            chunk = out.range_response
-            convert.fill_columns(chunk, res)
-            if not res.more or sent == total_limit:
-                self.header.fill(chunk.header, header_rev)
+            last = not res.more or sent == total_limit
+            count = 0
+            if last:
                 count = sent
                 if res.more:
-                    chunk.more = True
                     count += self.engine.range(RangeRequest(key, r.range_end, revision=revision,
                                                             count_only=True)).count
-                if count:
-                    chunk.count = count
-                yield out
-                return
+            out, kvs_size = self._message(res, header_rev if last else None, last and res.more, count)
             yield out
-            size = measured_size(chunk.ByteSize(), res.revision, res.more, res.count)
+            if last:
+                return
+            size = measured_size(kvs_size, res.revision, res.more, res.count)
             limit = min(next_limit(limit, size, self.target_bytes), total_limit - sent)
+
+    def _message(self, cols, header_rev: int | None, more: bool, count: int):
+        """One chunk's message (a header only on the last), and the size
+        of its KeyValues."""
+        if encoded.available():
+            hdr = self.header.wire(header_rev) if header_rev is not None else None
+            return encoded.range_response(hdr, cols, more, count, stream_chunk=True)
+        out = rpc_pb2.RangeStreamResponse()
+        chunk = out.range_response
+        convert.fill_columns(chunk, cols)
+        kvs_size = chunk.ByteSize()
+        if header_rev is not None:
+            self.header.fill(chunk.header, header_rev)
+        if more:
+            chunk.more = True
+        if count:
+            chunk.count = count
+        return out, kvs_size

@@ -134,13 +134,19 @@ def _bind_failure_reason(lu: ListenURL) -> str:
     return "bind failed"
 
 
+def _serialize(message) -> bytes:
+    """A response's bytes: a protobuf message or an already encoded one
+    (brain.api.encoded), which only has this method in common with it."""
+    return message.SerializeToString()
+
+
 def unary_handler(call, request_cls, response_cls, recv_limit: int, has_leader) -> grpc.RpcMethodHandler:
     """A unary handler that receives raw bytes, applies the receive limit
     with grpc-go's wording, parses, refuses a call that requires a leader
     when ``has_leader()`` says there is none, and calls ``call(request, context)``."""
     return grpc.unary_unary_rpc_method_handler(
         call_on_bytes(call, request_cls, recv_limit, has_leader), request_deserializer=None,
-        response_serializer=response_cls.SerializeToString)
+        response_serializer=_serialize)
 
 
 def grpc_handlers(table: ServiceTable, recv_limit: int, has_leader) -> dict[str, grpc.RpcMethodHandler]:
@@ -151,7 +157,7 @@ def grpc_handlers(table: ServiceTable, recv_limit: int, has_leader) -> dict[str,
             handlers[rpc.name] = unary_handler(rpc.call, rpc.request, rpc.response, recv_limit, has_leader)
             continue
         parse = None if rpc.raw_request else rpc.request.FromString
-        serialize = None if rpc.response is None else rpc.response.SerializeToString
+        serialize = None if rpc.response is None else _serialize
         stream = (grpc.unary_stream_rpc_method_handler if rpc.shape == SERVER_STREAM
                   else grpc.stream_stream_rpc_method_handler)
         handlers[rpc.name] = stream(rpc.call, request_deserializer=parse, response_serializer=serialize)

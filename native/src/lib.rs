@@ -12,6 +12,9 @@
 //!   (False: its queue is full, an EV_WRITABLE follows when it drains),
 //!   `finish` a stream with a status, `http_respond` to an HTTP request.
 //!
+//! One more function encodes the KeyValues of a list (`kvenc`): the
+//! protobuf bytes of the only response part whose size grows with the data.
+//!
 //! The GIL is released while `recv_batch` waits and while the transport
 //! closes; I/O runs on tokio threads that never take it.
 
@@ -28,6 +31,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 mod authority;
 mod events;
 mod grpc;
+mod kvenc;
 mod pings;
 mod server;
 mod tls;
@@ -331,6 +335,7 @@ fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
     m.add_function(wrap_pyfunction!(supported_cipher_suites, m)?)?;
     m.add_function(wrap_pyfunction!(check_tls, m)?)?;
+    m.add_function(wrap_pyfunction!(kvenc::encode_key_values, m)?)?;
     m.add("EV_CALL", EV_CALL)?;
     m.add("EV_OPEN", EV_OPEN)?;
     m.add("EV_MESSAGE", EV_MESSAGE)?;

@@ -133,7 +133,7 @@ def _top_header(rev: int) -> pb.ResponseHeader:
 
 def test_range_response_full():
     res = core.RangeResult(revision=9, kvs=[kv(b"a", lease=3), kv(b"b", value=b"")], more=True, count=5)
-    r = convert.range_columns_response(core.RangeColumns.of(res), HDR)
+    r = pb.RangeResponse.FromString(convert.range_columns_response(core.RangeColumns.of(res), HDR).SerializeToString())
     assert r == pb.RangeResponse(
         header=_top_header(9),
         kvs=[
@@ -147,7 +147,7 @@ def test_range_response_full():
 
 def test_range_response_count_only_and_empty():
     r = convert.range_columns_response(core.RangeColumns(3, [], [], [], [], None, [], False, 7), HDR)
-    assert r == pb.RangeResponse(header=_top_header(3), count=7)
+    assert pb.RangeResponse.FromString(r.SerializeToString()) == pb.RangeResponse(header=_top_header(3), count=7)
     r = convert.range_columns_response(core.RangeColumns(3, [], [], [], [], None, [], False, 0), HDR)
     assert r.SerializeToString() == pb.RangeResponse(header=_top_header(3)).SerializeToString()
 

@@ -111,9 +111,19 @@ def range_of(prefix=b"p/", **kw) -> rpc_pb2.RangeRequest:
     return rpc_pb2.RangeRequest(key=prefix, range_end=prefix[:-1] + bytes([prefix[-1] + 1]), **kw)
 
 
+def _message(m) -> rpc_pb2.RangeStreamResponse:
+    """A chunk as the client parses it (the stream may yield messages or
+    bytes already encoded, brain.api.encoded)."""
+    return rpc_pb2.RangeStreamResponse.FromString(m.SerializeToString())
+
+
+def _messages(gen) -> list[rpc_pb2.RangeStreamResponse]:
+    return [_message(m) for m in gen]
+
+
 def test_chunks_grow_from_ten_and_only_the_last_has_header_more_count(engine):
     put_many(engine, 75)
-    msgs = list(streamer(engine).stream(range_of(), Context()))
+    msgs = _messages(streamer(engine).stream(range_of(), Context()))
     assert [len(m.range_response.kvs) for m in msgs] == [10, 20, 40, 5]
     for m in msgs[:-1]:
         r = m.range_response
@@ -127,16 +137,16 @@ def test_chunks_grow_from_ten_and_only_the_last_has_header_more_count(engine):
 
 def test_limit_cuts_the_range_and_count_is_the_whole_range(engine):
     put_many(engine, 100)
-    msgs = list(streamer(engine).stream(range_of(limit=25), Context()))
+    msgs = _messages(streamer(engine).stream(range_of(limit=25), Context()))
     assert [len(m.range_response.kvs) for m in msgs] == [10, 15]
     assert (msgs[-1].range_response.more, msgs[-1].range_response.count) == (True, 100)
-    whole = list(streamer(engine).stream(range_of(limit=-1), Context()))
+    whole = _messages(streamer(engine).stream(range_of(limit=-1), Context()))
     assert [len(m.range_response.kvs) for m in whole] == [100]
 
 
 def test_small_target_halves_chunks_down_to_one(engine):
     put_many(engine, 30, value=b"x" * 1000)
-    msgs = list(streamer(engine, target=400).stream(range_of(), Context()))
+    msgs = _messages(streamer(engine, target=400).stream(range_of(), Context()))
     # 10 kvs of ~1 KiB are above 2x400: 5, 2, 1, then 1 per chunk
     assert [len(m.range_response.kvs) for m in msgs][:5] == [10, 5, 2, 1, 1]
     assert sum(len(m.range_response.kvs) for m in msgs) == 30
@@ -144,7 +154,7 @@ def test_small_target_halves_chunks_down_to_one(engine):
 
 def test_count_only_is_one_message(engine):
     put_many(engine, 30)
-    msgs = list(streamer(engine).stream(range_of(count_only=True, limit=3), Context()))
+    msgs = _messages(streamer(engine).stream(range_of(count_only=True, limit=3), Context()))
     assert len(msgs) == 1
     r = msgs[0].range_response
     assert (r.count, len(r.kvs), r.more, r.header.revision) == (30, 0, False, engine.committed_rev)
@@ -154,11 +164,11 @@ def test_writes_after_the_first_chunk_do_not_show(engine):
     put_many(engine, 40)
     start_rev = engine.committed_rev
     gen = streamer(engine).stream(range_of(), Context())
-    first = next(gen)
+    first = _message(next(gen))
     assert len(first.range_response.kvs) == 10
     engine.submit(PutRequest(b"p/00039", b"changed")).result()
     engine.submit(PutRequest(b"p/00020x", b"new")).result()
-    rest = list(gen)
+    rest = _messages(gen)
     kvs = [kv for m in [first, *rest] for kv in m.range_response.kvs]
     assert [kv.key for kv in kvs] == [b"p/%05d" % i for i in range(40)]
     assert kvs[-1].value == b"v"
