@@ -31,6 +31,7 @@ and packs leaf pages fully.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import threading
@@ -60,6 +61,17 @@ DEFAULT_MAP_SIZE = 1 << 40
 _META_DB = b"meta"
 _EXTRA_DBS = 4  # meta + headroom
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_MADV_DONTNEED = 4  # Linux
+
+
+def _madvise_dontneed(addr: int, length: int) -> None:
+    """madvise(MADV_DONTNEED) on a mapping of ours; errors ignored (best effort)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise(addr, length, _MADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass
 _first = itemgetter(0)
 
 
@@ -353,6 +365,25 @@ class LmdbBackend:
                 last_write_seconds=self._last_write_seconds,
                 last_write_time=self._last_write_time,
             )
+
+    def release_read_pages(self) -> None:
+        """See :meth:`brain.backend.Backend.release_read_pages`.  LMDB
+        reads through a read-only shared mapping of the data file, so every
+        page a read touched stays in this process's resident set (a file's
+        page cache, which the kernel may reclaim, but counted as ours).
+        MADV_DONTNEED on that mapping drops the page table entries only:
+        the next read of a page maps it again from the page cache, and a
+        reader in another thread meanwhile is not disturbed.  Linux only
+        (the mapping is found in /proc/self/maps)."""
+        data = os.path.realpath(os.path.join(self.path, "data.mdb"))
+        try:
+            with open("/proc/self/maps") as maps:
+                ranges = [line.split(None, 1)[0] for line in maps if line.rstrip().endswith(" " + data)]
+        except OSError:
+            return
+        for r in ranges:
+            lo, hi = (int(x, 16) for x in r.split("-"))
+            _madvise_dontneed(lo, hi - lo)
 
     def close(self) -> None:
         """See :meth:`brain.backend.Backend.close`."""

@@ -213,6 +213,10 @@ class MemoryBackend:
                 last_write_time=self._last_write_time,
             )
 
+    def release_read_pages(self) -> None:
+        """See :meth:`brain.backend.Backend.release_read_pages`: the data is
+        the memory itself, nothing to give back."""
+
     def close(self) -> None:
         """See :meth:`brain.backend.Backend.close`."""
         with self._write_lock:

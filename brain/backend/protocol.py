@@ -195,6 +195,14 @@ class Backend(Protocol):
         """
         ...
 
+    def release_read_pages(self) -> None:
+        """Let the operating system take back the memory that reads left
+        mapped into this process (a restart's scan of every record), as
+        much as the store can; later reads find the data again.  Never
+        raises; a store with nothing mapped does nothing.
+        """
+        ...
+
     def close(self) -> None:
         """Wait for an in-flight write, then release the store.
 

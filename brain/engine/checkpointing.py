@@ -2,7 +2,9 @@
 journal records they hold can go.
 
 A checkpoint starts when the journal since the last one, the memtables or
-the time since it pass their limits (EngineConfig.checkpoint_*).  The
+the time since it pass their limits, or when writes stopped after a burst
+(EngineConfig.checkpoint_*).  After one, the memory the memtables held is
+handed back to the operating system (brain.engine.memory).  The
 committer freezes the memtables (``Store.checkpoint_cut``, under the engine
 lock), a thread writes the frozen records, deletes and the checkpoint meta
 (brain.engine.checkpoint_meta) in one atomic synced batch, and the
@@ -24,6 +26,7 @@ import time
 from .. import backend as backend_mod
 from .checkpoint_meta import CheckpointMeta
 from .config import EngineConfig
+from .memory import release_free_memory
 
 log = logging.getLogger("brain.engine")
 
@@ -48,6 +51,7 @@ class Checkpointer:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._last_time = time.monotonic()
+        self._last_journaled = self._last_time
         self._cut = None
         self._cut_index = 0
         self._cut_bytes = 0
@@ -59,14 +63,22 @@ class Checkpointer:
         journal not yet checkpointed."""
         return self.backend_in_use + self.journal_bytes
 
+    def journaled(self, n: int) -> None:
+        """``n`` more bytes appended to the journal (the committer)."""
+        self.journal_bytes += n
+        self._last_journaled = time.monotonic()
+
     def _due(self, store) -> bool:
         cfg = self._config
         if self.journal_bytes == 0:
             return False
+        now = time.monotonic()
         return (
             self.journal_bytes >= cfg.checkpoint_journal_bytes
             or store.memtable_entries() >= cfg.checkpoint_memtable_records
-            or time.monotonic() - self._last_time >= cfg.checkpoint_interval_seconds
+            or now - self._last_time >= cfg.checkpoint_interval_seconds
+            or (self.journal_bytes >= cfg.checkpoint_idle_bytes
+                and now - self._last_journaled >= cfg.checkpoint_idle_seconds)
         )
 
     def maintain(self, store, applied_index: int, may_start: bool) -> None:
@@ -157,3 +169,4 @@ class Checkpointer:
         self.checkpoints += 1
         self._last_time = time.monotonic()
         self.refresh_backend_size()
+        release_free_memory()

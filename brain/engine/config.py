@@ -29,6 +29,11 @@ class EngineConfig:
     checkpoint_interval_seconds: float = 60.0
     checkpoint_journal_bytes: int = 128 << 20
     checkpoint_memtable_records: int = 500_000
+    # ... and when writes stopped for this long with at least this much
+    # journaled since the last one: the memtable's memory goes back at the
+    # end of a burst (a bulk load, a migration) instead of a minute later.
+    checkpoint_idle_seconds: float = 1.0
+    checkpoint_idle_bytes: int = 4 << 20
     # etcd's --watch-progress-notify-interval, in seconds.
     watch_progress_notify_interval: float = 600.0
     # Undelivered events one watch stream may hold; past it, its watchers

@@ -80,6 +80,7 @@ from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .history import History
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
+from .memory import release_free_memory
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
 from .readindex import ReadBarrier
 from .replication import Replication
@@ -680,7 +681,11 @@ class Engine:
         while True:
             with self._cv:
                 if not self._queue and not any(self._inboxes.values()) and not self._stopping:
-                    idle_wait = 0.0 if self.store.compacting else 0.2
+                    # background work (compaction, folding recent writes into
+                    # the packed index) goes on step by step while no write
+                    # waits, not one step per 0.2 s
+                    busy = self.store.compacting and not self._compaction_pins or self.store.merging
+                    idle_wait = 0.0 if busy else 0.2
                     if idle_wait:
                         self._cv.wait(idle_wait)
                 batch = list(self._queue)
@@ -865,7 +870,7 @@ class Engine:
             for p in admitted:
                 self._settle(p, None, err)
             return None
-        self._checkpointer.journal_bytes += len(payload)
+        self._checkpointer.journaled(len(payload))
         for hook in self.journal_sync_hooks:
             hook(synced)
         return self.journal.last_index
@@ -903,6 +908,8 @@ class Engine:
         if self.store.merging:
             with self._lock:
                 self.store.merge_step(self.config.compaction_step_keys)
+                if not self.store.merging:  # caught up: the overlay's objects are gone
+                    release_free_memory()
         if self._compact_waiters:
             done_rev = self.store.compact_done_rev
             still = []

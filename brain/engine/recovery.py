@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 from ..mvcc.store import Store
 from .checkpoint_meta import CheckpointMeta
+from .memory import release_free_memory
 
 log = logging.getLogger("brain.engine")
 
@@ -42,6 +43,8 @@ def load_store(backend, journal, boundaries: list[bytes], max_txn_ops: int,
                               epoch=meta.epoch, leader_id=meta.leader_id,
                               progress=LoadProgressLog(sum(backend.statistics().entries)))
         journal_index = meta.journal_index
+        backend.release_read_pages()  # the scan mapped every record; reads map what they need again
+        release_free_memory()  # and the record heads it grouped by key are gone
         log.info("loaded checkpoint at revision %d (journal index %d, %d keys) in %.2fs",
                  store.revision, journal_index, store.keys_total(), time.monotonic() - started)
     replayed = 0

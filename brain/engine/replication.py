@@ -255,7 +255,7 @@ class Replication:
                 applied = index
                 nbytes += len(payload)
             events = store.take_changes()
-        self._checkpointer.journal_bytes += nbytes
+        self._checkpointer.journaled(nbytes)
         core.publish(store.revision, applied, events)
         if store.epoch != core.raft_term:
             core.raft_term = store.epoch

@@ -71,11 +71,16 @@ class Generation:
 
 
 class KeyIndex:
-    __slots__ = ("key", "generations")
+    __slots__ = ("key", "generations", "lease")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
         self.generations: list[Generation] = [Generation()]
+        # The lease of the newest put while the key exists (0: none, or the
+        # key is deleted), kept by the shard as it writes: folding the key
+        # into a packed block needs it, and reading it from the put's record
+        # would read the value store for every key merged.
+        self.lease = 0
 
     # --- writes ----------------------------------------------------------
 
@@ -99,6 +104,7 @@ class KeyIndex:
 
     def tombstone(self, rev: int) -> None:
         """End the live generation.  The caller checks the key is live."""
+        self.lease = 0
         self.generations[-1].revs.append(rev)
         self.generations.append(Generation())
 

@@ -133,6 +133,7 @@ class Block:
         """Key `i` (`key`, when the caller has it) as a fresh KeyIndex (to
         write to it, or compact it)."""
         ki = KeyIndex(self.key(i) if key is None else key)
+        ki.lease = self.lease(i)
         pos = self.hist_pos
         j = bisect_left(pos, i)
         if j < len(pos) and pos[j] == i:

@@ -221,6 +221,7 @@ class Shard:
         elif not ki.generations[-1].revs:  # a deleted key, put again
             self.overlay_dead.remove(key)
         created, version = ki.put(rev)
+        ki.lease = lease
         self.active[rev] = (key, value, created, version, lease)
         self.active_order.append(rev)
         return created, version
@@ -497,10 +498,8 @@ class Shard:
             k = block.key(i)
             if k in lifted:
                 ki = self._unlift(k)
-                lease = None  # written since the block was built: its newest record has it
             elif block.has_history(i):
                 ki = block.key_index(i)
-                lease = block.lease(i)
             else:
                 kept.append(PackedKey(block, i, k))
                 leases.append(block.lease(i))
@@ -508,7 +507,7 @@ class Shard:
             ki.compact(rev, removed)
             if not ki.is_empty():
                 kept.append(ki)
-                leases.append(self.lease_of(ki) if lease is None else lease)
+                leases.append(ki.lease)
         return self._replace(b, 1, [Block(kept, leases)] if kept else [])
 
     def _compact_lifted(self, block: Block, rev: int, removed: list[int]) -> int:
@@ -666,13 +665,11 @@ class Shard:
         self.blocks, self.firsts, self.fingerprints, self.block_keys = [], [], [], 0
         self._replace(0, 0, list(blocks))
 
-    def lease_of(self, history: KeyHistory) -> int:
+    @staticmethod
+    def lease_of(history: KeyHistory) -> int:
         """The lease of a key's newest put (0: none, or the key does not
-        exist now): a block keeps it, an overlay key's record has it."""
-        if type(history) is PackedKey:
-            return history.lease
-        revs = history.generations[-1].revs
-        return self.record(revs[-1])[4] if revs else 0
+        exist now), which both kinds of history keep: no record is read."""
+        return history.lease
 
     def keys(self) -> int:
         """Keys in the index, live or with history only."""
@@ -767,7 +764,7 @@ class IndexView(Mapping):
 class Found:
     """What Shard.visible collects, column by column: the key, its mod and
     create revisions (packed) and version, and its lease (None: only the
-    key's record has it, for an overlay key or an older put)."""
+    record of an older put has it)."""
 
     __slots__ = ("keys", "mods", "created", "versions", "leases")
 
@@ -786,11 +783,14 @@ class Found:
         self.leases.append(lease)
 
     def add_history(self, history: KeyHistory, at_main: int) -> bool:
-        """Add the key of `history` if it exists at `at_main`; True if it did."""
+        """Add the key of `history` if it exists at `at_main`; True if it
+        did.  Its lease is known when what is found is the newest put."""
         found = history.get(at_main)
         if found is None:
             return False
-        self.add(history.key, found[0], found[1], found[2], None)
+        newest = history.generations[-1].revs if type(history) is KeyIndex else None
+        lease = history.lease if newest and newest[-1] == found[0] else None
+        self.add(history.key, found[0], found[1], found[2], lease)
         return True
 
 
