@@ -46,10 +46,10 @@ class Settings:
     restart_val: int = 1024
     restart_chunk: int = 100_000
     restart_load_cap: float = 540.0   # seconds of loading allowed per server (kine: ~2k keys/s)
-    # Overwrites before the kill -9: 120,000 x 1,079 B of brain journal payload (measured per 1 KiB
-    # Put) = 123.5 MiB, 96.5% of brain's first checkpoint threshold (128 MiB; 500k records and 60 s
+    # Overwrites before the kill -9: 30,000 x 1,079 B of brain journal payload (measured per 1 KiB
+    # Put) = 30.9 MiB, 96.5% of brain's first checkpoint threshold (32 MiB; 500k records and 60 s
     # are reached later at this size and rate), so brain replays its largest journal tail.
-    restart_tail: int = 120_000
+    restart_tail: int = 30_000
     # Starts timed per restart row (SIGTERM, kill -9) on the one loaded data dir: a row's value is
     # their median, its target is judged on the worst.
     restart_samples: int = 3
@@ -60,7 +60,7 @@ class Settings:
     scale_seed: int = 17
     scale_clients: int = 64          # the load's clients (one gRPC connection per 8) ...
     scale_batch: int = 64            # ... each writing Txns of this many puts (etcd's --max-txn-ops: 128)
-    scale_tail: int = 100_000        # overwrites before the kill -9 (under brain's 128 MiB checkpoint threshold)
+    scale_tail: int = 25_000         # overwrites before the kill -9 (about 25 MiB: under brain's 32 MiB checkpoint threshold)
     scale_restart_samples: int = 1   # SIGTERM and kill -9 starts timed per server
     check_perf: bool = True
     check_perf_load: str = "l"

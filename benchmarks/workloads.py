@@ -95,7 +95,7 @@ WORKLOADS: dict[str, Workload] = {
                         "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
     "restart-kill9": Workload("restart", "restart", "brainload load + harness probe",
                               "the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
-                              "tail just under its 128 MiB checkpoint threshold to replay)",
+                              "tail just under its 32 MiB checkpoint threshold to replay)",
                               "ready_after_kill9_s", "s", higher_better=False, latency="", source="restart",
                               samples="ready_after_kill9_s_samples"),
     "rss": Workload("restart", "restart", "brainload load + harness probe",
