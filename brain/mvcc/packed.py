@@ -163,9 +163,13 @@ class BlockBuilder:
     key exists now."""
 
     __slots__ = ("keys", "ends", "mods", "created", "versions", "live_rank", "hist_pos", "hist_off", "hist",
-                 "lease_pos", "leases", "end", "maxrev", "minhist")
+                 "lease_pos", "leases", "end", "maxrev", "minhist", "marks")
 
-    def __init__(self) -> None:
+    def __init__(self, marks: bool = False) -> None:
+        """``marks``: also collect each key's fingerprint byte (the low
+        byte of its hash: brain.mvcc.shard looks keys up by them), so a
+        merged block needs none computed on its first look-up."""
+        self.marks: bytearray | None = bytearray() if marks else None
         self.keys: list[bytes] = []
         self.ends = array("I")
         self.mods = array("q")
@@ -188,6 +192,8 @@ class BlockBuilder:
         if lease:
             self.lease_pos.append(len(self.ends))
             self.leases.append(lease)
+        if self.marks is not None:
+            self.marks.append(hash(key) & 0xFF)
         self.keys.append(key)
         self.end += len(key)
         self.ends.append(self.end)
@@ -207,6 +213,8 @@ class BlockBuilder:
             self.add_put(key, last.revs[0], last.created, last.version, lease)
             return
         pos = len(self.ends)
+        if self.marks is not None:
+            self.marks.append(hash(key) & 0xFF)
         self.keys.append(key)
         self.end += len(key)
         self.ends.append(self.end)
@@ -237,6 +245,48 @@ class BlockBuilder:
         newest = last.revs[-1] if last.revs else gens[-2].revs[-1]
         if newest > self.maxrev:
             self.maxrev = newest
+
+    def add_run(self, block: Block, i: int, j: int, marks: bytes | None = None) -> None:
+        """Entries i..j-1 of `block` as they are: slices of its arrays, no
+        object per key (a merge copies most of a block unchanged);
+        ``marks``, the block's fingerprint bytes, when collecting them."""
+        if i >= j:
+            return
+        if self.marks is not None:
+            self.marks += marks[i:j]
+        base = len(self.ends)
+        ends = block.ends
+        lo = ends[i - 1] if i else 0
+        hi = ends[j - 1]
+        self.keys.append(block.keys[lo:hi])
+        shift = self.end - lo
+        self.ends.extend([e + shift for e in ends[i:j]])
+        self.end += hi - lo
+        self.mods.extend(block.mods[i:j])
+        self.created.extend(block.created[i:j])
+        self.versions.extend(block.versions[i:j])
+        rank = block.live_rank
+        shift = self.live_rank[-1] - rank[i]
+        self.live_rank.extend([r + shift for r in rank[i + 1:j + 1]])
+        newest = max(block.mods[i:j])
+        pos, off = block.hist_pos, block.hist_off
+        for q in range(bisect_left(pos, i), bisect_left(pos, j)):  # the few keys with history
+            self.hist_pos.append(pos[q] - i + base)
+            self.hist.extend(block.hist[off[q]:off[q + 1]])
+            self.hist_off.append(len(self.hist))
+            gens = block.generations(pos[q])
+            if gens[0].revs[0] < self.minhist:
+                self.minhist = gens[0].revs[0]
+            last = gens[-1].revs[-1] if gens[-1].revs else gens[-2].revs[-1]
+            if last > newest:
+                newest = last
+        if newest > self.maxrev:
+            self.maxrev = newest
+        lease_pos = block.lease_pos
+        a, b = bisect_left(lease_pos, i), bisect_left(lease_pos, j)
+        if a < b:
+            self.lease_pos.extend([p - i + base for p in lease_pos[a:b]])
+            self.leases.extend(block.leases[a:b])
 
     def fill(self, block: Block) -> None:
         """Give `block` the arrays built so far (the builder is spent)."""

@@ -40,7 +40,7 @@ from sortedcontainers import SortedDict, SortedList
 from .codec import decode_record, decode_value_lease
 from .key_index import KeyIndex
 from .kvhash import covered_revisions
-from .packed import BLOCK_KEYS, Block, KeyHistory, PackedKey
+from .packed import BLOCK_KEYS, Block, BlockBuilder, KeyHistory, PackedKey
 from .revision import last_of_main, to_bytes
 
 
@@ -262,10 +262,7 @@ class Shard:
         if b < 0:
             return None
         block = self.blocks[b]
-        marks = self.fingerprints[b]
-        if marks is None:
-            keys, ends = block.keys, block.ends
-            marks = self.fingerprints[b] = bytes([hash(keys[lo:hi]) & 0xFF for lo, hi in zip(chain((0,), ends), ends)])
+        marks = self._marks(b)
         mark = hash(key) & 0xFF
         i = marks.find(mark)
         if i >= 0:
@@ -275,6 +272,14 @@ class Shard:
                     return block, i
                 i = marks.find(mark, i + 1)
         return None
+
+    def _marks(self, b: int) -> bytes:
+        """The fingerprint bytes of blocks[b], made on the first call."""
+        marks = self.fingerprints[b]
+        if marks is None:
+            keys, ends = self.blocks[b].keys, self.blocks[b].ends
+            marks = self.fingerprints[b] = bytes([hash(keys[lo:hi]) & 0xFF for lo, hi in zip(chain((0,), ends), ends)])
+        return marks
 
     def get(self, key: bytes) -> KeyHistory | None:
         ki = self.overlay.get(key)
@@ -540,12 +545,13 @@ class Shard:
                 self.lifted_removed -= 1
         return ki
 
-    def _replace(self, b: int, count: int, new: list[Block]) -> int:
-        """Put `new` in place of blocks[b:b + count]; returns len(new)."""
+    def _replace(self, b: int, count: int, new: list[Block], marks: list[bytes] | None = None) -> int:
+        """Put `new` in place of blocks[b:b + count] (with their fingerprint
+        bytes `marks`, when known); returns len(new)."""
         self.block_keys += sum(map(len, new)) - sum(map(len, self.blocks[b:b + count]))
         self.blocks[b:b + count] = new
         self.firsts[b:b + count] = [blk.first for blk in new]
-        self.fingerprints[b:b + count] = [None] * len(new)
+        self.fingerprints[b:b + count] = marks if marks is not None else [None] * len(new)
         self._prefix = None
         return len(new)
 
@@ -612,43 +618,80 @@ class Shard:
         """Rebuild block `b` (none: there are no blocks) with the overlay
         keys `taken` (in its range, in order) and its lifted keys folded
         in, those in `rewritten` left lifted once when `keep_rewritten`;
-        returns the keys rebuilt, 0 when there was nothing to fold (the
-        block is left as it was, its rewritten marks spent)."""
+        returns the work done in keys: each key folded, and a sixteenth of
+        each entry copied (runs of unchanged entries are copied as array
+        slices, BlockBuilder.add_run), 0 when there was nothing to fold
+        (the block is left as it was, its rewritten marks spent)."""
         overlay, lifted, rewritten = self.overlay, self.lifted, self.rewritten
         block = self.blocks[b] if self.blocks else None
-        merged: list[KeyHistory] = []
-        folded = len(taken)
-        j = 0
-        for i in range(len(block) if block is not None else 0):
-            k = block.key(i)
-            while j < len(taken) and taken[j] < k:
-                merged.append(overlay[taken[j]])
-                j += 1
-            if k not in lifted:
-                merged.append(PackedKey(block, i, k))
-            elif keep_rewritten and k in rewritten:
-                rewritten.discard(k)
-                merged.append(PackedKey(block, i, k))  # the entry stays, still lifted
-            else:
-                folded += 1
-                ki = self._unlift(k)
-                if not ki.is_empty():
-                    merged.append(ki)
-        if not folded:
+        n = len(block) if block is not None else 0
+        # What changes, by position in the block: (position, 0, overlay
+        # key) goes before the entry at that position (the tiers are
+        # disjoint), (position, 1, key) replaces a lifted entry.
+        changes: list[tuple[int, int, bytes]] = []
+        if lifted and block is not None:
+            keys, lo = block.keys, 0
+            for i, hi in enumerate(block.ends):
+                k = keys[lo:hi]
+                lo = hi
+                if k in lifted:
+                    if keep_rewritten and k in rewritten:
+                        rewritten.discard(k)  # the entry stays, still lifted
+                    else:
+                        changes.append((i, 1, k))
+        if not changes and not taken:
             return 0
-        merged.extend(overlay[k] for k in taken[j:])
+        changes += [(block.bisect_left(k) if block is not None else 0, 0, k) for k in taken]
+        changes.sort()
+        size = self.block_size
+        built: list[Block] = []
+        marks: list[bytes] = []
+        old_marks = self._marks(b) if block is not None else None
+        builder = BlockBuilder(marks=True)
+
+        def close() -> None:
+            nonlocal builder
+            marks.append(bytes(builder.marks))
+            built.append(builder.build())
+            builder = BlockBuilder(marks=True)
+
+        def copy(i: int, j: int) -> None:
+            while i < j:
+                upto = min(j, i + size - len(builder))
+                builder.add_run(block, i, upto, old_marks)
+                i = upto
+                if len(builder) == size:
+                    close()
+
+        def add(ki: KeyIndex) -> None:
+            if ki.is_empty():
+                return
+            builder.add_generations(ki.key, ki.generations, ki.lease)
+            if len(builder) == size:
+                close()
+
+        cursor = 0
+        for pos, lifted_entry, k in changes:
+            if pos > cursor:
+                copy(cursor, pos)
+                cursor = pos
+            if lifted_entry:
+                add(self._unlift(k))
+                cursor = pos + 1
+            else:
+                add(overlay[k])
+        copy(cursor, n)
+        if len(builder):
+            close()
         for k in taken:
             del overlay[k]
             self.overlay_dead.discard(k)
-        size = self.block_size
-        leases = [self.lease_of(h) for h in merged]
-        self._replace(b, 0 if block is None else 1,
-                      [Block(merged[i:i + size], leases[i:i + size]) for i in range(0, len(merged), size)])
-        if merged:
-            self.merge_after = merged[-1].key
+        self._replace(b, 0 if block is None else 1, built, marks)
+        if built:
+            self.merge_after = built[-1].last
         else:
             self.merge_after = self.blocks[b - 1].last if b else None
-        return len(merged)
+        return len(changes) + (n + 15) // 16
 
     def load(self, blocks: Iterable[Block]) -> None:
         """Take a whole index packed at start-up (brain.mvcc.packed.pack_stored:

@@ -237,11 +237,15 @@ class Store:
 
     def merge_step(self, budget: int = 1000) -> None:
         """Rebuild about `budget` keys of blocks with overlay keys folded in,
-        in the shards whose unmerged entries are past their floor."""
-        for shard in self.shards:
+        in the shards whose unmerged entries are past their floor, the
+        furthest past it first: a shard of the busiest keys (node leases,
+        pods) is not left behind the quieter ones that fill the budget
+        every step."""
+        floors = {shard.id: self.overlay_floor(shard) for shard in self.shards}
+        for shard in sorted(self.shards, key=lambda sh: floors[sh.id] - sh.unmerged()):
             if budget <= 0:
                 return
-            budget -= shard.merge(budget, self.overlay_floor(shard))
+            budget -= shard.merge(budget, floors[shard.id])
 
     # ------------------------------------------------------------------
     # recovery (brain.mvcc.replay)

@@ -24,6 +24,10 @@ def test_merge_steps_fold_the_overlay_into_blocks():
     assert steps > 1  # bounded steps, not one pass
     for shard in store.shards:
         assert shard.blocks and shard.unmerged() <= store.overlay_floor(shard)
+        made = list(shard.fingerprints)
+        shard.fingerprints[:] = [None] * len(made)
+        for b in range(len(shard.blocks)):  # the fingerprints a merge built are those a look-up makes
+            assert made[b] is None or made[b] == shard._marks(b)
     assert store.keys_total() == n
     assert store.range(RangeRequest(b"k", b"l", limit=50, revision=n), store.revision) == expected
     now = store.range(RangeRequest(b"k", b"l", count_only=True), store.revision)

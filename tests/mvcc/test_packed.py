@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brain.mvcc.key_index import Generation, KeyIndex
-from brain.mvcc.packed import Block, PackedKey
+from brain.mvcc.packed import Block, BlockBuilder, PackedKey
 from brain.mvcc.revision import pack
 
 KEYS = [b"", b"a", b"ab", b"b", b"k\x00", b"k\xff", b"zz"]
@@ -121,3 +121,38 @@ def test_the_worked_example():
     assert list(block.hist) == [pack(2, 0), 1, 2, pack(2, 0), pack(3, 0), 0, 0, 0,
                                 pack(5, 0), 2, 2, pack(5, 0), pack(6, 0)]
     assert list(block.lease_pos) == [2] and list(block.leases) == [7]
+
+
+FIELDS = ("keys", "ends", "mods", "created", "versions", "live_rank", "hist_pos", "hist_off", "hist", "lease_pos",
+          "leases", "maxrev", "minhist")
+
+
+@settings(max_examples=300, deadline=None)
+@given(program=steps, lease_choices=st.lists(st.integers(0, 3), min_size=len(KEYS), max_size=len(KEYS)),
+       cuts=st.lists(st.integers(0, len(KEYS)), max_size=4), rebuilt=st.sets(st.integers(0, len(KEYS) - 1)))
+def test_runs_copied_from_a_block_are_the_block(program, lease_choices, cuts, rebuilt):
+    """A merge copies runs of a block's entries (BlockBuilder.add_run) and
+    rebuilds the others from their histories: whatever the split, the new
+    block is field for field the one built from every key's history."""
+    index, _ = histories(program)
+    kis = [index[k] for k in sorted(index)]
+    leases = [lease_choices[KEYS.index(ki.key)] for ki in kis]
+    block = Block(kis, leases)
+    n = len(block)
+    builder = BlockBuilder()
+    bounds = sorted({0, n, *(min(c, n) for c in cuts)})
+    for a, b in zip(bounds, bounds[1:]):
+        i = a
+        while i < b:  # entries in `rebuilt` one by one from their history, the rest in runs
+            if i in rebuilt:
+                builder.add_generations(kis[i].key, kis[i].generations, leases[i] if kis[i].is_live() else 0)
+                i += 1
+                continue
+            j = i
+            while j < b and j not in rebuilt:
+                j += 1
+            builder.add_run(block, i, j)
+            i = j
+    copy = builder.build()
+    for name in FIELDS:
+        assert getattr(copy, name) == getattr(block, name), name
