@@ -540,6 +540,7 @@ class Groups:
         s = self.s
         return ["--keys", keys, "--seed", s.scale_seed, "--clients", s.scale_clients,
                 "--conns", conns_for(s.scale_clients), "--batch", s.scale_batch, "--registry", SCALE_REGISTRY,
+                "--mix", s.scale_mix,
                 "--op-timeout", "120s"]
 
     def _scale_load(self, srv: Server, rnd: int, keys: int, slow: float) -> dict | None:

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from benchmarks.settings import FULL
 from benchmarks.targets import ISSUES, TARGETS, Target, met
-from benchmarks.workloads import CLUSTER, MTLS, ONCE_GROUPS, READ_BARRIER, SCALE, UNSUPPORTED, WORKLOADS, mode_of
+from benchmarks.workloads import (CLUSTER, MTLS, ONCE_GROUPS, READ_BARRIER, SCALE, SCALE_MIXES, UNSUPPORTED, WORKLOADS,
+                                  mode_of)
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
 PEERS = ["etcd-3.6", "etcd-3.7", "etcd-3.4", "kine"]
@@ -60,6 +61,7 @@ def planned_runs(workload: str, settings: dict | None) -> int:
 def title(workload: str, settings: dict | None = None) -> str:
     vals = dataclasses.asdict(FULL)
     vals.update(settings or {})
+    vals["scale_mix_text"] = SCALE_MIXES.get(vals.get("scale_mix", "kubernetes"), vals.get("scale_mix"))
     try:
         return WORKLOADS[workload].title.format(**vals)
     except (KeyError, ValueError):

@@ -267,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default {FULL.restart_samples})")
     ap.add_argument("--scale-keys", type=int,
                     help=f"keys of the scale group's data set (default {FULL.scale_keys:,}; the 10M run: 10000000)")
+    ap.add_argument("--scale-mix", choices=("kubernetes", "small"),
+                    help="value sizes of the scale data set: kubernetes (about 1 KiB a value; the default) or "
+                         "small (about 540 B; the 10M run's, to fit 24 GiB)")
     ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results; smoke: a temp dir)")
     ap.add_argument("--tmp-root", help="parent of the data dirs (default: the system temp dir; use a disk, "
                                        "not tmpfs, or fsync costs nothing)")
@@ -284,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, restart_samples=a.restart_samples)
     if a.scale_keys:
         settings = dataclasses.replace(settings, scale_keys=a.scale_keys)
+    if a.scale_mix:
+        settings = dataclasses.replace(settings, scale_mix=a.scale_mix)
     wanted = [x.strip() for x in a.servers.split(",") if x.strip()]
     known = {f.name: f for f in all_flavors()}
     bad = [w for w in wanted if w not in known]

@@ -56,6 +56,9 @@ class Settings:
     # The scale group (issue 17): keys of Kubernetes shapes (brainload scale-load), then a share of
     # them overwritten; reads of the whole data set, restarts.  --scale-keys 10000000 for the 10M run.
     scale_keys: int = 1_000_000
+    # brainload's value sizes: "kubernetes" (about 1 KiB a value) or "small" (about 540 B: mostly
+    # node leases and events, a few 4 KiB pods), which the 10M run takes to fit this machine.
+    scale_mix: str = "kubernetes"
     scale_overwrite: float = 0.2     # overwrites after the create, as a share of the keys
     scale_seed: int = 17
     scale_clients: int = 64          # the load's clients (one gRPC connection per 8) ...

@@ -21,6 +21,10 @@ CLUSTER = "cluster-"
 SCALE = "scale-"
 # A result key (brainload scale-read's): the server answered Unimplemented; such a run did nothing and did not fail.
 UNSUPPORTED = "unsupported"
+# brainload scale-load --mix: the value sizes of each data set
+SCALE_MIXES = {"kubernetes": "40% leases ~350 B, 25% events ~700 B, 20% pods 1.5-4 KiB, 15% other kinds ~1 KiB",
+               "small": "45% leases ~350 B, 36% events ~500 B, 4% pods 3-4 KiB, 15% other kinds ~500 B; "
+                        "about 540 B a value"}
 SCALE_LIMITS = (500, 10_000)  # the scale group's page sizes: kube-apiserver's list default, its consistency checker's
 # Groups run once per server whatever the rounds setting (their rows say so).
 ONCE_GROUPS = ("restart", "check-perf", "scale")
@@ -103,8 +107,8 @@ WORKLOADS: dict[str, Workload] = {
                     higher_better=False, latency="", source="restart", scale=1 / 1024),
     # Scale (issue 17): one data set of Kubernetes shapes per server, then reads of all of it and restarts.
     "scale-load": Workload("scale", "scale-load", "brainload scale-load",
-                           "scale: load {scale_keys:,} keys of Kubernetes shapes (40% leases ~350 B, 25% events "
-                           "~700 B, 20% pods 1.5-4 KiB, 15% other kinds ~1 KiB), then {scale_overwrite:.0%} of them "
+                           "scale: load {scale_keys:,} keys of Kubernetes shapes ({scale_mix_text}), then "
+                           "{scale_overwrite:.0%} of them "
                            "overwritten; {scale_clients} clients, Txns of {scale_batch} puts", "puts_per_s", "puts/s",
                            latency=""),
     "scale-rss": Workload("scale", "scale-load", "brainload scale-load",

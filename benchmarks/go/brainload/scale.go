@@ -52,6 +52,22 @@ var shapes = []shape{
 	{kind: "nodes", share: 20, cluster: true, minSize: 800, maxSize: 1250, skew: 1},
 }
 
+// The small mix, for data sets of ten million keys on one machine: mostly
+// node leases and events, a few 3-4 KiB pods, about 540 B a value on average
+// (the kubernetes mix above averages about 1 KiB).
+var smallShapes = []shape{
+	{kind: "leases", share: 450, fixedNS: "kube-node-lease", minSize: 300, maxSize: 400, skew: 1},
+	{kind: "events", share: 360, minSize: 400, maxSize: 600, skew: 1},
+	{kind: "pods", share: 40, minSize: 3072, maxSize: 4096, skew: 1},
+	{kind: "configmaps", share: 40, minSize: 300, maxSize: 600, skew: 1},
+	{kind: "secrets", share: 30, minSize: 300, maxSize: 600, skew: 1},
+	{kind: "services", share: 30, minSize: 300, maxSize: 600, skew: 1},
+	{kind: "endpointslices", share: 30, minSize: 300, maxSize: 600, skew: 1},
+	{kind: "nodes", share: 20, cluster: true, minSize: 800, maxSize: 1250, skew: 1},
+}
+
+var mixes = map[string][]shape{"kubernetes": shapes, "small": smallShapes}
+
 const (
 	namespaces = 1000
 	valueBlock = 1 << 16
@@ -62,19 +78,20 @@ const (
 
 // dataset is the deterministic description of the keys.
 type dataset struct {
+	shapes   []shape
 	registry string
 	keys     int
 	seed     uint64
 	block    []byte
 }
 
-func newDataset(registry string, keys int, seed uint64) *dataset {
+func newDataset(kinds []shape, registry string, keys int, seed uint64) *dataset {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	block := make([]byte, valueBlock)
 	for i := range block {
 		block[i] = letters[r.IntN(len(letters))]
 	}
-	return &dataset{registry: registry, keys: keys, seed: seed, block: block}
+	return &dataset{shapes: kinds, registry: registry, keys: keys, seed: seed, block: block}
 }
 
 // mix is splitmix64's finaliser: a well-spread hash of x.
@@ -91,13 +108,13 @@ func (d *dataset) hash(i int, salt uint64) uint64 {
 
 func (d *dataset) shapeOf(i int) *shape {
 	n := int(d.hash(i, 0) % 1000)
-	for k := range shapes {
-		if n < shapes[k].share {
-			return &shapes[k]
+	for k := range d.shapes {
+		if n < d.shapes[k].share {
+			return &d.shapes[k]
 		}
-		n -= shapes[k].share
+		n -= d.shapes[k].share
 	}
-	return &shapes[len(shapes)-1]
+	return &d.shapes[len(d.shapes)-1]
 }
 
 func (d *dataset) prefix(s *shape) string { return d.registry + s.kind + "/" }
@@ -148,13 +165,18 @@ func runScaleLoad(args []string) (result, error) {
 	pass := c.fs.Uint64("pass", 1, "which overwrite pass (another pass picks other keys and values)")
 	batch := c.fs.Int("batch", 64, "puts per Txn (etcd's --max-txn-ops is 128)")
 	registry := c.fs.String("registry", "/registry/", "root of the keys")
+	mixName := c.fs.String("mix", "kubernetes", "value sizes: kubernetes (about 1 KiB on average) or small (about 540 B)")
 	if err := c.parse(args); err != nil {
 		return nil, err
 	}
 	if *keys < 1 || *batch < 1 || *overwrites < 0 || *overwrites > *keys {
 		return nil, fmt.Errorf("need --keys >= 1, --batch >= 1 and 0 <= --overwrites <= --keys")
 	}
-	d := newDataset(*registry, *keys, *seed)
+	kinds, ok := mixes[*mixName]
+	if !ok {
+		return nil, fmt.Errorf("unknown --mix %q", *mixName)
+	}
+	d := newDataset(kinds, *registry, *keys, *seed)
 	p, err := c.dial(c.conns)
 	if err != nil {
 		return nil, err
@@ -165,8 +187,8 @@ func runScaleLoad(args []string) (result, error) {
 		return nil, err
 	}
 	tally := map[string]*kindTally{}
-	for k := range shapes {
-		tally[shapes[k].kind] = &kindTally{Prefix: d.prefix(&shapes[k])}
+	for k := range d.shapes {
+		tally[d.shapes[k].kind] = &kindTally{Prefix: d.prefix(&d.shapes[k])}
 	}
 	var mu sync.Mutex
 	el := &errLog{}
