@@ -106,7 +106,8 @@ class Election:
                  on_elected: Callable[[], bool], on_lost: Callable[[], None],
                  on_leader: Callable[[int], None] | None = None, replicas: int = 1,
                  journal_acknowledged: Callable[[], float] | None = None,
-                 confirm_with_journal: Callable[[], None] | None = None) -> None:
+                 confirm_with_journal: Callable[[], None] | None = None,
+                 engine_leads: Callable[[], bool] | None = None) -> None:
         self.conn = conn
         self.bucket = bucket_name(name)
         self.subject = heartbeat_subject(name)
@@ -139,6 +140,11 @@ class Election:
         # nothing to append): called on each renewal that fails, so a leader
         # without writes can lead on too
         self.confirm_with_journal = confirm_with_journal
+        # whether the engine leads the journal now: it may stop on its own
+        # (an append fenced by another writer, an outcome it cannot know),
+        # and a key holder that does not lead would keep everyone else from
+        # trying (see abdicate)
+        self.engine_leads = engine_leads
         self._unrenewed_since = 0.0  # leading on without renewals since (0: renewed)
         self.leader_id = 0
         self.leading = False
@@ -416,6 +422,9 @@ class Election:
             self._lose("the election key expired while taking the lead")
         elif ok:
             self.leading = True
+            if self.engine_leads is not None and not self.engine_leads():
+                # the engine stepped down between taking the lead and now
+                self._lose("this replica stopped leading the journal while taking the lead")
         else:
             rev, self._rev = self._rev, 0
             if rev:
@@ -563,6 +572,22 @@ class Election:
                 raise
             self._learn(target, seq, time.monotonic())
             await self.conn.nc.publish(self.subject, _beat_message(target, seq, self.member_id))
+
+    def abdicate(self, why: str) -> None:
+        """(any thread) The engine stopped leading the journal on its own
+        (its append was fenced: another replica wrote after it; or the
+        outcome of an append could not be known): stop holding the key as
+        if it were lost.  Its renewals and heartbeats stop, so a follower
+        takes the key after the election timeout, as after a crash, and
+        this replica may be elected again.  Holding on would stall the
+        cluster: followers hear the heartbeats and never try, while the
+        holder forwards its own writes to nobody."""
+
+        async def run() -> None:
+            if self.leading:
+                self._lose(why)
+
+        self.conn.submit(run())
 
     def _lose(self, why: str) -> None:
         log.warning("lost the lead: %s", why)

@@ -83,7 +83,9 @@ class Replica:
             heartbeat_interval=options.heartbeat_interval_ms / 1000.0,
             on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal),
             journal_acknowledged=lambda: journal.acknowledged_at,
-            confirm_with_journal=lambda: engine.journal_barrier(_ignore_barrier))
+            confirm_with_journal=lambda: engine.journal_barrier(_ignore_barrier),
+            engine_leads=lambda: engine.is_leader)
+        engine.role_hooks.append(self._role_changed)
         engine.forwarder = Forwarder(conn, cluster_name, self.leader_id, elected=lambda: self.election.leader_id)
         engine.leader_hint = lambda: self.election.leader_id
         engine.leader_known = self.has_leader
@@ -101,6 +103,13 @@ class Replica:
         self.removed = False
         # what to do once removed from the membership (brain serve: stop)
         self.on_removed = None
+
+    def _role_changed(self) -> None:
+        """(the committer) The engine changed roles: when it stopped leading
+        by itself while this replica holds the key, give the key up."""
+        if self.election.leading and not self.engine.is_leader:
+            self.election.abdicate("this replica stopped leading the journal (an append was fenced, "
+                                   "or its outcome could not be known)")
 
     # -- opening ------------------------------------------------------------------
 

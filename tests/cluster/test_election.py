@@ -73,6 +73,9 @@ class Conn:
     async def publish(self, subject, data):
         self.js.beats.append(json.loads(data))
 
+    def submit(self, coro):
+        asyncio.run(coro)
+
 
 class Msg:
     def __init__(self, holder: int, rev: int, sender: int | None = None) -> None:
@@ -447,6 +450,39 @@ def test_a_leader_that_loses_its_key_knows_no_leader(clock):
     e._rev = 7
     e._lose("the test says so")
     assert e.leader_id == 0 and not e._rev and e.lease_until == 0.0
+
+
+def test_a_holder_whose_engine_stopped_leading_gives_the_key_up(clock, no_threads):
+    """The engine steps down on its own (its append was fenced by another
+    writer): the election stops holding the key, so its heartbeats stop and
+    a follower takes the key after the timeout.  Holding on stalled a
+    cluster in CI: the followers heard the heartbeats and never tried, and
+    nobody led for the 90 s the test waited."""
+    bucket = Bucket(clock, holder=0, revision=0)
+    leads = [True]
+    e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
+                 on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: leads[0])
+    e._kv = bucket
+    e._rev, e.leader_id = 7, 0xB
+    e._elected()
+    assert e.leading
+    leads[0] = False
+    e.abdicate("fenced")
+    assert not e.leading and not e._rev and e.leader_id == 0
+    beats = len(bucket.beats)
+    asyncio.run(e._beat())
+    assert len(bucket.beats) == beats  # no heartbeat names it any more
+    assert no_threads == ["brain-lost"]  # on_lost runs (a no-op for an engine already following)
+
+
+def test_an_engine_that_stopped_leading_while_taking_the_lead_loses_the_key(clock, no_threads):
+    bucket = Bucket(clock, holder=0, revision=0)
+    e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
+                 on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: False)
+    e._kv = bucket
+    e._rev, e.leader_id = 7, 0xB
+    e._elected()
+    assert not e.leading and not e._rev
 
 
 def test_a_hand_over_waits_for_a_renewal_in_flight():
