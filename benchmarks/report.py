@@ -214,7 +214,7 @@ def aggregate(data: dict) -> dict:
                         "checkpoints_during_tail", "seconds_from_restart_to_kill9", "count_after_kill9",
                         "revision_after_kill9", "events_delivered", "writes_per_s", "slowest_s", "stddev_s",
                         "longest_gap_s", "grant_seconds", "keepalives_during_grant", "expired_answers",
-                        "acked", "unknown", "acked_per_s", "longest_pause_s"):
+                        "acked", "unknown", "acked_per_s", "longest_pause_s", "client_cpu_s"):
                 v = _median([_num(x.get(key)) for x in res])
                 if v is not None:
                     extra[key] = v

@@ -308,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["KEEP_TEST_DIRS"] = "1"  # the cluster helpers keep their directories too
     default_out = REPO_ROOT / "benchmarks" / "results"
     out = a.out or (default_out if not a.smoke else tmp_root / "results")
-    readme = a.readme if a.readme is not None else (not a.smoke and out.resolve() == default_out.resolve())
+    # The README's table is the latest full run's: a run of some groups or servers leaves it alone.
+    whole = a.groups is None and set(wanted) == set(known)
+    readme = a.readme if a.readme is not None else (not a.smoke and whole and out.resolve() == default_out.resolve())
     flavors = [known[w] for w in known if w in wanted]
     bench = Bench(settings, flavors, groups, out, tmp_root, a.keep, readme)
     if not settings.check_perf:

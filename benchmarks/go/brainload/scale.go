@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -338,6 +339,7 @@ func runScaleRead(args []string) (result, error) {
 		return nil, err
 	}
 	r := result{"op": *op, "prefix": c.prefix}
+	cpu0 := processCPU()
 	start := time.Now()
 	var n, nbytes int64
 	switch *op {
@@ -354,6 +356,9 @@ func runScaleRead(args []string) (result, error) {
 		return nil, fmt.Errorf("unknown --op %q", *op)
 	}
 	secs := time.Since(start).Seconds()
+	// The client's own CPU: a list is paged request by request, so the
+	// server's time and the client's decoding add up (see the report).
+	r["client_cpu_s"] = round3(processCPU() - cpu0)
 	if err != nil && unimplemented(err) { // no timing: nothing was read
 		r["unsupported"] = true
 		r["detail"] = err.Error()
@@ -368,6 +373,15 @@ func runScaleRead(args []string) (result, error) {
 		err = fmt.Errorf("%s returned %d, expected %d", *op, n, *expect)
 	}
 	return r, err
+}
+
+// processCPU is this process's user and system CPU time so far, in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
 }
 
 func kvBytes(kvs []*mvccpb.KeyValue) int64 {
