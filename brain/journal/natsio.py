@@ -36,6 +36,8 @@ CONNECT_TIMEOUT = 5.0
 
 
 ERR_NO_SUITABLE_PEERS = 10005  # JetStream: a stream cannot be placed yet (a peer offline)
+ERR_TEMPORARILY_UNAVAILABLE = 10008  # JetStream: the meta layer has no leader for the moment
+RETRYABLE_API_ERRORS = frozenset({ERR_NO_SUITABLE_PEERS, ERR_TEMPORARILY_UNAVAILABLE})
 STARTUP_WAIT = 30.0  # how long a starting replica waits for a just-formed NATS cluster's JetStream
 
 
@@ -55,8 +57,10 @@ async def when_answering(call, what: str, wait: float = STARTUP_WAIT, *, pause: 
             return await call()
         except (NoStreamResponseError, NoRespondersError, NatsTimeout, APIError) as e:
             # 10005 "no suitable peers for placement, peer offline": a peer of
-            # the just-formed cluster has not reported in yet
-            if isinstance(e, APIError) and e.err_code != ERR_NO_SUITABLE_PEERS:
+            # the just-formed cluster has not reported in yet; 10008 "JetStream
+            # system temporarily unavailable": the servers are electing a meta
+            # leader (a server stopped, a partition healing)
+            if isinstance(e, APIError) and e.err_code not in RETRYABLE_API_ERRORS:
                 raise
             if time.monotonic() >= deadline:
                 raise

@@ -113,11 +113,20 @@ def test_a_read_goes_on_through_a_fetch_that_fails(nats3, monkeypatch):
         _stop(leader.proc.pid)
         stopped.append(leader)
         got: list = []
-        rest = threading.Thread(target=lambda: got.extend(r for _, r in reader))
+        failed: list = []
+
+        def read_rest() -> None:
+            try:
+                got.extend(r for _, r in reader)
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                failed.append(e)
+
+        rest = threading.Thread(target=read_rest)
         rest.start()  # its next fetch waits on a stopped server
         time.sleep(6)  # longer than one fetch's wait
-        _resume(stopped)
+        _resume(stopped)  # the servers elect a meta leader: 10008 for a moment
         rest.join(60)
+        assert not failed, failed
         assert got == [b"r%d" % i for i in range(8, 40)]
     finally:
         conn.close()

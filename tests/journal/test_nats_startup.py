@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from nats.js.errors import APIError, BadRequestError, NoStreamResponseError
+from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, ServiceUnavailableError
 
 from brain.journal.natsio import when_answering
 
@@ -43,6 +43,15 @@ def _no_peers() -> APIError:
 def test_a_stream_that_cannot_be_placed_yet_is_retried():
     """A just-formed cluster whose peer has not reported in: JetStream 10005."""
     kv = FormingBucket(failures=2, error=_no_peers)
+    assert asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01)) == 7
+    assert kv.calls == 3
+
+
+def test_a_meta_layer_between_leaders_is_retried():
+    """Servers electing a JetStream meta leader (one was stopped, a
+    partition healed) refuse a consumer with 503/10008 for a moment."""
+    kv = FormingBucket(failures=2, error=lambda: ServiceUnavailableError(
+        code=503, err_code=10008, description="JetStream system temporarily unavailable"))
     assert asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01)) == 7
     assert kv.calls == 3
 
