@@ -529,9 +529,10 @@ class Groups:
                 "--op-timeout", f"{slow:.0f}s"], timeout=slow)
             self._scale_read(srv, rnd, "scale-keys-only", slow, [
                 "--op", "keys-only", "--prefix", SCALE_REGISTRY, "--expect", keys, "--op-timeout", f"{slow:.0f}s"])
-            self._scale_read(srv, rnd, "scale-watch", slow, [
+            watch_limit = min(slow, s.scale_watch_limit)
+            self._scale_read(srv, rnd, "scale-watch", watch_limit + 60, [
                 "--op", "watch", "--prefix", pods["prefix"], "--from-rev", load["result"]["rev_before"] + 1,
-                "--expect", pods["puts"], "--op-timeout", f"{slow:.0f}s"])
+                "--expect", pods["puts"], "--op-timeout", f"{watch_limit:.0f}s"])
             self._scale_restarts(srv, rnd, keys, slow)
         finally:
             self.finish(srv)

@@ -65,6 +65,10 @@ class Settings:
     scale_batch: int = 64            # ... each writing Txns of this many puts (etcd's --max-txn-ops: 128)
     scale_tail: int = 25_000         # overwrites before the kill -9 (about 25 MiB: under brain's 32 MiB checkpoint threshold)
     scale_restart_samples: int = 1   # SIGTERM and kill -9 starts timed per server
+    # The watch from before the load may take this long (seconds), then it is recorded as not finished
+    # with the events it got: etcd reads every revision since the watch's start for each catch-up step
+    # (12M at 10M keys), and its watch of the 480k pod events had delivered almost none after 23 min.
+    scale_watch_limit: float = 900.0
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
