@@ -58,14 +58,18 @@ class Forwarder:
     """The follower side: sends to the leader, retries what is safe."""
 
     def __init__(self, conn, name: str, leader_id: Callable[[], int], *, timeout: float = REQUEST_TIMEOUT,
-                 elected: Callable[[], int] | None = None) -> None:
+                 elected: Callable[[], int] | None = None, notleader_ends: bool = False) -> None:
         """``leader_id``: whom to ask.  ``elected``: the election's own view
         of the leader (0 once it is silent for the election timeout), which
-        ends the wait for a leader that will not answer (module docstring)."""
+        ends the wait for a leader that will not answer (module docstring).
+        ``notleader_ends``: a "notleader" answer ends the call with
+        ErrNotLeader instead of being asked again (the caller asks someone
+        else)."""
         self.conn = conn
         self.name = name
         self.leader_id = leader_id
         self.elected = elected
+        self.notleader_ends = notleader_ends
         self.timeout = timeout
         self.forwarded = 0
         self.retried = 0
@@ -164,6 +168,9 @@ class Forwarder:
                 done(None, reply[1])
                 return
             # "notleader": it was not applied; wait for the election to move on
+            if self.notleader_ends:
+                done(None, errors.ErrNotLeader)
+                return
             self.retried += 1
             await asyncio.sleep(RETRY_WAIT * random.uniform(1, 2))
 
@@ -177,13 +184,25 @@ class ReadIndexAsker:
     last sequence instead would be cheaper and is not safe: a stream leader
     cut off from its quorum answers it from its own copy.
 
+    Whom to ask: the journal's writer (``forwarder``: the replica the last
+    epoch record names).  When that writer no longer leads (it wrote its
+    epoch, then found it had lost the key, and stepped down), the elected
+    leader is asked (``elected``) for a barrier, never its lease: the
+    stepped-down writer's epoch record fenced it, so its lease vouches for
+    nothing, and only an append shows it.  A fenced barrier deposes it
+    (it abdicates, brain.cluster.replica), the election moves on and the
+    next leader's epoch names whom to ask.  Without this the read waited
+    for a leader that no write would ever make (CI: reads timing out on
+    every replica after a NATS quorum came back, with nobody writing).
+
     No leader known, or an answer "not leader": asked again (the
     Forwarder's retries) until the request timeout, as etcd's ReadIndex
     waits for a leader; then ``etcdserver: no leader`` or ``request timed
-    out``.  ``forwarder`` names the leader to ask."""
+    out``."""
 
-    def __init__(self, forwarder: Forwarder, engine) -> None:
+    def __init__(self, forwarder: Forwarder, engine, elected: Forwarder | None = None) -> None:
         self.forwarder = forwarder
+        self.elected = elected
         self.engine = engine
         self.leased = 0  # answers from the leader's lease
         self.confirmed = 0  # answers confirmed by a barrier record
@@ -192,18 +211,27 @@ class ReadIndexAsker:
         if self.forwarder.leader_id() == self.engine.member_id:
             self.engine.journal_barrier(lambda index, exc: self._own_answer(index, exc, callback))
         else:
-            self._ask_leader(callback)
+            self._ask(self.forwarder, [], callback)
 
     def _own_answer(self, index: int | None, exc, callback) -> None:
         if exc == errors.ErrNotLeader or exc == errors.ErrLeaderChanged:
-            self._ask_leader(callback)  # the lead moved on meanwhile
+            self._ask_elected(callback)  # the lead moved on meanwhile
             return
         if exc is None:
             self.confirmed += 1
         callback(index, exc)
 
-    def _ask_leader(self, callback) -> None:
+    def _ask_elected(self, callback) -> None:
+        if self.elected is None:
+            self._ask(self.forwarder, [], callback)
+        else:
+            self._ask(self.elected, [True], callback)  # [True]: a barrier, not the lease
+
+    def _ask(self, forwarder: Forwarder, args: list, callback) -> None:
         def answered(result, exc) -> None:
+            if exc == errors.ErrNotLeader and forwarder is not self.elected:
+                self._ask_elected(callback)  # the journal's writer stepped down
+                return
             if exc is not None:
                 callback(None, exc)
                 return
@@ -214,7 +242,7 @@ class ReadIndexAsker:
                 self.leased += 1
             callback(index, None)
 
-        self.forwarder.call("ri", [], answered)
+        forwarder.call("ri", args, answered)
 
 
 class ForwardingServer:
@@ -257,7 +285,7 @@ class ForwardingServer:
             return
         self.handled += 1
         if op == "ri":
-            self._read_index(msg)
+            self._read_index(msg, barrier=bool(args and args[0]))
             return
         if op == "w":
             self._submit(msg, args)
@@ -265,15 +293,17 @@ class ForwardingServer:
         # lease calls need the leader's clocks; they are quick
         self._pool.submit(self._lease_call, msg, op, args)
 
-    def _read_index(self, msg) -> None:
+    def _read_index(self, msg, *, barrier: bool = False) -> None:
         """A follower's read index: [index, confirmed by a barrier record].
         Within the lease no other leader can exist, so nothing is in the
         journal past this leader's last append (acknowledged or not: a
         record stored but not yet acknowledged may already be visible on
-        another follower); otherwise a barrier record vouches for it."""
+        another follower); otherwise, or when the follower asks for one
+        (``barrier``: the journal names another writer), a barrier record
+        vouches for it."""
         eng = self.engine
         lease = eng.read_lease
-        if lease is not None and lease():
+        if not barrier and lease is not None and lease():
             self._reply(msg, ["ok", [eng.journal.last_index, False]])
             return
 

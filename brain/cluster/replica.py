@@ -93,8 +93,12 @@ class Replica:
         engine.read_lease = self.election.lease_valid if options.read_lease else None
         # read indexes come from the journal's writer: the replica its last
         # epoch record names (the election's view only until there is one)
-        self.read_index = ReadIndexAsker(Forwarder(conn, cluster_name, lambda: engine.leader_id,
-                                                   elected=lambda: self.election.leader_id), engine)
+        self.read_index = ReadIndexAsker(
+            Forwarder(conn, cluster_name, lambda: engine.leader_id, elected=lambda: self.election.leader_id,
+                      notleader_ends=True),
+            engine,
+            elected=Forwarder(conn, cluster_name, lambda: self.election.leader_id,
+                              elected=lambda: self.election.leader_id))
         engine.use_read_index(self.read_index)
         self._stop = threading.Event()
         self._retention: threading.Thread | None = None
