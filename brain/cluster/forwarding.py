@@ -310,7 +310,9 @@ class ForwardingServer:
         def confirmed(index, exc) -> None:  # on the committer
             if exc is None:
                 self._reply(msg, ["ok", [index, True]])
-            elif exc == errors.ErrNotLeader:
+            elif exc == errors.ErrNotLeader or exc == errors.ErrLeaderChanged:
+                # not confirmed: the barrier was fenced (another replica wrote)
+                # and this replica stepped down; the follower asks the next one
                 self._reply(msg, ["notleader"])
             else:
                 self._reply(msg, ["err", exc])
