@@ -200,7 +200,7 @@ class ReadIndexAsker:
     waits for a leader; then ``etcdserver: no leader`` or ``request timed
     out``."""
 
-    def __init__(self, forwarder: Forwarder, engine, elected: Forwarder | None = None) -> None:
+    def __init__(self, forwarder: Forwarder, engine, elected: Forwarder) -> None:
         self.forwarder = forwarder
         self.elected = elected
         self.engine = engine
@@ -222,10 +222,7 @@ class ReadIndexAsker:
         callback(index, exc)
 
     def _ask_elected(self, callback) -> None:
-        if self.elected is None:
-            self._ask(self.forwarder, [], callback)
-        else:
-            self._ask(self.elected, [True], callback)  # [True]: a barrier, not the lease
+        self._ask(self.elected, [True], callback)  # [True]: a barrier, not the lease
 
     def _ask(self, forwarder: Forwarder, args: list, callback) -> None:
         def answered(result, exc) -> None:

@@ -83,3 +83,37 @@ def test_an_elected_leader_that_says_not_leader_is_the_answer():
     asker = ReadIndexAsker(writer, FakeEngine(leading=False), elected=elected)
     assert _ask(asker) == [(None, errors.ErrTimeout)]
     assert len(writer.asked) == 1
+
+
+class LeasedEngine:
+    """A leader whose read lease is valid."""
+
+    def __init__(self) -> None:
+        self.read_lease = lambda: True
+        self.barriers = 0
+
+        class J:
+            last_index = 40
+        self.journal = J()
+
+    def journal_barrier(self, callback) -> None:
+        self.barriers += 1
+        callback(41, None)
+
+
+def _server_answer(barrier: bool) -> tuple[list, LeasedEngine]:
+    from brain.cluster.forwarding import ForwardingServer
+
+    engine = LeasedEngine()
+    server = ForwardingServer(None, "ri-test", engine)
+    replies: list = []
+    server._reply = lambda msg, value: replies.append(value)
+    server._read_index(object(), barrier=barrier)
+    return replies, engine
+
+
+def test_the_leader_answers_from_its_lease_unless_a_barrier_is_asked_for():
+    replies, engine = _server_answer(barrier=False)
+    assert replies == [["ok", [40, False]]] and engine.barriers == 0
+    replies, engine = _server_answer(barrier=True)
+    assert replies == [["ok", [41, True]]] and engine.barriers == 1
