@@ -74,6 +74,7 @@ import threading
 import time
 from typing import Callable
 
+from .. import clock as lease_clock
 from ..journal.natsio import STARTUP_WAIT, when_answering
 
 log = logging.getLogger("brain.cluster.election")
@@ -107,7 +108,11 @@ class Election:
                  on_leader: Callable[[int], None] | None = None, replicas: int = 1,
                  journal_acknowledged: Callable[[], float] | None = None,
                  confirm_with_journal: Callable[[], None] | None = None,
-                 engine_leads: Callable[[], bool] | None = None) -> None:
+                 engine_leads: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = lease_clock.now) -> None:
+        # every time kept here is on this clock (brain.clock: it counts
+        # through suspend), the journal's acknowledgement time too
+        self._clock = clock
         self.conn = conn
         self.bucket = bucket_name(name)
         self.subject = heartbeat_subject(name)
@@ -123,17 +128,17 @@ class Election:
         # one (a deposed holder's heartbeat, a lagging answer) is ignored.
         self._holder = 0
         self._known_rev = 0
-        self._seen_at = time.monotonic()
+        self._seen_at = self._clock()
         self._beat_at = -math.inf
         self._beating: set[int] = set()  # members heard beating: judged by heartbeats
         self._asked = -math.inf  # the last read of the key
-        self._observed = time.monotonic()  # the last answer or heartbeat (no key counts too)
+        self._observed = self._clock()  # the last answer or heartbeat (no key counts too)
         self._announced = 0  # the stale key revision a takeover was logged for
         self.on_elected = on_elected
         self.on_lost = on_lost
         self.on_leader = on_leader
         self.replicas = replicas
-        # monotonic time the journal last acknowledged this replica's appends
+        # the time (brain.clock) the journal last acknowledged this replica's appends
         # as its writer (see the module docstring: leading on without the key)
         self.journal_acknowledged = journal_acknowledged
         # asks for such an acknowledgement now (an empty record when there is
@@ -151,7 +156,7 @@ class Election:
         self.elections = 0
         self._rev = 0
         self._renewed = 0.0
-        self.lease_until = 0.0  # monotonic time the read lease ends (see lease_valid)
+        self.lease_until = 0.0  # when the hold, and with it the read lease, ends (see holds_key)
         self._kv = None
         self._task = None
         self._beats = None
@@ -184,17 +189,26 @@ class Election:
                 bucket=self.bucket, history=1, replicas=self.replicas, limit_marker_ttl=1)
         return await self.conn.nc.jetstream(timeout=self.request_timeout).key_value(self.bucket)
 
+    def holds_key(self) -> bool:
+        """True while no other replica can have taken the key from this one:
+        this replica wrote the key (created, took or renewed it by a
+        compare-and-set) at T, its clock read before the publish was sent,
+        and a candidate takes it only with a compare on a revision it has
+        known for the election timeout (first seen after T), so nobody else
+        can hold it before T + timeout.  The hold ends earlier, at T + 0.8 x
+        timeout (a margin for clocks that run at different rates), and at
+        once when the key is lost or handed over.  Only the clocks' *rates*
+        matter, never their readings; the clock is CLOCK_BOOTTIME
+        (brain.clock), which counts through suspend.  The engine appends its
+        epoch record only while this is true (Replication's promotion)."""
+        return bool(self._rev) and self._clock() < self.lease_until
+
     def lease_valid(self) -> bool:
-        """True while no other replica can have taken the lead: the key was
-        renewed at T (this replica's clock, read before the renewal was
-        sent), and a candidate takes it only with a compare on a revision it
-        has known for the election timeout (first seen after T), so nobody
-        else can write before T + timeout.  The lease ends earlier, at T +
-        0.8 x timeout (a margin for clocks that run at different rates), and
-        at once when the key is lost or handed over.  Only the clocks'
-        *rates* matter, never their readings.  While it holds, this replica,
-        if it leads, answers linearizable reads without asking the journal."""
-        return self.leading and bool(self._rev) and time.monotonic() < self.lease_until
+        """The read lease: this replica leads and holds the key
+        (``holds_key``), so no other replica can have appended since its
+        own last append, and it answers linearizable reads without asking
+        the journal.  On only with ``--read-lease`` (docs/cluster.md)."""
+        return self.leading and self.holds_key()
 
     @property
     def last_answer(self) -> float:
@@ -213,7 +227,9 @@ class Election:
         self._candidate = candidate
 
     @property
-    def holds_key(self) -> bool:
+    def has_key(self) -> bool:
+        """The key names this replica at a revision it knows (a hold that
+        may have lapsed: ``holds_key`` says whether it is still valid)."""
         return bool(self._rev)
 
     def stop(self, resign: bool = True) -> None:
@@ -267,15 +283,15 @@ class Election:
             return
         if sender == self.member_id:
             return  # this replica's own (the subject reaches every subscriber)
-        now = time.monotonic()
+        now = self._clock()
         if self._learn(holder, rev, now):
             self._beat_at = now
             self._beating.add(holder)
             self._observed = now
             if holder != self.member_id:
                 self._set_leader(holder)  # forwarders learn a new leader from its first heartbeat
-            elif not self._rev:
-                self._judge(now)  # handed to this replica: take it now, not at the next check
+            elif not self._rev and self._judge(now):
+                await self._campaign()  # handed to this replica: take it now, not at the next check
 
     def _learn(self, holder: int, rev: int, now: float) -> bool:
         """Take in what a heartbeat or an answer says the key is; False if it
@@ -306,17 +322,17 @@ class Election:
         """(a follower, every heartbeat interval) Read the key unless
         heartbeats say who holds it, then judge: take a dead holder's key,
         create an absent one."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._beat_at > 2 * self.heartbeat_interval and now - self._asked >= POLL_INTERVAL:
             await self._read_key()
-            now = time.monotonic()
+            now = self._clock()
         if self._judge(now):
             await self._campaign()
 
     async def _read_key(self) -> None:
         from nats.js.errors import KeyNotFoundError
 
-        self._asked = time.monotonic()
+        self._asked = self._clock()
         try:
             entry = await self._kv.get(KEY)
             holder, rev = _holder(entry.value), entry.revision
@@ -329,7 +345,7 @@ class Election:
             # (etcd_server_has_leader 0, the health service NOT_SERVING), as
             # an etcd member's follower forgets its leader after an election
             # timeout without heartbeats.
-            if time.monotonic() - self._observed > self.timeout:
+            if self._clock() - self._observed > self.timeout:
                 self._set_leader(0)
             raise
         # Read once the answer is here, not before asking: a revision first
@@ -337,7 +353,7 @@ class Election:
         # question was sent, and the holder's lease counts from just before
         # that write.  Timing it from the question would let this replica
         # take over while the holder may still read alone (lease_valid).
-        now = time.monotonic()
+        now = self._clock()
         self._observed = now
         if rev == 0:
             self._holder = 0  # absent (resigned or expired): its last revision stays the floor
@@ -349,16 +365,14 @@ class Election:
         (the key is absent, or its holder is dead)."""
         holder, rev = self._holder, self._known_rev
         if holder == self.member_id and not self._rev and not self._busy and self._candidate:
-            # the leader handed the lead to us (MoveLeader, shutdown): take the
-            # key as it is (no lease until it is renewed: the old one's may run on)
-            self._rev = rev
-            self._renewed = now
-            self.elections += 1
-            self._set_leader(self.member_id)
-            log.info("the lead was handed to this replica (key revision %d); taking it", rev)
-            self._busy = True
-            threading.Thread(target=self._elected, name="brain-elected", daemon=True).start()
-            return False
+            # The leader handed the lead to us (MoveLeader, shutdown): take
+            # the key by a compare-and-set on the revision naming us, which
+            # starts a hold of our own (the old leader's write of it says
+            # nothing about when our hold may begin).
+            if self._announced != rev:
+                self._announced = rev
+                log.info("the lead was handed to this replica (key revision %d); taking it", rev)
+            return True
         bound = self.timeout if holder in self._beating else KEY_ONLY_TIMEOUT
         silent = now - max(self._beat_at, self._seen_at)
         stale = bool(holder) and now - self._beat_at >= self.timeout and now - self._seen_at >= bound
@@ -377,7 +391,7 @@ class Election:
         there first makes it fail)."""
         from nats.js.errors import APIError, KeyWrongLastSequenceError
 
-        sent = time.monotonic()  # before the key names us: the lease counts from here
+        sent = self._clock()  # before the key names us: the lease counts from here
         try:
             if self._holder:
                 rev = await self._publish_key(self.member_id, self._known_rev)
@@ -445,7 +459,7 @@ class Election:
 
         if not self._rev:
             return  # handed over while this renewal waited for the lock
-        now = time.monotonic()  # before the publish: the lease counts from here
+        now = self._clock()  # before the publish: the lease counts from here
         last_renewed = self._renewed
         rev = self._rev
         try:
@@ -515,7 +529,7 @@ class Election:
         if another replica wrote it first."""
         from nats.js.errors import APIError, KeyWrongLastSequenceError
 
-        sent = time.monotonic()
+        sent = self._clock()
         try:
             if last:
                 seq = await self._publish_key(self.member_id, last)
@@ -570,7 +584,7 @@ class Election:
             except BaseException:
                 self._rev = rev  # still ours
                 raise
-            self._learn(target, seq, time.monotonic())
+            self._learn(target, seq, self._clock())
             await self.conn.nc.publish(self.subject, _beat_message(target, seq, self.member_id))
 
     def abdicate(self, why: str) -> None:
@@ -594,7 +608,7 @@ class Election:
         self.lease_until = 0.0
         self._rev = 0
         self._unrenewed_since = 0.0
-        self._observed = time.monotonic()  # who leads next: the next answers say
+        self._observed = self._clock()  # who leads next: the next answers say
         self._holder = 0  # not known now: read the key before judging again
         self._beat_at = self._asked = -math.inf
         self._set_leader(0)

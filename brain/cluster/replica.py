@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .. import clock as lease_clock
 from ..engine import Engine, EngineConfig
 from ..journal import JournalError, JournalPurgedError
 from ..journal.jetstream import JetStreamJournal, stream_names
@@ -58,12 +59,13 @@ class ClusterOptions:
     heartbeat_interval_ms: int = 100
     journal_replicas: int = 0  # 0: 3 when the NATS cluster has 3 servers or more, else 1
     connect_wait: float = 60.0
-    # The leader answers read indexes from memory within its election lease
-    # (brain.cluster.election.Election.lease_valid), which rests on a bound
-    # on clock rates (docs/cluster.md); False: every read index is a barrier
+    # False (the default, etcd's ReadIndex): every read index is a barrier
     # record the journal acknowledged (one JetStream publish by the leader
-    # per batch of reads), which rests on no clock.
-    read_lease: bool = True
+    # per batch of reads), which rests on no clock.  True: the leader
+    # answers read indexes from memory while it holds the election key
+    # (brain.cluster.election.Election.lease_valid), which rests on a bound
+    # on clock rates and on clocks that see every pause (docs/cluster.md).
+    read_lease: bool = False
 
 
 class Replica:
@@ -81,7 +83,8 @@ class Replica:
             conn, cluster_name, engine.member_id,
             timeout=options.election_timeout_ms / 1000.0,
             heartbeat_interval=options.heartbeat_interval_ms / 1000.0,
-            on_elected=engine.promote, on_lost=engine.step_down, replicas=journal_replicas_of(journal),
+            on_elected=lambda: engine.promote(self.election.holds_key), on_lost=engine.step_down,
+            replicas=journal_replicas_of(journal),
             journal_acknowledged=lambda: journal.acknowledged_at,
             confirm_with_journal=lambda: engine.journal_barrier(_ignore_barrier),
             engine_leads=lambda: engine.is_leader)
@@ -219,7 +222,7 @@ class Replica:
         heartbeat."""
         election = self.election
         return (self.conn.is_connected and bool(election.leader_id)
-                and time.monotonic() - election.last_answer <= election.timeout + POLL_INTERVAL)
+                and lease_clock.now() - election.last_answer <= election.timeout + POLL_INTERVAL)
 
     def members(self) -> list[Member]:
         self.membership.set_applied(self.engine.statistics().applied_index)
@@ -296,7 +299,7 @@ class Replica:
         self.election.set_candidate(False)
         # while still leading: reading the member list and moving the key are
         # JetStream round trips that would otherwise lengthen the pause
-        target = self._successor() if self.election.holds_key else 0
+        target = self._successor() if self.election.has_key else 0
         if target:
             try:
                 self.election.hand_over(target)  # steps the engine down once the key names the target

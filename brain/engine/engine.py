@@ -432,10 +432,12 @@ class Engine:
         if self._barrier is not None:
             self._barrier.use_source(ask)
 
-    def promote(self) -> bool:
+    def promote(self, holds_key) -> bool:
         """(any thread) Try to become the leader; True on success.  Called
-        by the cluster package once it holds the election key."""
-        return self._replication.promote()
+        by the cluster package once it holds the election key;
+        ``holds_key()`` tells whether that hold is still valid
+        (Replication.promote)."""
+        return self._replication.promote(holds_key)
 
     def step_down(self) -> None:
         """(any thread) Stop leading (the election key was lost)."""

@@ -18,9 +18,20 @@ Linearizable reads wait for the read index (brain.engine.readindex).
 
 Taking the lead (``promote``, run on the committer when brain.cluster says
 this replica won the election): stop following, apply the journal to its
-end, then append an epoch record fenced on that end.  If another record
-got there first, catch up and try again: the epoch record is the first
-thing a new leader writes, so no record of a previous leader can follow it.
+end, then append an epoch record fenced on that end, the first thing a new
+leader writes, so no record of a previous leader can follow it.  The epoch
+is appended only while this replica's hold on the election key is still
+valid (``holds_key``, asked after the journal's end was read): a replica
+that won the key, stalled past the election timeout and resumed must not
+append after the epoch of the replica that took the key meanwhile, whose
+read lease says nobody else writes.  Worked example: X wins the key at T0
+and stalls; Y, having known X's key revision for the election timeout T,
+takes it after T0 + T and appends its epoch at index 9.  X resumes at T0 +
+2T, reads the journal's end (9), and would append its epoch at 10 and
+decide writes that Y, answering reads from its lease, never sees.  X's
+hold ended at T0 + 0.8 T, so X gives up instead.  If another record got
+there first (the fence refused the epoch: a deposed leader's last batch),
+catch up and try again, while the hold is still valid.
 
 Giving up the lead (``step_down``): on a fenced append (someone else
 leads: our batch is not in the journal, but it is in our memory) the store
@@ -48,6 +59,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Protocol
 
+from .. import failpoints
 from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
@@ -441,13 +453,16 @@ class Replication:
     # ------------------------------------------------------------------
     # taking and giving up the lead
 
-    def promote(self) -> bool:
+    def promote(self, holds_key: Callable[[], bool]) -> bool:
         """(any thread) Try to become the leader; True on success.  Called
-        by the cluster package once it holds the election key."""
+        by the cluster package once it holds the election key;
+        ``holds_key()`` says whether that hold is still valid now (no other
+        replica can have taken the key): the epoch record is appended only
+        while it is."""
         if self._barrier is None:
             return True
         fut: Future = Future()
-        self._core.post(Control(lambda: fut.set_result(self._promote())))
+        self._core.post(Control(lambda: fut.set_result(self._promote(holds_key))))
         return fut.result()
 
     def step_down(self) -> None:
@@ -467,7 +482,8 @@ class Replication:
         core.post(Control(run))
         fut.result()
 
-    def _promote(self) -> bool:
+    def _promote(self, holds_key: Callable[[], bool]) -> bool:
+        failpoints.hit("promote.start")  # a fault test stalls the new key holder here
         core = self._core
         if core.is_leader:
             return True
@@ -495,6 +511,13 @@ class Replication:
                 end = _end_index_now(journal)
                 if end > core.applied_index:
                     self._catch_up(end)
+                # Asked after the end was read: an epoch of whoever took the
+                # key is in that end only if it was appended after this
+                # hold ended (see the module docstring).
+                if not holds_key():
+                    log.warning("not taking the lead: this replica's hold on the election key ended before "
+                                "its epoch record could be appended (the journal ends at index %d)", end)
+                    break
                 journal.begin_writing(core.applied_index)
                 enc = BatchEncoder()
                 epoch = core.store.epoch + 1

@@ -54,6 +54,7 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from .. import clock as lease_clock
 from .errors import (
     JournalError,
     JournalFencedError,
@@ -240,7 +241,7 @@ class JetStreamJournal:
         self.on_release: Callable[[int], None] | None = None
         self.appended = 0
         self.retries = 0
-        # writer: monotonic time a quorum last acknowledged every append so
+        # writer: the time (brain.clock) a quorum last acknowledged every append so
         # far, each fenced on the one before (so no other writer came
         # between): the election keeps a leader whose key cannot be renewed
         # on this (brain.cluster.election)
@@ -392,7 +393,7 @@ class JetStreamJournal:
             raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {rest[0].seq} "
                                           f"within {self.ack_timeout:g}s; retrying")
         if pending:
-            self.acknowledged_at = time.monotonic()
+            self.acknowledged_at = lease_clock.now()
         self._unacked = []
 
     def _answer(self, pub: _Publish) -> dict | None:

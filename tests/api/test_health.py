@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
+from brain import clock as lease_clock
 from brain.api import native_front
 from brain.api.health import HealthService
 from brain.cluster.replica import Replica
@@ -212,7 +213,7 @@ class _FakeReplica:
 
     def __init__(self) -> None:
         self.conn = SimpleNamespace(is_connected=True)
-        self.election = SimpleNamespace(leader_id=0x1234, timeout=2.0, last_answer=time.monotonic())
+        self.election = SimpleNamespace(leader_id=0x1234, timeout=2.0, last_answer=lease_clock.now())
 
     serving_problem = Replica.serving_problem
     has_leader = Replica.has_leader
@@ -224,10 +225,10 @@ def test_has_leader_needs_a_recent_answer_from_nats():
     it has none once that view is older than the election timeout."""
     r = _FakeReplica()
     assert r.has_leader()
-    r.election.last_answer = time.monotonic() - 2.5
+    r.election.last_answer = lease_clock.now() - 2.5
     assert not r.has_leader()
     assert r.serving_problem() == "no leader"
-    r.election.last_answer = time.monotonic()
+    r.election.last_answer = lease_clock.now()
     r.election.leader_id = 0
     assert not r.has_leader()
 

@@ -84,10 +84,8 @@ class Msg:
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(election_mod.time, "monotonic", c)
-    return c
+def clock():
+    return Clock()
 
 
 @pytest.fixture
@@ -108,7 +106,7 @@ def no_threads(monkeypatch):
 
 def candidate(bucket: Bucket, timeout: float = 0.5) -> Election:
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=timeout, heartbeat_interval=0.1,
-                 on_elected=lambda: True, on_lost=lambda: None)
+                 on_elected=lambda: True, on_lost=lambda: None, clock=bucket.clock)
     e._kv = bucket
     return e
 
@@ -214,14 +212,33 @@ def test_losing_a_race_for_the_key_reads_it_again(clock, no_threads):
     assert bucket.gets == 2 and e.leader_id == 0xC and not bucket.taken
 
 
-def test_a_hand_over_heartbeat_is_taken_at_once(clock, no_threads):
+def test_a_hand_over_heartbeat_is_taken_at_once_by_a_compare_and_set(clock, no_threads):
     """The leader names this replica in the key and says so in a heartbeat:
-    it leads on that heartbeat, without waiting for a check."""
+    it takes the key on that heartbeat, without waiting for a check, by a
+    compare-and-set on the revision naming it, so that its hold (and the
+    epoch record its promotion may append while the hold lasts) counts from
+    its own write of the key: the old leader's write says nothing of when
+    this replica's hold may begin."""
     bucket = Bucket(clock, holder=0xB, revision=8)
     e = candidate(bucket)
+    assert not e.holds_key()
     beat(e, 0xB, 8, sender=0xA)
-    assert e._rev == 8 and e.leader_id == 0xB and no_threads == ["brain-elected"]
-    assert e.lease_until == 0.0  # no lease until its own renewal: the old leader's may run on
+    assert bucket.taken == [(100.0, 8, "b")]
+    assert e._rev == 9 and e.leader_id == 0xB and no_threads == ["brain-elected"]
+    assert e.holds_key() and e.lease_until == pytest.approx(100.0 + 0.5 * election_mod.LEASE_FRACTION)
+    clock.now += 0.5 * election_mod.LEASE_FRACTION
+    assert not e.holds_key()  # until renewed
+
+
+def test_a_hand_over_that_another_replica_overtook_is_not_taken(clock, no_threads):
+    """The key moved on after the hand-over named this replica (another
+    candidate, or the old leader taking it back): the compare fails and
+    this replica does not try to lead on a hold it does not have."""
+    bucket = Bucket(clock, holder=0xB, revision=8)
+    e = candidate(bucket)
+    bucket.entry = Entry(json.dumps({"member": "c"}).encode(), 9)
+    beat(e, 0xB, 8, sender=0xA)
+    assert not e._rev and not e.holds_key() and no_threads == []
 
 
 def test_the_lease_of_a_won_election_counts_from_before_the_key_was_created(clock, no_threads):
@@ -315,7 +332,8 @@ def test_a_slow_renewal_costs_no_election(clock, no_threads):
 def _leader_with_journal(bucket: Bucket, clock: Clock, acked: list, asked: list) -> Election:
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
                  on_elected=lambda: True, on_lost=lambda: None,
-                 journal_acknowledged=lambda: acked[0], confirm_with_journal=lambda: asked.append(clock.now))
+                 journal_acknowledged=lambda: acked[0], confirm_with_journal=lambda: asked.append(clock.now),
+                 clock=clock)
     e._kv = bucket
     e._rev, e._renewed, e.leading = 7, clock.now, True
     return e
@@ -461,7 +479,7 @@ def test_a_holder_whose_engine_stopped_leading_gives_the_key_up(clock, no_thread
     bucket = Bucket(clock, holder=0, revision=0)
     leads = [True]
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
-                 on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: leads[0])
+                 on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: leads[0], clock=clock)
     e._kv = bucket
     e._rev, e.leader_id = 7, 0xB
     e._elected()
@@ -478,7 +496,7 @@ def test_a_holder_whose_engine_stopped_leading_gives_the_key_up(clock, no_thread
 def test_an_engine_that_stopped_leading_while_taking_the_lead_loses_the_key(clock, no_threads):
     bucket = Bucket(clock, holder=0, revision=0)
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
-                 on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: False)
+                 on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: False, clock=clock)
     e._kv = bucket
     e._rev, e.leader_id = 7, 0xB
     e._elected()

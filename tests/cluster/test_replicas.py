@@ -27,6 +27,7 @@ from brain.mvcc.requests import (
     CMP_MOD,
     CMP_VALUE,
 )
+from tests.support.memory_journal import key_held
 
 _names = itertools.count()
 
@@ -400,11 +401,11 @@ def test_a_replica_whose_rebuild_is_pending_does_not_lead(cluster):
     t.join(10)
     assert outcome and outcome[0] == errors.ErrTimeoutDueToLeaderFail
     del eng.journal.append, eng.journal.sync
-    assert not eng.promote()  # the rebuild cannot read the journal yet
+    assert not eng.promote(key_held)  # the rebuild cannot read the journal yet
     assert not eng.is_leader
     del eng._load_store
     deadline = time.monotonic() + 10
-    while not eng.promote():
+    while not eng.promote(key_held):
         assert time.monotonic() < deadline, "no lead once the store could be rebuilt"
         time.sleep(0.1)
     assert eng.store.revision == base
@@ -450,7 +451,7 @@ def test_a_rebuild_that_reads_a_journal_still_catching_up_retries(cluster):
     t.join(10)
     del eng.journal.append, eng.journal.sync
     deadline = time.monotonic() + 15
-    while not eng.promote():
+    while not eng.promote(key_held):
         assert eng.statistics().failed is None, eng.statistics().failed
         assert time.monotonic() < deadline, "no lead once the journal read reached the applied index"
         time.sleep(0.1)

@@ -12,114 +12,9 @@ import time
 import pytest
 
 from brain.engine import Engine, EngineConfig
-from brain.journal import JournalFencedError, JournalUnavailableError
 from brain.mvcc import errors
 from brain.mvcc.requests import PutRequest, RangeRequest
-
-WAIT = 20.0
-
-
-class Stream:
-    """The replicated log the journals share.  ``quorum`` cleared: appends
-    are not acknowledged (a stream leader cut off from its peers).
-    ``delivering`` cleared: stored records wait before reaching followers."""
-
-    def __init__(self) -> None:
-        self.records: list[bytes] = []
-        self.cv = threading.Condition()
-        self.quorum = threading.Event()
-        self.quorum.set()
-        self.delivering = threading.Event()
-        self.delivering.set()
-
-    def wait_for(self, count: int) -> None:
-        with self.cv:
-            assert self.cv.wait_for(lambda: len(self.records) >= count, WAIT), len(self.records)
-
-
-class MemoryJournal:
-    """One replica's view of ``Stream`` (brain.journal.protocol.SharedJournal)."""
-
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
-        self._last = 0
-        self._unsynced: list[tuple[int, bytes]] = []
-        self._writing = False
-        self._stop = threading.Event()
-        self._follower: threading.Thread | None = None
-
-    first_index = 1
-
-    @property
-    def last_index(self) -> int:
-        return self._last
-
-    def begin_writing(self, last_index: int) -> None:
-        self._writing, self._last, self._unsynced = True, last_index, []
-
-    def stop_writing(self) -> None:
-        self._writing, self._unsynced = False, []
-
-    def append(self, payload: bytes) -> int:
-        assert self._writing
-        self._last += 1
-        self._unsynced.append((self._last, payload))
-        return self._last
-
-    def sync(self) -> None:
-        s = self.stream
-        if not s.quorum.is_set():
-            raise JournalUnavailableError("no quorum")
-        with s.cv:
-            for index, payload in self._unsynced:
-                if len(s.records) != index - 1:
-                    self._unsynced = []
-                    raise JournalFencedError("another writer appended", index - 1)
-                s.records.append(payload)
-            s.cv.notify_all()
-        self._unsynced = []
-
-    def records(self, after_index: int = 0):
-        with self.stream.cv:
-            held = list(self.stream.records)
-        for i in range(after_index, len(held)):
-            yield i + 1, held[i]
-
-    def end_index(self, callback) -> None:
-        with self.stream.cv:
-            end = len(self.stream.records)
-        callback(end, None)
-
-    def follow(self, after_index: int, deliver, failed) -> None:
-        self.stop_following()
-        self._stop = stop = threading.Event()
-
-        def run() -> None:
-            s, sent = self.stream, after_index
-            while not stop.is_set():
-                with s.cv:
-                    s.cv.wait_for(lambda: len(s.records) > sent or stop.is_set(), 0.1)
-                    new = s.records[sent:]
-                if not new or not s.delivering.wait(0.1):
-                    continue
-                for payload in new:
-                    sent += 1
-                    deliver(sent, payload)
-
-        self._follower = threading.Thread(target=run, daemon=True)
-        self._follower.start()
-
-    def stop_following(self) -> None:
-        self._stop.set()
-        if self._follower is not None and self._follower is not threading.current_thread():
-            self._follower.join(5)
-        self._follower = None
-
-    def release(self, upto_index: int) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.stop_following()
+from tests.support.memory_journal import key_held, WAIT, MemoryJournal, Stream
 
 
 @pytest.fixture
@@ -149,7 +44,7 @@ def barrier(eng: Engine) -> tuple[int | None, BaseException | None]:
 def test_a_barrier_is_an_empty_record_acknowledged_after_it_was_asked(replicas):
     stream, open_replica = replicas
     lead = open_replica("a")
-    assert lead.promote()
+    assert lead.promote(key_held)
     put = lead.put(PutRequest(b"k", b"v"))
     before = len(stream.records)
     index, exc = barrier(lead)
@@ -162,7 +57,7 @@ def test_a_barrier_is_an_empty_record_acknowledged_after_it_was_asked(replicas):
 def test_reads_on_a_leader_outside_its_lease_append_a_barrier_within_it_none(replicas):
     stream, open_replica = replicas
     lead = open_replica("a")
-    assert lead.promote()
+    assert lead.promote(key_held)
     lead.put(PutRequest(b"k", b"v"))
     before = len(stream.records)
     lead.wait_linearizable()  # no read lease: the journal's quorum confirms
@@ -175,7 +70,7 @@ def test_reads_on_a_leader_outside_its_lease_append_a_barrier_within_it_none(rep
 def test_a_follower_refuses_a_barrier_and_its_reads_wait_for_the_leaders(replicas):
     stream, open_replica = replicas
     lead, follower = open_replica("a"), open_replica("b")
-    assert lead.promote()
+    assert lead.promote(key_held)
     assert barrier(follower) == (None, errors.ErrNotLeader)
     follower.use_read_index(lead.journal_barrier)  # what brain.cluster's asker reaches
     stream.delivering.clear()  # the follower falls behind
@@ -195,7 +90,7 @@ def test_a_follower_refuses_a_barrier_and_its_reads_wait_for_the_leaders(replica
 def test_without_a_quorum_a_barrier_waits_and_is_never_answered_stale(replicas):
     stream, open_replica = replicas
     lead = open_replica("a")
-    assert lead.promote()
+    assert lead.promote(key_held)
     lead.put(PutRequest(b"k", b"v"))
     stream.quorum.clear()
     out: list = []
@@ -210,7 +105,7 @@ def test_without_a_quorum_a_barrier_waits_and_is_never_answered_stale(replicas):
 def test_a_replica_that_replays_barrier_records_ends_at_the_same_revision(replicas):
     stream, open_replica = replicas
     lead = open_replica("a")
-    assert lead.promote()
+    assert lead.promote(key_held)
     lead.put(PutRequest(b"k", b"1"))
     barrier(lead)
     last = lead.put(PutRequest(b"k", b"2"))

@@ -1,0 +1,122 @@
+"""An in-memory shared journal for engine tests: the replicated log
+several engines share (``Stream``) and each replica's view of it
+(``MemoryJournal``, brain.journal.protocol.SharedJournal), with the faults a
+test may set: no quorum, delivery held back."""
+
+from __future__ import annotations
+
+import threading
+
+from brain.journal import JournalFencedError, JournalUnavailableError
+
+WAIT = 20.0
+
+
+class Stream:
+    """The replicated log the journals share.  ``quorum`` cleared: appends
+    are not acknowledged (a stream leader cut off from its peers).
+    ``delivering`` cleared: stored records wait before reaching followers."""
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+        self.cv = threading.Condition()
+        self.quorum = threading.Event()
+        self.quorum.set()
+        self.delivering = threading.Event()
+        self.delivering.set()
+
+    def wait_for(self, count: int) -> None:
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.records) >= count, WAIT), len(self.records)
+
+
+class MemoryJournal:
+    """One replica's view of ``Stream`` (brain.journal.protocol.SharedJournal)."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self._last = 0
+        self._unsynced: list[tuple[int, bytes]] = []
+        self._writing = False
+        self._stop = threading.Event()
+        self._follower: threading.Thread | None = None
+
+    first_index = 1
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    def begin_writing(self, last_index: int) -> None:
+        self._writing, self._last, self._unsynced = True, last_index, []
+
+    def stop_writing(self) -> None:
+        self._writing, self._unsynced = False, []
+
+    def append(self, payload: bytes) -> int:
+        assert self._writing
+        self._last += 1
+        self._unsynced.append((self._last, payload))
+        return self._last
+
+    def sync(self) -> None:
+        s = self.stream
+        if not s.quorum.is_set():
+            raise JournalUnavailableError("no quorum")
+        with s.cv:
+            for index, payload in self._unsynced:
+                if len(s.records) != index - 1:
+                    self._unsynced = []
+                    raise JournalFencedError("another writer appended", index - 1)
+                s.records.append(payload)
+            s.cv.notify_all()
+        self._unsynced = []
+
+    def records(self, after_index: int = 0):
+        with self.stream.cv:
+            held = list(self.stream.records)
+        for i in range(after_index, len(held)):
+            yield i + 1, held[i]
+
+    def end_index(self, callback) -> None:
+        with self.stream.cv:
+            end = len(self.stream.records)
+        callback(end, None)
+
+    def follow(self, after_index: int, deliver, failed) -> None:
+        self.stop_following()
+        self._stop = stop = threading.Event()
+
+        def run() -> None:
+            s, sent = self.stream, after_index
+            while not stop.is_set():
+                with s.cv:
+                    s.cv.wait_for(lambda: len(s.records) > sent or stop.is_set(), 0.1)
+                    new = s.records[sent:]
+                if not new or not s.delivering.wait(0.1):
+                    continue
+                for payload in new:
+                    sent += 1
+                    deliver(sent, payload)
+
+        self._follower = threading.Thread(target=run, daemon=True)
+        self._follower.start()
+
+    def stop_following(self) -> None:
+        self._stop.set()
+        if self._follower is not None and self._follower is not threading.current_thread():
+            self._follower.join(5)
+        self._follower = None
+
+    def release(self, upto_index: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.stop_following()
+
+
+def key_held() -> bool:
+    """What a replica's election answers while its hold on the key is
+    valid (brain.cluster.election.Election.holds_key): tests that promote an
+    engine directly say so."""
+    return True
