@@ -135,8 +135,10 @@ class ServerConfig:
     election_timeout: int = 500  # ms
     heartbeat_interval: int = 100  # ms
     journal_replicas: int = 0  # 0: by the NATS cluster's size
-    # the leader reads alone within its election lease (docs/cluster.md, "Reads")
-    read_lease: bool = True
+    # the leader reads alone within its election lease (docs/cluster.md,
+    # "The read lease"); off by default: reads confirmed by the journal's
+    # quorum rest on no clock, as etcd's ReadIndex
+    read_lease: bool = False
 
     def __post_init__(self) -> None:
         if not self.data_dir:

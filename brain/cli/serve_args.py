@@ -139,9 +139,11 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--heartbeat-interval", "heartbeat_interval", _int,
      "cluster: milliseconds between the leader's heartbeats (default %(default)s)"),
     ("--read-lease", "read_lease", _bool,
-     "cluster: the leader answers linearizable reads without a journal round trip while its election "
-     "lease holds (the clock bound is in docs/cluster.md); false: every linearizable read is confirmed "
-     "by a barrier record the journal's quorum acknowledged (default %(default)s)"),
+     "cluster: every linearizable read is confirmed by a barrier record the journal's quorum "
+     "acknowledged, as etcd's ReadIndex, resting on no clock (false, the default); true: the leader "
+     "answers them without a journal round trip while its hold on the election key lasts, which rests "
+     "on clock rates and breaks where a hypervisor pauses the VM (docs/cluster.md, \"The read lease\") "
+     "(default %(default)s)"),
     ("--journal-replicas", "journal_replicas", _int,
      "cluster: JetStream replicas of a journal this replica creates; 0 means 3 when the NATS cluster "
      "has 3 servers or more, else 1 (default %(default)s)"),

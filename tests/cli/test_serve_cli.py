@@ -87,7 +87,7 @@ def test_equals_form_and_bool_values():
 def test_read_lease_flag_reaches_the_cluster_options(monkeypatch):
     import brain.cluster as cluster
 
-    assert parse().read_lease is True
+    assert parse().read_lease is False  # etcd's ReadIndex by default: no clock involved
     seen = {}
 
     class FakeReplica:
@@ -97,7 +97,7 @@ def test_read_lease_flag_reaches_the_cluster_options(monkeypatch):
             return cls()
 
     monkeypatch.setattr(cluster, "Replica", FakeReplica)
-    for argv, want in ((["--read-lease=false"], False), (["--read-lease"], True), ([], True)):
+    for argv, want in ((["--read-lease=false"], False), (["--read-lease"], True), ([], False)):
         c = parse("--journal-url", "nats://127.0.0.1:4222/t", *argv)
         serve.open_replica(c, None)
         assert seen.pop("read_lease") is want, argv
