@@ -11,6 +11,20 @@ large batches and must be durable on return.  ``readahead`` is off (random
 reads of a store larger than RAM), ``writemap`` is off (a stray write cannot
 corrupt the map) and locking is on: many reader threads, one writer.
 
+A full filesystem must be an error, never a signal.  ``data.mdb`` is only
+read through its mapping (``writemap`` off: pages are written with
+``pwrite``, which reports ENOSPC); but lmdb sizes ``lock.mdb`` with
+``ftruncate`` and writes it through a shared writable mapping (its header
+when the environment opens, a reader slot per read transaction), and a page
+of it the filesystem cannot back is a SIGBUS.  So every page of
+``lock.mdb`` is allocated (``posix_fallocate``) before lmdb opens it and
+again once lmdb has sized it: a full disk fails the open with
+:class:`BackendFullError` instead.  lmdb reports a commit whose ``pwrite``
+was cut short by a full disk as EIO (it cannot tell why); an EIO while the
+filesystem has less than :data:`_NEARLY_FULL` bytes free is taken for a
+full disk.  A store whose creation fails is removed again, so the next
+open starts afresh instead of finding half a meta page.
+
 Read-path idioms (measured with py-lmdb 3.0 on 100k 300-byte records):
 
 * one unmanaged read transaction per call, ``env.begin(db=...).get(key)``,
@@ -61,6 +75,10 @@ DEFAULT_MAP_SIZE = 1 << 40
 _META_DB = b"meta"
 _EXTRA_DBS = 4  # meta + headroom
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DATA_FILE = "data.mdb"
+_LOCK_FILE = "lock.mdb"
+_LOCK_HEADER_BYTES = 4096  # lmdb's lock header (192 bytes on Linux x86-64) and the first reader slots
+_NEARLY_FULL = 1 << 20
 _MADV_DONTNEED = 4  # Linux
 
 
@@ -79,12 +97,48 @@ def _shard_db_name(shard: int) -> bytes:
     return b"shard-%04d" % shard
 
 
-def _is_full(exc: BaseException) -> bool:
+def _is_full(exc: BaseException, path: str) -> bool:
+    """Whether ``exc``, raised by lmdb on the store at ``path``, means no space."""
     if isinstance(exc, (lmdb.MapFullError, lmdb.DiskError)):
         return True
     if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
         return True
-    return isinstance(exc, lmdb.Error) and getattr(exc, "code", None) in _FULL_ERRNOS
+    code = getattr(exc, "code", None) if isinstance(exc, lmdb.Error) else None
+    if code in _FULL_ERRNOS:
+        return True
+    return code == errno.EIO and _free_bytes(path) < _NEARLY_FULL
+
+
+def _free_bytes(path: str) -> int:
+    """Bytes free for us on the filesystem holding ``path`` (huge if unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 1 << 62
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+
+
+def _back_lock_file(path: str, new_size: int) -> None:
+    """Allocate every page of lmdb's lock file (see the module docstring);
+    an empty or missing one gets ``new_size`` bytes.  The length of one
+    lmdb sized is kept: another process may have it mapped.  OSError on
+    failure."""
+    fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        size = os.fstat(fd).st_size or new_size
+        if size:
+            os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
+def _remove_new_store(path: str) -> None:
+    """Remove the files of a store whose creation failed."""
+    for name in (_DATA_FILE, _LOCK_FILE):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
 
 
 def _strictly_increasing(items: list[tuple[bytes, bytes]]) -> bool:
@@ -118,6 +172,29 @@ class LmdbBackend:
         self.shards = shards
         self.path = os.fspath(path)
         os.makedirs(self.path, mode=0o700, exist_ok=True)
+        data = os.path.join(self.path, _DATA_FILE)
+        new = not os.path.exists(data) or os.path.getsize(data) == 0
+        try:
+            self._open(map_size, max_readers)
+        except BaseException as exc:
+            if new:
+                _remove_new_store(self.path)
+            if isinstance(exc, (lmdb.Error, OSError)) and _is_full(exc, self.path):
+                raise BackendFullError(
+                    f"{self.path}: no space left to {'create' if new else 'open'} the value store: {exc}"
+                ) from exc
+            raise
+        self._begin = self._env.begin
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._writes = 0
+        self._last_write_seconds = 0.0
+        self._last_write_time: float | None = None
+
+    def _open(self, map_size: int, max_readers: int) -> None:
+        # lmdb writes a new lock file's header while it opens it; it sizes
+        # the file for its reader slots (a larger one keeps its size).
+        _back_lock_file(self.path, _LOCK_HEADER_BYTES)
         self._env = lmdb.open(
             self.path,
             map_size=map_size,
@@ -132,20 +209,15 @@ class LmdbBackend:
             meminit=False,
             lock=True,
             max_readers=max_readers,
-            max_dbs=shards + _EXTRA_DBS,
+            max_dbs=self.shards + _EXTRA_DBS,
             max_spare_txns=1,
         )
         try:
-            self._meta_db, self._dbs = self._open_tables(shards)
+            _back_lock_file(self.path, 0)  # the reader slots lmdb sized it for
+            self._meta_db, self._dbs = self._open_tables(self.shards)
         except BaseException:
             self._env.close()
             raise
-        self._begin = self._env.begin
-        self._closed = False
-        self._write_lock = threading.Lock()
-        self._writes = 0
-        self._last_write_seconds = 0.0
-        self._last_write_time: float | None = None
 
     def _open_tables(self, shards: int) -> tuple[object, dict[int, object]]:
         env = self._env
@@ -330,8 +402,8 @@ class LmdbBackend:
             except lmdb.BadValsizeError as exc:
                 raise ValueError(f"invalid key (must be 1..{MAX_KEY_SIZE} bytes): {exc}") from exc
             except (lmdb.Error, OSError) as exc:
-                if _is_full(exc):
-                    raise BackendFullError(f"{self.path}: {exc}") from exc
+                if _is_full(exc, self.path):
+                    raise BackendFullError(f"{self.path}: no space left: {exc}") from exc
                 raise
 
             self._writes += 1

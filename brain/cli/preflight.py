@@ -18,6 +18,9 @@ data dir that cannot be one is reported first, naming the real cause:
   brain cannot write each get their own message instead of the bare errno
   (mkdir under /proc says "No such file or directory").
 
+When there is no space left, here or later while the data dir opens, the
+message says how much is free and where (``free_space``).
+
 Nothing here knows grpc; the transports bind for real afterwards.
 """
 
@@ -199,7 +202,8 @@ def prepare_data_dir(path: str) -> None:
                 f"cannot create data dir {path}: permission denied ({_whose(ancestor)})") from None
         if e.errno == errno.EROFS:
             raise StartupError(f"cannot create data dir {path}: {ancestor} is on a read-only file system") from None
-        raise StartupError(f"cannot create data dir {path} in {ancestor}: {e.strerror or e}") from None
+        space = f"; {free_space(ancestor)}" if e.errno in NO_SPACE_ERRNOS else ""
+        raise StartupError(f"cannot create data dir {path} in {ancestor}: {e.strerror or e}{space}") from None
 
 
 def _check_existing(path: str, st: os.stat_result) -> None:
@@ -246,6 +250,23 @@ def filesystem_of(path: str) -> tuple[str, str]:
         if inside and len(mnt) >= len(best[1]):
             best = (fields[2], mnt)
     return best
+
+
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def free_space(path: str) -> str:
+    """How much is free for brain on the filesystem holding ``path`` (the
+    nearest existing part of it), and which one: "N bytes free on MOUNT
+    (FSTYPE)"."""
+    where = path if os.path.exists(path) else _nearest_existing(path)
+    try:
+        st = os.statvfs(where)
+    except OSError as e:
+        return f"free space on {where} unknown ({e.strerror or e})"
+    free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    fstype, mountpoint = filesystem_of(where)
+    return f"{free} bytes free on {mountpoint or where}" + (f" ({fstype})" if fstype else "")
 
 
 # --- wording -------------------------------------------------------------------

@@ -27,6 +27,7 @@ import threading
 from brain import __version__
 from brain import cluster
 from brain.api.server import ApiServer, ListenError, check_front
+from brain.backend import BackendError, BackendFullError
 from brain.cli import preflight
 from brain.config import ConfigError, ServerConfig, format_key
 from brain.engine import Engine, EngineConfig
@@ -139,9 +140,11 @@ def run(config: ServerConfig) -> int:
             else:
                 engine = Engine.open(engine_config)
         except Exception as e:  # noqa: BLE001 - reported, then a clean exit code
-            # expected refusals (dir locked, layout mismatch, I/O) need no traceback
-            expected = isinstance(e, (OSError, ValueError, RuntimeError, JournalError))
-            log.error("cannot open data dir %s: %s", config.data_dir, e, exc_info=not expected)
+            # expected refusals (dir locked, layout mismatch, I/O, no space) need no traceback
+            expected = isinstance(e, (OSError, ValueError, RuntimeError, JournalError, BackendError))
+            full = isinstance(e, BackendFullError) or getattr(e, "errno", None) in preflight.NO_SPACE_ERRNOS
+            space = f"; {preflight.free_space(config.data_dir)}" if full else ""
+            log.error("cannot open data dir %s: %s%s", config.data_dir, e, space, exc_info=not expected)
             return 1
         close = replica.close if replica is not None else engine.close
         if stop.is_set():  # told to stop while recovering

@@ -14,6 +14,11 @@ from memory again (it is written by the next checkpoint).  So the value
 store only ever holds whole checkpoints: recovery (brain.engine.recovery)
 loads the last one and replays the journal after its index.
 
+A failed checkpoint is retried after a pause that doubles up to
+RETRY_MAX_SECONDS (a full disk would otherwise be written to, and logged,
+after every batch); one that failed for lack of space (BackendFullError)
+also tells the engine (``on_full``), which raises the NOSPACE alarm.
+
 Threads: everything here but the write runs on the committer.
 """
 
@@ -30,14 +35,20 @@ from .memory import release_free_memory
 
 log = logging.getLogger("brain.engine")
 
+RETRY_MIN_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
 
 class Checkpointer:
     def __init__(self, backend, journal, lock: threading.Lock, config: EngineConfig, hooks: list,
-                 journal_bytes: int) -> None:
+                 journal_bytes: int, on_full=None) -> None:
         """``lock``: the engine's, guarding the store; ``hooks``: duration
         observers (seconds) called after every checkpoint write, on its
-        thread; ``journal_bytes``: journal bytes not in the last checkpoint."""
+        thread; ``journal_bytes``: journal bytes not in the last checkpoint;
+        ``on_full(error)``: called on the committer when a checkpoint
+        failed because the value store has no space."""
         self._backend = backend
+        self._on_full = on_full
         self._journal = journal
         self._lock = lock
         self._config = config
@@ -55,6 +66,8 @@ class Checkpointer:
         self._cut = None
         self._cut_index = 0
         self._cut_bytes = 0
+        self._retry_delay = 0.0  # after a failure: the pause before the next try
+        self._retry_at = 0.0
         self.refresh_backend_size()
 
     @property
@@ -73,6 +86,8 @@ class Checkpointer:
         if self.journal_bytes == 0:
             return False
         now = time.monotonic()
+        if now < self._retry_at:
+            return False
         return (
             self.journal_bytes >= cfg.checkpoint_journal_bytes
             or store.memtable_entries() >= cfg.checkpoint_memtable_records
@@ -152,13 +167,19 @@ class Checkpointer:
     def _finish(self, store) -> None:
         err = self._error
         if err is not None:
-            log.error("checkpoint failed (%r); journal segments are kept", err)
+            self._retry_delay = min(max(2 * self._retry_delay, RETRY_MIN_SECONDS), RETRY_MAX_SECONDS)
+            log.error("checkpoint failed (%r); journal segments are kept; next try in %.0fs",
+                      err, self._retry_delay)
             # The frozen records go back to being served from memory; they
             # are written again by the next checkpoint.
             with self._lock:
                 store.checkpoint_abort(self._cut)
             self._last_time = time.monotonic()
+            self._retry_at = self._last_time + self._retry_delay
+            if isinstance(err, backend_mod.BackendFullError) and self._on_full is not None:
+                self._on_full(err)
             return
+        self._retry_delay = 0.0
         with self._lock:
             store.checkpoint_done()
         try:

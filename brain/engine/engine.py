@@ -320,7 +320,8 @@ class Engine:
             self.store, self._applied_index, replayed_bytes = self._load_store()
         recovery.keep_out_of_gc(self.store)
         self._checkpointer = Checkpointer(self.backend, self.journal, self._lock, cfg, self.checkpoint_hooks,
-                                          journal_bytes=replayed_bytes)
+                                          journal_bytes=replayed_bytes,
+                                          on_full=lambda e: self._raise_nospace(f"a checkpoint found no space ({e})"))
         self.committed_rev = self.store.revision
         if shared is not None:
             self.raft_term = self.store.epoch
@@ -734,7 +735,8 @@ class Engine:
             if capped and _adds_data(p.request):
                 if over:
                     over = False  # raise the alarm once per batch
-                    self._raise_nospace()
+                    self._raise_nospace(f"backend quota of {self.config.quota_backend_bytes} bytes exceeded "
+                                        f"({self._checkpointer.bytes_in_use} in use)")
                 self._settle(p, None, errors.ErrNoSpace)
                 continue
             admitted.append(p)
@@ -865,12 +867,17 @@ class Engine:
             self._replication.step_down_now(rebuild=True)
             return None
         except BaseException as e:
+            # A write the journal refused for space (JournalWriteError: the
+            # journal is intact) is NOSPACE; a failed fdatasync is not, even
+            # for ENOSPC (freeing space cannot make lost pages durable).
             nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
             err = errors.ErrNoSpace if nospace else errors.ErrStopped
             log.error("journal write failed (%r); refusing writes until restart", e)
             self._fail(err, f"journal write failed: {e!r}")
             for p in admitted:
                 self._settle(p, None, err)
+            if nospace:
+                self._raise_nospace(f"the journal found no space ({e})")
             return None
         self._checkpointer.journaled(len(payload))
         for hook in self.journal_sync_hooks:
@@ -928,10 +935,16 @@ class Engine:
     # ------------------------------------------------------------------
     # alarms, compaction pins, work on the committer thread (maintenance)
 
-    def _raise_nospace(self) -> None:
-        log.warning("backend quota of %d bytes exceeded (%d in use); raising the NOSPACE alarm",
-                    self.config.quota_backend_bytes, self._checkpointer.bytes_in_use)
-        self.alarm_activate(self.member_id, ALARM_NOSPACE)
+    def _raise_nospace(self, why: str) -> None:
+        """Raise the NOSPACE alarm (puts, lease grants and Txns that may put
+        are refused until it is disarmed, as in etcd): stored with the data
+        where there is room for it, else held in memory until a restart."""
+        log.warning("%s; raising the NOSPACE alarm", why)
+        try:
+            self.alarm_activate(self.member_id, ALARM_NOSPACE)
+        except backend_mod.BackendError as e:
+            self.alarms.activate(self.member_id, ALARM_NOSPACE)
+            log.warning("the NOSPACE alarm could not be stored (%s); it holds until a restart", e)
 
     def _store_alarms(self, encoded: bytes) -> None:
         self.backend.write(backend_mod.WriteBatch(meta={META_ALARMS: encoded}))

@@ -1,15 +1,24 @@
 """Segment files: naming, header frame, validation and creation.
 
 A segment is one file ``<first_index as 16 hex digits>.journal``. It starts
-with a header frame, then record frames, then zeros (preallocated space) or
-end of file. Record indexes are not stored: record k of a segment has index
+with a header frame, then record frames, then zeros (preallocated space, or
+a hole when created without preallocation) up to the size it was created
+with. Record indexes are not stored: record k of a segment has index
 first_index + k.
 
-The header frame holds magic, format version, first_index and the chain crc
-of the previous segment's last record; it is chained from HEADER_SEED and the
-first record is chained from the header frame. So each segment validates on
-its own, and the journal checks that consecutive segments continue each
-other (index and crc) to detect a missing segment.
+The header frame holds magic, format version, first_index, the chain crc of
+the previous segment's last record and the segment's size; it is chained
+from HEADER_SEED and the first record is chained from the header frame. So
+each segment validates on its own, and the journal checks that consecutive
+segments continue each other (index and crc) to detect a missing segment.
+
+Invariant: a segment file is never shorter than the size in its header. It
+is created at that size under a temporary name, fsynced and only then
+renamed, and appends stay inside it, so a crash cannot shorten it: a
+shorter file was cut by something else, and is refused (scan_segment), as
+is one shorter than its header. Segments written before the size was
+recorded (header size 0) cannot be checked so; for them end of file counts
+as zeros, as it always did.
 
 Torn-tail rule (only the last segment can have one; see scan_segment): a bad
 frame is a torn write only if nothing after it looks like data. Everything
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 
 from .errors import JournalCorruptError
 from .framing import (
+    ALIGNMENT,
     Frame,
     Stop,
     data_end,
@@ -42,8 +52,11 @@ HEADER_SEED = 0  # chain crc the header frame is encoded from
 SUFFIX = ".journal"
 TEMP_SUFFIX = ".journal.tmp"
 
-# magic, version, flags, first_index, prev_crc, reserved
+# magic, version, flags, first_index, prev_crc, size in 8-byte units.  The
+# last field was reserved (always 0) before sizes were recorded, and brains
+# of that time ignore it, so recording it needs no new format version.
 _HEADER_PAYLOAD = struct.Struct("<8sIIQII")
+_MAX_SIZE = 0xFFFFFFFF * ALIGNMENT
 HEADER_FRAME_SIZE = frame_size(_HEADER_PAYLOAD.size)
 
 _NAME = re.compile(r"^([0-9a-f]{16})\.journal$")
@@ -70,13 +83,18 @@ def is_temp_name(name: str) -> bool:
 class SegmentHeader:
     first_index: int
     prev_crc: int  # chain crc of the previous segment's last record
+    # Bytes the file was created with, a multiple of 8; 0: not recorded (a
+    # segment written before sizes were, whose length proves nothing).
+    size: int = 0
     version: int = FORMAT_VERSION
 
 
 def encode_segment_header(header: SegmentHeader) -> tuple[bytes, int]:
     """Header frame bytes and the chain crc the first record continues from."""
+    if header.size % ALIGNMENT or not 0 <= header.size <= _MAX_SIZE:
+        raise ValueError(f"segment size {header.size} is not a multiple of {ALIGNMENT} up to {_MAX_SIZE}")
     payload = _HEADER_PAYLOAD.pack(
-        MAGIC, header.version, 0, header.first_index, header.prev_crc, 0
+        MAGIC, header.version, 0, header.first_index, header.prev_crc, header.size // ALIGNMENT
     )
     return encode_frame(payload, HEADER_SEED)
 
@@ -104,6 +122,12 @@ class SegmentScan:
 
 def decode_segment_header(buffer: bytes, path: str) -> tuple[SegmentHeader, int]:
     """Validate the header frame at offset 0; return it and its chain crc."""
+    if len(buffer) < HEADER_FRAME_SIZE:
+        raise JournalCorruptError(
+            path, 0,
+            f"segment is {len(buffer)} bytes, shorter than its {HEADER_FRAME_SIZE}-byte header: "
+            "the file was cut short (a segment is complete before it is used)",
+        )
     item = next(decode_frames(buffer, 0, HEADER_SEED))
     if not isinstance(item, Frame):
         raise JournalCorruptError(path, 0, f"bad segment header frame: {item.reason}")
@@ -111,19 +135,21 @@ def decode_segment_header(buffer: bytes, path: str) -> tuple[SegmentHeader, int]
         raise JournalCorruptError(
             path, 0, f"segment header payload is {len(item.payload)} bytes, expected {_HEADER_PAYLOAD.size}"
         )
-    magic, version, _flags, first_index, prev_crc, _reserved = _HEADER_PAYLOAD.unpack(item.payload)
+    magic, version, _flags, first_index, prev_crc, size_units = _HEADER_PAYLOAD.unpack(item.payload)
     if magic != MAGIC:
         raise JournalCorruptError(path, 0, f"bad segment magic {magic!r}")
     if version != FORMAT_VERSION:
         raise JournalCorruptError(path, 0, f"unsupported segment format version {version}")
-    return SegmentHeader(first_index, prev_crc, version), item.crc
+    return SegmentHeader(first_index, prev_crc, size_units * ALIGNMENT, version), item.crc
 
 
 def scan_segment(buffer: bytes, path: str, *, is_last: bool) -> SegmentScan:
     """Validate a whole segment image; raise JournalCorruptError if damaged.
 
-    Pure: path is only used in messages. A bad frame is accepted as a torn
-    tail (reported in .torn, not raised) only when all of these hold:
+    Pure: path is only used in messages. A segment shorter than the size
+    its header records was cut short, which no crash does: refused, naming
+    the offset where its intact records end. A bad frame is accepted as a
+    torn tail (reported in .torn, not raised) only when all of these hold:
 
     * the segment is the last one (older segments were fdatasynced before
       their successor was created, so they cannot hold a torn write);
@@ -139,6 +165,13 @@ def scan_segment(buffer: bytes, path: str, *, is_last: bool) -> SegmentScan:
             count += 1
             continue
         end = item
+    if len(buffer) < header.size:
+        raise JournalCorruptError(
+            path, end.offset,
+            f"segment is {len(buffer)} bytes, shorter than the {header.size} it was created with: "
+            f"the file was cut short (a crash cannot shorten a segment); its {count} records "
+            "before this offset are intact, any after it are missing",
+        )
     torn = None
     if end.stop is Stop.CLEAN:
         junk = first_nonzero(buffer, end.offset)
@@ -185,23 +218,28 @@ def fsync_directory(directory: str) -> None:
 
 
 def create_segment(
-    directory: str, header: SegmentHeader, size: int | None
+    directory: str, header: SegmentHeader, preallocate: bool
 ) -> tuple[str, int, int]:
     """Create a segment; return (path, fd positioned after the header, header crc).
 
-    Built under a temporary name, preallocated to size bytes (None: no
-    preallocation), fsynced, then renamed, so a segment file either does not
-    exist or is complete. The caller must fsync the directory to make the
-    rename durable. On failure nothing is left behind and the OSError
-    (e.g. ENOSPC from preallocation) propagates.
+    Built under a temporary name, header.size bytes long (preallocated, or
+    a hole when preallocate is False), fsynced, then renamed (over an empty
+    segment of the same name being replaced), so a segment file either does
+    not exist or is complete at its recorded size. The caller must fsync
+    the directory to make the rename durable. On failure nothing is left
+    behind and the OSError (e.g. ENOSPC from preallocation) propagates.
     """
+    if header.size < HEADER_FRAME_SIZE:
+        raise ValueError(f"segment size {header.size} leaves no room for its header")
     path = os.path.join(directory, segment_name(header.first_index))
     temp = os.path.join(directory, segment_name(header.first_index) + ".tmp")
     frame, header_crc = encode_segment_header(header)
     fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        if size is not None:
-            os.posix_fallocate(fd, 0, size)
+        if preallocate:
+            os.posix_fallocate(fd, 0, header.size)
+        else:
+            os.ftruncate(fd, header.size)
         if os.pwrite(fd, frame, 0) != len(frame):
             raise OSError(errno.ENOSPC, "short write of segment header")
         os.fsync(fd)
@@ -218,7 +256,8 @@ def create_segment(
 
 
 def zero_range(fd: int, start: int, stop: int) -> None:
-    """Overwrite [start, stop) with zeros (used to erase a torn tail)."""
+    """Overwrite [start, stop) with zeros (a torn tail, a failed append):
+    the file keeps its length, and bytes already written need no new space."""
     chunk = bytes(min(stop - start, 1 << 20))
     offset = start
     while offset < stop:

@@ -4,6 +4,8 @@ in files of one directory (the embedded default).
 Records get consecutive indexes starting at 1. Appends go to the active
 (last) segment; when a frame would not fit, the active segment is made
 durable and a new one is created (see segment.py for the file format).
+Appends never change a segment's length: a segment is created at the size
+its header records and frames stay inside it (so a shorter file is damage).
 
 Durability contract: append only writes to the page cache; nothing is durable
 before sync() returns. A failed fdatasync poisons the journal for good.
@@ -61,6 +63,7 @@ class _Segment:
     # by SegmentJournal._settle(); the hot path keeps them in its own fields.
     path: str
     first_index: int
+    prev_crc: int  # the header's: chain crc of the previous segment's last record
     header_crc: int
     count: int
     end: int
@@ -154,7 +157,7 @@ class SegmentJournal:
         if not found:
             try:
                 path, fd, header_crc = create_segment(
-                    directory, SegmentHeader(1, 0), segment_bytes if preallocate else None
+                    directory, SegmentHeader(1, 0, segment_bytes), preallocate
                 )
             except OSError as exc:
                 raise JournalWriteError(
@@ -165,7 +168,7 @@ class SegmentJournal:
             except BaseException:
                 os.close(fd)
                 raise
-            segment = _Segment(path, 1, header_crc, 0, HEADER_FRAME_SIZE, header_crc)
+            segment = _Segment(path, 1, 0, header_crc, 0, HEADER_FRAME_SIZE, header_crc)
             return cls(directory, dir_fd, segment_bytes, preallocate, [segment], fd, segment_bytes)
 
         segments: list[_Segment] = []
@@ -192,7 +195,10 @@ class SegmentJournal:
                         path, 0, f"segment does not continue the crc chain of {prev.path}"
                     )
             segments.append(
-                _Segment(path, first, scan.header_crc, scan.count, scan.end, scan.last_crc)
+                _Segment(
+                    path, first, scan.header.prev_crc, scan.header_crc, scan.count, scan.end,
+                    scan.last_crc,
+                )
             )
         # The loop leaves `path`, `buffer` and `scan` describing the last segment.
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -208,7 +214,9 @@ class SegmentJournal:
         except BaseException:
             os.close(fd)
             raise
-        limit = max(segment_bytes, len(buffer))
+        # A segment with a recorded size keeps its length (see segment.py); one
+        # written before sizes were recorded may still grow to segment_bytes.
+        limit = len(buffer) if scan.header.size else max(segment_bytes, len(buffer))
         return cls(directory, dir_fd, segment_bytes, preallocate, segments, fd, limit)
 
     # --- writing ---------------------------------------------------------------
@@ -244,17 +252,13 @@ class SegmentJournal:
         return self._last_index
 
     def _undo_write(self, done: int, exc: OSError) -> None:
-        """Cut a failed frame off the active segment, then raise."""
+        """Zero what a failed frame wrote of itself, then raise.  Zeroed, not
+        truncated: a segment never gets shorter than its recorded size."""
         path = self._segments[-1].path
         try:
             if done:
                 self._dirty = True
-                os.ftruncate(self._fd, self._offset)
-                if self._preallocate:
-                    try:
-                        os.posix_fallocate(self._fd, self._offset, self._limit - self._offset)
-                    except OSError:
-                        pass  # only a performance loss: writes will extend the file
+                zero_range(self._fd, self._offset, self._offset + done)
             os.lseek(self._fd, self._offset, os.SEEK_SET)
         except OSError as undo_exc:
             self._fail(undo_exc)
@@ -269,18 +273,12 @@ class SegmentJournal:
     def _make_room(self, frame_bytes: int) -> None:
         """Give the active segment room for a frame, rolling over if needed."""
         needed = HEADER_FRAME_SIZE + frame_bytes
+        active = self._segments[-1]
         if self._offset == HEADER_FRAME_SIZE:
-            # Empty active segment: grow it rather than leave it empty (a
-            # successor would also get the same name).
-            if self._preallocate:
-                try:
-                    os.posix_fallocate(self._fd, 0, needed)
-                except OSError as exc:
-                    raise JournalWriteError(
-                        exc.errno, f"cannot grow {self._segments[-1].path}: {exc.strerror}"
-                    ) from exc
-            self._limit = needed
-            self._dirty = True
+            # Empty active segment: replace it by a larger one rather than
+            # leave it empty (a successor would also get the same name); it
+            # holds no record, so either file is whole after a crash.
+            self._replace_active(SegmentHeader(active.first_index, active.prev_crc, needed))
             return
         # The completed segment is made durable before its successor exists,
         # so recovery never sees a hole in a segment that is not the last.
@@ -288,14 +286,17 @@ class SegmentJournal:
             self._fdatasync()
         self._settle()
         first = self._last_index + 1
-        size = max(self._segment_bytes, needed)
+        self._replace_active(SegmentHeader(first, self._crc, max(self._segment_bytes, needed)))
+
+    def _replace_active(self, header: SegmentHeader) -> None:
+        """Create the segment ``header`` describes and make it the active one:
+        the successor of the active segment, or (same first index) its
+        replacement while it is empty."""
         try:
-            path, fd, header_crc = create_segment(
-                self._directory, SegmentHeader(first, self._crc), size if self._preallocate else None
-            )
+            path, fd, header_crc = create_segment(self._directory, header, self._preallocate)
         except OSError as exc:
             raise JournalWriteError(
-                exc.errno, f"cannot create segment {segment_name(first)}: {exc.strerror}"
+                exc.errno, f"cannot create segment {segment_name(header.first_index)}: {exc.strerror}"
             ) from exc
         try:
             os.fsync(self._dir_fd)
@@ -305,10 +306,17 @@ class SegmentJournal:
             raise JournalFailedError(f"{self._directory}: directory fsync failed: {exc}") from exc
         os.close(self._fd)
         self._fd = fd
-        self._segments.append(_Segment(path, first, header_crc, 0, HEADER_FRAME_SIZE, header_crc))
+        segment = _Segment(
+            path, header.first_index, header.prev_crc, header_crc, 0, HEADER_FRAME_SIZE, header_crc
+        )
+        if header.first_index == self._segments[-1].first_index:
+            self._segments[-1] = segment
+        else:
+            self._segments.append(segment)
         self._offset = HEADER_FRAME_SIZE
         self._crc = header_crc
-        self._limit = size
+        self._limit = header.size
+        self._dirty = False
 
     def sync(self) -> None:
         """fdatasync everything appended so far; durable once this returns.

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 
 import pytest
 
+from brain.backend import BackendFullError
 from brain.engine import DataDirLocked, Engine, EngineConfig
+from brain.engine.alarms import ALARM_NOSPACE
 from brain.mvcc import errors
 from brain.mvcc.requests import (
     CompactRequest,
@@ -187,6 +190,44 @@ def test_journal_failure_stops_writes_but_reads_stay_at_committed_state(config, 
     with pytest.raises(errors.EtcdError):
         eng.put(PutRequest(b"c", b"3"))
     assert eng.statistics().failed
+
+
+def test_checkpoint_without_space_raises_nospace_and_backs_off(config, monkeypatch):
+    """Issue 27: a checkpoint that finds the disk full raises the NOSPACE
+    alarm (in memory when it cannot be stored either): puts are refused
+    with etcd's error, deletes still go to the journal, and the checkpoint
+    is not retried after every batch; nothing acknowledged is lost."""
+    config.checkpoint_journal_bytes = 1  # due after every batch
+    eng = Engine.open(config)
+    eng.put(PutRequest(b"a", b"1"))
+    eng.checkpoint()
+    checkpoints = []
+
+    def full(batch):
+        if batch.puts or batch.deletes:
+            checkpoints.append(time.monotonic())
+        raise BackendFullError("no space left")
+
+    monkeypatch.setattr(eng.backend, "write", full)
+    eng.put(PutRequest(b"b", b"2"))  # journaled: acknowledged
+    deadline = time.monotonic() + 10
+    while not eng.alarms.has(ALARM_NOSPACE):
+        assert time.monotonic() < deadline, "no NOSPACE alarm"
+        time.sleep(0.02)
+    with pytest.raises(errors.EtcdError) as e:
+        eng.put(PutRequest(b"c", b"3"))
+    assert e.value == errors.ErrNoSpace
+    for i in range(10):  # each journaled, each making a checkpoint due
+        eng.delete_range(DeleteRangeRequest(b"x%d" % i))
+        time.sleep(0.02)
+    assert eng.delete_range(DeleteRangeRequest(b"a")).deleted == 1
+    assert len(checkpoints) == 1, checkpoints  # the next try waits a second
+    eng.close()
+    monkeypatch.undo()
+    eng = Engine.open(config)
+    assert [kv.key for kv in eng.range(RangeRequest(b"\x00", b"\x00")).kvs] == [b"b"]
+    assert not eng.alarms.has(ALARM_NOSPACE)  # it could not be stored
+    eng.close()
 
 
 def test_leases_are_durable(config):

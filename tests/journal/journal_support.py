@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import random
 
-from brain.journal import Frame, decode_frames, parse_segment_name
-from brain.journal.segment import HEADER_FRAME_SIZE, decode_segment_header
+from brain.journal import Frame, SegmentHeader, decode_frames, encode_frame, parse_segment_name
+from brain.journal.segment import HEADER_FRAME_SIZE, decode_segment_header, encode_segment_header
 
 
 def segment_paths(directory) -> list[str]:
@@ -20,6 +20,31 @@ def record_frames(path) -> list[Frame]:
         buffer = f.read()
     _, crc = decode_segment_header(buffer, path)
     return [f for f in decode_frames(buffer, HEADER_FRAME_SIZE, crc) if isinstance(f, Frame)]
+
+
+def rewrite_as_legacy(directory, *, keep_length: bool) -> None:
+    """Rewrite every segment as a brain that did not record segment sizes
+    wrote it: the header's size field 0 (then reserved), the crc chain
+    recomputed from there.  keep_length False: each file ends after its
+    last frame, as a segment created without preallocation did."""
+    prev_crc = None
+    for path in segment_paths(directory):
+        data = read_bytes(path)
+        header, _ = decode_segment_header(data, path)
+        payloads = [bytes(f.payload) for f in record_frames(path)]
+        if prev_crc is None:
+            prev_crc = header.prev_crc
+        frame, crc = encode_segment_header(SegmentHeader(header.first_index, prev_crc))
+        parts = [frame]
+        for payload in payloads:
+            frame, crc = encode_frame(payload, crc)
+            parts.append(frame)
+        body = b"".join(parts)
+        if keep_length:
+            body += bytes(len(data) - len(body))
+        with open(path, "wb") as f:
+            f.write(body)
+        prev_crc = crc
 
 
 def payload_for(index: int, max_len: int = 300) -> bytes:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from brain.journal import JournalError, SegmentJournal, SegmentJournalStatistics, parse_segment_name, segment_name
-from brain.journal.segment import HEADER_FRAME_SIZE
+from brain.journal.segment import HEADER_FRAME_SIZE, decode_segment_header
 from .journal_support import payload_for, read_bytes, record_frames, segment_paths
 
 
@@ -73,7 +73,10 @@ def test_a_big_first_payload_grows_the_empty_segment(jdir):
     with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert journal.append(big) == 1
         journal.sync()
-    assert len(segment_paths(jdir)) == 1
+    (path,) = segment_paths(jdir)
+    # replaced by a larger segment, which records its own size
+    header, _ = decode_segment_header(read_bytes(path), path)
+    assert header.size == os.path.getsize(path) >= 5000 + HEADER_FRAME_SIZE
     with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
         assert list(journal.records()) == [(1, big)]
 

@@ -88,12 +88,12 @@ def test_failed_undo_poisons(jdir, monkeypatch):
             return real_write(fd, bytes(data)[:4])
         raise enospc()
 
-    def broken_truncate(fd, length):
+    def broken_pwrite(fd, data, offset):  # the undo zeroes what was written
         raise OSError(errno.EIO, "I/O error")
 
     with SegmentJournal.open(jdir) as journal:
         monkeypatch.setattr(os, "write", partial_then_enospc)
-        monkeypatch.setattr(os, "ftruncate", broken_truncate)
+        monkeypatch.setattr(os, "pwrite", broken_pwrite)
         with pytest.raises(JournalFailedError):
             journal.append(os.urandom(100))
         monkeypatch.undo()

@@ -7,7 +7,15 @@ import os
 import pytest
 
 from brain.journal import JournalCorruptError, SegmentJournal, segment_name
-from .journal_support import patch_bytes, payload_for, read_bytes, record_frames, segment_paths
+from brain.journal.segment import HEADER_FRAME_SIZE, decode_segment_header
+from .journal_support import (
+    patch_bytes,
+    payload_for,
+    read_bytes,
+    record_frames,
+    rewrite_as_legacy,
+    segment_paths,
+)
 
 
 def build(jdir, count, *, segment_bytes=1 << 20, preallocate=True, max_len=300) -> dict[int, bytes]:
@@ -39,6 +47,10 @@ def truncate_after_header(path, frame):
     os.truncate(path, frame.offset + 8)
 
 
+def truncate_at_frame_start(path, frame):
+    os.truncate(path, frame.offset)
+
+
 def zero_tail_bytes(path, frame):
     start = frame.offset + 8 + len(frame.payload) // 3
     patch_bytes(path, start, bytes(frame.end - start))
@@ -56,22 +68,30 @@ def garbage_in_crc_field(path, frame):
     patch_bytes(path, frame.offset + 4, b"\xde\xad\xbe\xef")
 
 
+# What a write cut short by a crash can leave: the file keeps its length.
 TORN = [
-    truncate_mid_frame,
-    truncate_mid_header,
-    truncate_after_header,
     zero_tail_bytes,
     zero_whole_frame,
     garbage_in_payload,
     garbage_in_crc_field,
 ]
+# A shorter file: only the torn tail of a segment written before sizes were
+# recorded (one created without preallocation ended where its data did).
+TRUNCATIONS = [
+    truncate_mid_frame,
+    truncate_mid_header,
+    truncate_after_header,
+]
 
 
-@pytest.mark.parametrize("damage", TORN, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("damage, legacy", [(d, False) for d in TORN] + [(d, True) for d in TORN + TRUNCATIONS],
+                         ids=lambda x: x.__name__ if callable(x) else ("legacy" if x else "sized"))
 @pytest.mark.parametrize("preallocate", [True, False], ids=["prealloc", "no-prealloc"])
 @pytest.mark.parametrize("segment_bytes", [1 << 20, 2048], ids=["one-segment", "many-segments"])
-def test_torn_tail_recovers_exactly_the_complete_records(jdir, damage, preallocate, segment_bytes):
+def test_torn_tail_recovers_exactly_the_complete_records(jdir, damage, legacy, preallocate, segment_bytes):
     written = build(jdir, 30, segment_bytes=segment_bytes, preallocate=preallocate)
+    if legacy:
+        rewrite_as_legacy(jdir, keep_length=preallocate)
     last = segment_paths(jdir)[-1]
     frames = record_frames(last)
     damage(last, frames[-1])
@@ -88,8 +108,9 @@ def test_torn_tail_recovers_exactly_the_complete_records(jdir, damage, prealloca
         assert dict(journal.records()) == expected
 
 
-def test_torn_first_record_of_last_segment(jdir):
+def test_torn_first_record_of_last_legacy_segment(jdir):
     written = build(jdir, 30, segment_bytes=2048)
+    rewrite_as_legacy(jdir, keep_length=False)
     last = segment_paths(jdir)[-1]
     frames = record_frames(last)
     first_in_last = 31 - len(frames)
@@ -97,6 +118,76 @@ def test_torn_first_record_of_last_segment(jdir):
     with SegmentJournal.open(jdir, segment_bytes=2048) as journal:
         assert journal.last_index == first_in_last - 1
         assert dict(journal.records()) == {i: written[i] for i in range(1, first_in_last)}
+
+
+def test_legacy_segments_are_read_and_appended_to(jdir):
+    """A journal written before segment sizes were recorded opens as it
+    did, takes appends, and its next segment records its size."""
+    written = build(jdir, 30, segment_bytes=2048, preallocate=False)
+    rewrite_as_legacy(jdir, keep_length=False)
+    with SegmentJournal.open(jdir, segment_bytes=2048) as journal:
+        assert dict(journal.records()) == written
+        for index in range(31, 61):
+            written[index] = payload_for(index) + b"tail" * 20
+            assert journal.append(written[index]) == index
+        journal.sync()
+    paths = segment_paths(jdir)
+    sizes = [decode_segment_header(read_bytes(p), p)[0].size for p in paths]
+    assert sizes[0] == 0 and sizes[-1] == 2048, sizes
+    with SegmentJournal.open(jdir, segment_bytes=2048) as journal:
+        assert dict(journal.records()) == written
+
+
+# --- segments cut short: damage, not a crash --------------------------------------
+
+
+@pytest.mark.parametrize("cut", TRUNCATIONS + [truncate_at_frame_start], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("preallocate", [True, False], ids=["prealloc", "no-prealloc"])
+@pytest.mark.parametrize("segment_bytes", [1 << 20, 2048], ids=["one-segment", "many-segments"])
+def test_last_segment_cut_short_is_refused(jdir, cut, preallocate, segment_bytes):
+    """Issue 27: the records after the cut were acknowledged; a segment is
+    never shorter than its recorded size after a crash, so this is refused,
+    at a frame boundary too, where the rest of the file would look clean."""
+    build(jdir, 30, segment_bytes=segment_bytes, preallocate=preallocate)
+    last = segment_paths(jdir)[-1]
+    victim = record_frames(last)[-3]
+    cut(last, victim)
+    error = open_expecting_corruption(jdir, last, victim.offset, segment_bytes=segment_bytes,
+                                      preallocate=preallocate)
+    assert "cut short" in error.reason and f"the {segment_bytes} it was created with" in error.reason
+
+
+@pytest.mark.parametrize("length", [0, 4, 20, HEADER_FRAME_SIZE - 1], ids=lambda n: f"{n}-bytes")
+@pytest.mark.parametrize("which", [0, -1], ids=["older", "newest"])
+def test_segment_cut_inside_its_header_is_refused(jdir, length, which):
+    build(jdir, 60, segment_bytes=2048)
+    path = segment_paths(jdir)[which]
+    os.truncate(path, length)
+    error = open_expecting_corruption(jdir, path, 0, segment_bytes=2048)
+    assert "cut short" in error.reason
+
+
+def test_older_segment_cut_at_a_frame_boundary_is_refused_by_name(jdir):
+    # Before sizes were recorded this was reported against the next segment
+    # ("records ... are missing"), not the one that was cut.
+    build(jdir, 60, segment_bytes=2048)
+    path = segment_paths(jdir)[0]
+    victim = record_frames(path)[-2]
+    os.truncate(path, victim.offset)
+    error = open_expecting_corruption(jdir, path, victim.offset, segment_bytes=2048)
+    assert "cut short" in error.reason
+
+
+def test_a_full_segment_is_not_cut_short(jdir):
+    """A segment whose frames end exactly at its size is whole."""
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
+        journal.append(os.urandom(1024 - HEADER_FRAME_SIZE - 8))
+        journal.append(b"next")
+        journal.sync()
+    first = segment_paths(jdir)[0]
+    assert os.path.getsize(first) == 1024 and record_frames(first)[-1].end == 1024
+    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
+        assert journal.last_index == 2
 
 
 def test_torn_large_frame(jdir):
@@ -161,7 +252,8 @@ def test_truncated_segment_that_is_not_the_last(jdir):
     path = segment_paths(jdir)[0]
     victim = record_frames(path)[-1]
     os.truncate(path, victim.offset + 12)
-    open_expecting_corruption(jdir, path, victim.offset, segment_bytes=2048)
+    error = open_expecting_corruption(jdir, path, victim.offset, segment_bytes=2048)
+    assert "cut short" in error.reason
 
 
 def test_zeroed_header_in_the_middle(jdir):
