@@ -14,15 +14,19 @@ Both transports take an ``Encoded`` where they take a response message:
 they only ever ask it for ``SerializeToString()`` (and RangeStream's
 chunk sizing for ``ByteSize()``).  Without the native module (the grpcio
 front may run without it) ``available()`` is False and callers build the
-protobuf message instead.
+protobuf message instead; that front says so once when it starts
+(``fallback_notice``), the native front cannot start without the module.
 """
 
 from __future__ import annotations
 
 try:
     from brain._transport import encode_key_values as _encode_key_values
-except ImportError:  # the grpcio front runs without the native module
+except ImportError as e:  # the grpcio front runs without the native module
     _encode_key_values = None
+    _IMPORT_ERROR = str(e) or type(e).__name__
+else:
+    _IMPORT_ERROR = ""
 
 from brain.mvcc.requests import RangeColumns
 
@@ -48,6 +52,15 @@ class Encoded:
 
 def available() -> bool:
     return _encode_key_values is not None
+
+
+def fallback_notice() -> str:
+    """Why lists are built as protobuf messages, with the import error, for
+    the start-up log ("" when the native encoder is there)."""
+    if available():
+        return ""
+    return (f"lists are encoded by protobuf, not by the native encoder: brain's transport module "
+            f"brain._transport cannot be imported ({_IMPORT_ERROR})")
 
 
 def varint(v: int) -> bytes:

@@ -30,7 +30,7 @@ from concurrent import futures
 
 import grpc
 
-from brain.api import native_front
+from brain.api import encoded, native_front
 from brain.api.cluster import ClusterService
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.health import HealthService
@@ -300,6 +300,9 @@ class ApiServer:
 
     def _start_grpcio(self, listeners: list[ListenURL]) -> None:
         config = self.config
+        notice = encoded.fallback_notice()  # grpcio may run without the native module
+        if notice:
+            log.warning("%s", notice)
         creds = server_credentials(config) if any(lu.secure for lu in listeners) else None
         self._executor = futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="grpc")
         server = grpc.server(self._executor, options=grpc_options(config),

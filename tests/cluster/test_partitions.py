@@ -27,8 +27,10 @@ revision exactly once (watch).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
+import threading
 import time
 
 import grpc
@@ -47,6 +49,18 @@ HOLD = 12.0
 # elects a new stream leader after 4-9 s, the old one steps down after its
 # own lost-quorum interval; the window between is the one probed.
 PROBE_SECONDS = 25.0
+# A stale-side read is sent every READ_INTERVAL.  It waits for its read
+# index up to the request timeout (7 s), or two when it arrived while a
+# round trip was on its way: READ_TIMEOUT leaves room for the server's
+# verdict.
+READ_INTERVAL = 0.1
+READ_TIMEOUT = 20.0
+# Reads sent in the window (see _probe_stale_reads) that must have had a
+# verdict: the window runs from the first write acknowledged without the
+# old stream leader (its peers elect another 4-9 s after the cut) until the
+# old one steps down (its lost-quorum check, every 10 s, finds no peer heard
+# from for 10 s: 10-20 s after the cut), so it is rarely under a second.
+MIN_READS_IN_WINDOW = 5
 
 
 @pytest.fixture
@@ -211,35 +225,116 @@ def test_nats_server_cut_from_its_peers_while_a_replica_reaches_only_it(net, tmp
     _under_load(net, tmp_path, fault, watch_on=reaching, tag="nats-follower")
 
 
-def _probe_stale_reads(writer_side, stale_side, seconds: float) -> dict:
-    """For ``seconds``: put a new value through ``writer_side``; once it is
-    acknowledged, a linearizable get of the key on ``stale_side`` that
-    answers must show that write or a later one.  Returns counts and every
-    stale answer."""
+def _leads_by_its_own_view(node, stream: str) -> bool | None:
+    """Whether nats-server ``node`` names itself the leader of ``stream``
+    (asked on its monitoring port, which no proxy cuts); None when it does
+    not answer."""
+    try:
+        _status, body = node.monitor("/jsz?accounts=true&streams=true", timeout=1.0)
+    except (OSError, ValueError):
+        return None
+    for account in body.get("account_details") or []:
+        for detail in account.get("stream_detail") or []:
+            if detail.get("name") == stream:
+                return (detail.get("cluster") or {}).get("leader") == node.name
+    return False
+
+
+def _probe_stale_reads(writer_side, stale_side, old, stream: str, seconds: float) -> dict:
+    """For ``seconds``: a writer puts new values of one key through
+    ``writer_side``, one after another, while every READ_INTERVAL a
+    linearizable get of the key goes to ``stale_side`` without waiting for
+    the previous one; an answer must show every write acknowledged before
+    its read was sent.
+
+    A read is *in the window* when it was sent after a write was
+    acknowledged on the other side and while ``old``, the cut-off stream
+    leader, still named itself the leader: only then could an answer be
+    stale.  With the barrier such a read waits for its read index up to the
+    request timeout, so each one is given READ_TIMEOUT to bring the server's
+    verdict (answered, or refused with the server's error); one that brings
+    none timed out and probed nothing.  Returns the counts, overall and in
+    the window, and every stale answer."""
     key = b"/partitions/stale-probe"
-    out = {"acked": 0, "answered": 0, "refused": 0, "stale": [], "first_ack": None}
+    lock = threading.Lock()
+    kinds = ("sent", "answered", "refused", "timed_out")
+    out = {"acked": 0, "first_ack": None, "old_stepped_down": None, "stale": [], "errors": {},
+           "all": dict.fromkeys(kinds, 0), "window": dict.fromkeys(kinds, 0)}
+    acked_rev = 0
+    stop = threading.Event()
     t0 = time.monotonic()
-    i = 0
-    with servers.kv_stub(writer_side.endpoint) as w, servers.kv_stub(stale_side.endpoint) as r:
-        while time.monotonic() - t0 < seconds:
+
+    def since() -> float:
+        return round(time.monotonic() - t0, 2)
+
+    def write(w) -> None:
+        nonlocal acked_rev
+        i = 0
+        while not stop.is_set():
             i += 1
             try:
                 rev = w.kv.Put(pb.PutRequest(key=key, value=b"%d" % i), timeout=3).header.revision
             except grpc.RpcError:
+                time.sleep(0.05)
                 continue
-            out["acked"] += 1
-            out["first_ack"] = out["first_ack"] or round(time.monotonic() - t0, 2)
-            try:
-                got = r.kv.Range(pb.RangeRequest(key=key), timeout=3)
-            except grpc.RpcError:
-                out["refused"] += 1
-                time.sleep(0.1)
-                continue
-            out["answered"] += 1
+            with lock:
+                acked_rev = max(acked_rev, rev)
+                out["acked"] += 1
+                out["first_ack"] = out["first_ack"] or since()
+
+    def count(in_window: bool, kind: str) -> None:
+        out["all"][kind] += 1
+        if in_window:
+            out["window"][kind] += 1
+
+    def verdict(floor: int, in_window: bool, sent_at: float, future) -> None:
+        if future.cancelled():  # no verdict by the end of the probe
+            with lock:
+                count(in_window, "timed_out")
+            return
+        exc = future.exception()
+        with lock:
+            if exc is not None:
+                code = exc.code() if isinstance(exc, grpc.Call) else None
+                count(in_window, "timed_out" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "refused")
+                name = f"{code.name if code else type(exc).__name__}: {exc.details() if code else exc}"
+                out["errors"][name] = out["errors"].get(name, 0) + 1
+                return
+            count(in_window, "answered")
+            got = future.result()
             seen = got.kvs[0].mod_revision if got.kvs else 0
-            if seen < rev or got.header.revision < rev:
-                out["stale"].append({"t": round(time.monotonic() - t0, 2), "acked_rev": rev, "read_mod_rev": seen,
+            if seen < floor or got.header.revision < floor:
+                out["stale"].append({"sent": sent_at, "answered": since(), "in_window": in_window,
+                                     "acked_rev": floor, "read_mod_rev": seen,
                                      "read_header_rev": got.header.revision})
+
+    with servers.kv_stub(writer_side.endpoint) as w, servers.kv_stub(stale_side.endpoint) as r:
+        writer = threading.Thread(target=write, args=(w,), name="stale-probe-writer", daemon=True)
+        writer.start()
+        reads = []
+        try:
+            while time.monotonic() - t0 < seconds:
+                leads = _leads_by_its_own_view(old, stream)
+                with lock:
+                    if leads is False and out["old_stepped_down"] is None:
+                        out["old_stepped_down"] = since()
+                    floor = acked_rev  # every write acknowledged before the read is sent
+                    in_window = floor > 0 and leads is True
+                    count(in_window, "sent")
+                sent_at = since()
+                future = r.kv.Range.future(pb.RangeRequest(key=key), timeout=READ_TIMEOUT)
+                future.add_done_callback(functools.partial(verdict, floor, in_window, sent_at))
+                reads.append(future)
+                time.sleep(READ_INTERVAL)
+        finally:
+            stop.set()
+            writer.join(timeout=10)
+            deadline = time.monotonic() + READ_TIMEOUT + 5
+            for future in reads:
+                try:
+                    future.exception(timeout=max(0.0, deadline - time.monotonic()))
+                except grpc.FutureTimeoutError:
+                    future.cancel()
     return out
 
 
@@ -269,12 +364,15 @@ def test_stream_leader_cut_from_its_peers_no_stale_linearizable_read(net, tmp_pa
               f"(after {took:.1f} s); brain leader {lead.name}")
         time.sleep(2.0)
         net.isolate([old.name], peers)
-        probe.update(_probe_stale_reads(lead, stale, PROBE_SECONDS))
+        probe.update(_probe_stale_reads(lead, stale, old, stream, PROBE_SECONDS))
         new = net.nats.stream_leader(stream)
         print(f"  {old.name} cut from {peers}; after {PROBE_SECONDS:.0f} s the stream leader is "
-              f"{new.name if new else None}; probe: {probe['acked']} writes acknowledged on {lead.name} "
-              f"(the first {probe['first_ack']} s after the cut), {probe['answered']} linearizable reads "
-              f"answered on {stale.name}, {probe['refused']} refused, {len(probe['stale'])} stale")
+              f"{new.name if new else None}; {probe['acked']} writes acknowledged on {lead.name}, the first "
+              f"{probe['first_ack']} s after the cut; {old.name} named itself the leader until "
+              f"{probe['old_stepped_down']} s; linearizable reads on {stale.name}: {probe['all']}, in the window "
+              f"{probe['window']}; {len(probe['stale'])} stale")
+        for error, n in sorted(probe["errors"].items()):
+            print(f"    {n} x {error}")
         for s in probe["stale"][:10]:
             print("    stale:", s)
         net.heal_all()
@@ -282,7 +380,13 @@ def test_stream_leader_cut_from_its_peers_no_stale_linearizable_read(net, tmp_pa
         time.sleep(3.0)
 
     _under_load(net, tmp_path, fault, watch_on=stale, tag="nats-stream-leader")
-    assert probe["acked"] > 0, probe  # the other side wrote on: the probe checked something
+    window = probe["window"]
+    # the dangerous window was probed: reads went to the stale side after
+    # the other side acknowledged writes, while the old stream leader still
+    # believed it led, and the server decided them (a client timeout
+    # decides nothing)
+    assert window["sent"] >= MIN_READS_IN_WINDOW, probe
+    assert window["answered"] + window["refused"] >= MIN_READS_IN_WINDOW, probe
     assert probe["stale"] == [], probe
 
 

@@ -81,6 +81,13 @@ def _startup_line(srv: BrainServer) -> str:
     return _log_line(srv, "serving client requests")
 
 
+PROTOBUF_LISTS = "lists are encoded by protobuf"
+
+
+def _protobuf_list_lines(srv: BrainServer) -> list[str]:
+    return [line for line in srv.log_tail().splitlines() if PROTOBUF_LISTS in line]
+
+
 def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
@@ -115,6 +122,7 @@ def test_the_startup_line_and_metrics_name_the_transport_that_serves(front):
             s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
         line = _startup_line(srv)
         assert re.search(rf"\bgrpc-front={front}\b", line), line
+        assert _protobuf_list_lines(srv) == [], "the native encoder is there, yet lists fell back to protobuf"
         _log_line(srv, "serving metrics and health on")  # the metrics listener starts after the client's
         status, body = http_get(metrics + "/metrics")
         assert status == 200
@@ -145,7 +153,9 @@ def test_native_front_without_its_module_exits_1_naming_grpcio(tmp_path, hiding_
 
 
 def test_grpcio_front_serves_without_the_native_module(hiding_path):
-    """The way out the message names works: grpcio serves without the module."""
+    """The way out the message names works: grpcio serves without the
+    module, and says once, when it starts, that lists are encoded by
+    protobuf and why."""
     require_brain()
     srv = BrainServer(shards=1, extra_args=["--grpc-front", "grpcio"],
                       env={"BRAIN_TEST_HIDDEN_MODULES": "brain._transport", "PYTHONPATH": str(hiding_path)})
@@ -153,8 +163,12 @@ def test_grpcio_front_serves_without_the_native_module(hiding_path):
         srv.start()
         with srv.stubs() as s:
             assert s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10).header.revision == 2
+            assert s.kv.Range(pb.RangeRequest(key=b"k"), timeout=10).kvs[0].value == b"v"
         line = _startup_line(srv)
         assert "grpc-front=grpcio" in line
+        fallback = _protobuf_list_lines(srv)
+        assert len(fallback) == 1, srv.log_tail()
+        assert "brain._transport cannot be imported (No module named 'brain._transport')" in fallback[0], fallback
     finally:
         srv.cleanup()
 
