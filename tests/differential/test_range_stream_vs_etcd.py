@@ -255,6 +255,8 @@ MIXED = {"key": b"kib/02995", "range_end": b"lease/05"}
     rpc_pb2.RangeRequest(keys_only=True, sort_target=rpc_pb2.RangeRequest.CREATE,
                          sort_order=rpc_pb2.RangeRequest.DESCEND, **MIXED),
     rpc_pb2.RangeRequest(keys_only=True, sort_order=rpc_pb2.RangeRequest.DESCEND, limit=3, **MIXED),
+    rpc_pb2.RangeRequest(keys_only=True, sort_target=rpc_pb2.RangeRequest.VERSION,
+                         sort_order=rpc_pb2.RangeRequest.ASCEND, **MIXED),
     rpc_pb2.RangeRequest(keys_only=True, min_mod_revision=2, **MIXED),
     rpc_pb2.RangeRequest(keys_only=True, sort_target=rpc_pb2.RangeRequest.VALUE, **MIXED),
     rpc_pb2.RangeRequest(keys_only=True, sort_target=rpc_pb2.RangeRequest.VALUE,
