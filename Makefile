@@ -50,7 +50,7 @@ deps: deps-system deps-python
 deps-etcd36:                  ## etcd 3.6.16, the second differential oracle (benchmarks/build.sh; cold ~4 min, cached < 1 s)
 	bash benchmarks/build.sh etcd-3.6 >/dev/null
 
-deps-etcd37:                  ## etcd 3.7.3, the third differential oracle (benchmarks/build.sh; cold ~1-4 min, cached < 1 s)
+deps-etcd37:                  ## etcd, etcdctl and etcdutl 3.7.3 (the version brain behaves as): the third differential oracle, the migration tests' newest etcd (benchmarks/build.sh; cold ~1-4 min, cached < 1 s)
 	bash benchmarks/build.sh etcd-3.7 >/dev/null
 
 # pip builds brain._transport (native/, Rust) with maturin as part of the

@@ -8,10 +8,11 @@
 #   brainload    our load tool    benchmarks/go/brainload
 #   etcdutl-3.6  etcdutl          go.etcd.io/etcd/etcdutl/v3     (benchmarks/go/etcdutl36)
 #   etcd-3.5, etcdctl-3.5, etcdutl-3.5                           (benchmarks/go/etcd35)
-#   etcd-3.7, etcdctl-3.7                                        (benchmarks/go/etcd37)
+#   etcd-3.7, etcdctl-3.7, etcdutl-3.7                           (benchmarks/go/etcd37)
 #
 # (etcdutl and etcd 3.5 are for the migration tests: files real etcds wrote;
-# etcd 3.7 is a benchmarked server and the third differential oracle.)
+# etcd 3.7 is a benchmarked server, the third differential oracle and, with
+# etcdutl 3.7, the migration tests' newest etcd.)
 #
 # The versions are pinned in the go.mod of each wrapper module (one place to
 # change them); separate modules because kine needs etcd 3.7 and grpc/otel
@@ -91,8 +92,8 @@ group_bins_etcdutl36=(etcdutl-3.6)
 group_pkgs_etcdutl36=(go.etcd.io/etcd/etcdutl/v3)
 group_bins_etcd35=(etcd-3.5 etcdctl-3.5 etcdutl-3.5)
 group_pkgs_etcd35=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
-group_bins_etcd37=(etcd-3.7 etcdctl-3.7)
-group_pkgs_etcd37=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3)
+group_bins_etcd37=(etcd-3.7 etcdctl-3.7 etcdutl-3.7)
+group_pkgs_etcd37=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
 groups=(etcd36 kine brainload etcdutl36 etcd35 etcd37)
 
 stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files

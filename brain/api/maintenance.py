@@ -4,9 +4,11 @@ Defragment, Snapshot, MoveLeader, Downgrade.
 Shaped as etcd 3.6 answers them (checked against etcd 3.4 where the two
 agree, and etcd's source where 3.6 differs):
 
-* Status: ``version`` is brain.etcd_version.ETCD_VERSION (a 3.6 release, so
+* Status: ``version`` is brain.etcd_version.ETCD_VERSION (3.7.3, a version
   kube-apiserver enables consistent reads from cache and watch progress
-  requests); brain is its own leader; ``raftIndex`` and
+  requests for) and ``storageVersion`` its STORAGE_VERSION (3.6.0, as an
+  etcd 3.7 member of a cluster still at version 3.6 reports: see
+  brain.etcd_version); brain is its own leader; ``raftIndex`` and
   ``raftAppliedIndex`` are the committed revision (monotonic across
   restarts and restores); ``dbSize`` / ``dbSizeInUse`` are the value
   store's file size / in-use bytes plus the journal bytes written since the

@@ -23,8 +23,8 @@ Served as etcd 3.7.3 serves it (etcdserver/v3_server.go ``rangeStream``):
 * count_only answers one message {header, count}.
 
 A keys_only chunk carries neither values nor leases unless it is sorted by
-value: etcd 3.7 serves keys_only from its key index, which has no leases.
-The generator is lazy: the transport asks for the next chunk only when the
+value, as a unary Range's answer (brain.mvcc.reads.index_only, etcd 3.7's
+FastKeysOnly).  The generator is lazy: the transport asks for the next chunk only when the
 client can take it (the native front waits while its send queue is full),
 and stops asking once the client has gone.
 """
@@ -38,7 +38,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.unary import abort_with, wait_read_barrier
 from brain.mvcc import validation
 from brain.mvcc.errors import EtcdError
-from brain.mvcc.requests import SORT_ASCEND, SORT_NONE, TARGET_KEY, TARGET_VALUE, RangeRequest
+from brain.mvcc.requests import SORT_ASCEND, SORT_NONE, TARGET_KEY, RangeRequest
 
 FIRST_CHUNK_LIMIT = 10  # etcd's initialStreamChunkLimit
 UNBOUNDED = 2**63 - 1  # a limit of 0: etcd's math.MaxInt64
@@ -129,8 +129,6 @@ class RangeStreamer:
     def _chunks(self, r: RangeRequest, context) -> Iterator[rpc_pb2.RangeStreamResponse]:
         total_limit = r.limit or UNBOUNDED
         limit = first_limit(total_limit)
-        # A fast keys-only range (etcd 3.7's FastKeysOnly) has no leases.
-        drop_leases = r.keys_only and r.sort_target != TARGET_VALUE
         revision = r.revision
         key = r.key
         header_rev = 0
@@ -141,8 +139,6 @@ class RangeStreamer:
                 header_rev = res.revision
                 if revision == 0:
                     revision = header_rev  # pinned; a negative revision is not (as in etcd)
-            if drop_leases:
-                res.leases = [0] * len(res.keys)
             sent += len(res.keys)
             if res.more:
                 key = res.keys[-1] + b"\x00"

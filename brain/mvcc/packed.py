@@ -17,8 +17,10 @@ A block is immutable.  It holds up to about BLOCK_KEYS keys, in key order:
 * a lease section for the keys whose newest put (the one in `mods`)
   carries a lease: their positions in `lease_pos`, the lease IDs in
   `leases`.  Sparse, since most keys have none (node leases and events
-  do), and kept so a keys_only list answers a key's lease without reading
-  its record.
+  do).  No Range reads it since brain answers keys_only from the index
+  without leases, as etcd 3.7 does (brain.mvcc.reads.index_only); it is
+  kept, with KeyIndex.lease, for the day a keys_only answer carries the
+  lease again (as etcd 3.4 and 3.6 answer), without reading records.
 
 Worked example.  "a" put at 4.0; "b" put at 2.0, deleted at 3.0; "c" put at
 5.0 and 6.0.  Then keys = b"abc", ends = [1, 2, 3], mods = [4.0, 0, 6.0],

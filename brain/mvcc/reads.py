@@ -153,18 +153,28 @@ def is_columnar(r: RangeRequest) -> bool:
     return r.sort_target == TARGET_KEY and _limited_walk(r)
 
 
+def index_only(r: RangeRequest) -> bool:
+    """etcd 3.7's FastKeysOnly: a keys_only Range not sorted by value is
+    answered from the key index alone, which holds each key's revisions and
+    version but neither its value nor its lease, so its KeyValues carry no
+    lease (etcd 3.4 and 3.6 read every record and return the lease: see
+    tests/differential/ETCD_BEHAVIOUR.md).  The one rule for every Range:
+    unary, inside a Txn and each chunk of a RangeStream."""
+    return r.keys_only and r.sort_target != TARGET_VALUE
+
+
 def range_columns(store: Store, r: RangeRequest, view: int, with_count: bool = True) -> RangeColumns:
     """execute_range answered as columns.  A columnar request
-    (``is_columnar``) is read so: no object per key, and for keys_only no
-    record read for a block entry (its lease is in the block); any other
-    is execute_range's result, transposed."""
+    (``is_columnar``) is read so: no object per key, and for keys_only
+    (``index_only``) no record read at all; any other is execute_range's
+    result, transposed."""
     if not is_columnar(r):
         return RangeColumns.of(execute_range(store, r, view, with_count))
     rev = _check_read_rev(store, r.revision, view)
     end = range_end_bound(r.range_end)
     if r.count_only:
         return RangeColumns(view, [], [], [], [], None, [], False, _count_at(store, r.key, end, rev))
-    return _columns(store, r.key, end, rev, view, r.limit if r.limit > 0 else 0, with_count, not r.keys_only)
+    return _columns(store, r.key, end, rev, view, r.limit if r.limit > 0 else 0, with_count, not index_only(r))
 
 
 def _count_at(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int:
@@ -178,9 +188,11 @@ def _columns(store: Store, key: bytes, end: bytes | None | bool, at: int, view: 
              values: bool, cut: bool = True) -> RangeColumns:
     """The keys of [key, end) that exist at ``at``, up to ``limit`` (0:
     all), with ``more`` and the count (``with_count`` False: the keys
-    collected, as for a RangeStream chunk); values read only if ``values``.
-    ``cut`` False keeps the one key past the limit (read to know ``more``)
-    for a caller that sorts before it cuts."""
+    collected, as for a RangeStream chunk).  Values and leases are read
+    from the records only if ``values``; else the index alone answers
+    (``index_only``): no value, and lease 0.  ``cut`` False keeps the one
+    key past the limit (read to know ``more``) for a caller that sorts
+    before it cuts."""
     fetch = limit + 1 if limit else 0
     total = count(store, key, end, at) if fetch and with_count else None
     # The count known or not wanted: stop once the page is full.  Else
@@ -228,13 +240,8 @@ def _columns(store: Store, key: bytes, end: bytes | None | bool, at: int, view: 
             part_values, part_leases = shard.values_and_leases(part_mods)
             vals += part_values
             leases += part_leases
-            continue
-        part_leases = f.leases[:taken]
-        unknown = [i for i, lease in enumerate(part_leases) if lease is None]
-        if unknown:
-            for i, lease in zip(unknown, shard.values_and_leases([part_mods[i] for i in unknown])[1]):
-                part_leases[i] = lease
-        leases += part_leases
+    if vals is None:
+        leases = [0] * len(keys)
     return RangeColumns(view, keys, [c >> SUB_BITS for c in created], [m >> SUB_BITS for m in mods], versions,
                         vals, leases, more, total)
 
@@ -257,9 +264,9 @@ def execute_range(store: Store, r: RangeRequest, view: int, with_count: bool = T
         return RangeResult(view, [], False, _count_at(store, r.key, end, rev))
     # Sorted or filtered: the keys of the range (with the limit, limit+1 of
     # them if etcd limits its walk), then filtered, sorted and cut to the
-    # limit; values are read only to sort by them.
+    # limit; a keys_only range reads records only to sort by value.
     cols = _columns(store, r.key, end, rev, view, r.limit if (_limited_walk(r) and r.limit > 0) else 0,
-                    with_count, not r.keys_only or r.sort_target == TARGET_VALUE, cut=False)
+                    with_count, not index_only(r), cut=False)
     kvs = cols.key_values()
     total = cols.count
 

@@ -124,8 +124,8 @@ class RangeColumns:
     values[i], leases[i]), revisions main only, as a KeyValue has them.
 
     What a list of many keys answers with (brain.mvcc.reads.range_columns):
-    no object per key, and for keys_only (``values`` None) no record read
-    for a key whose block has its lease."""
+    no object per key, and for keys_only (``values`` None, every lease 0:
+    brain.mvcc.reads.index_only) no record read at all."""
 
     revision: int
     keys: list[bytes]

@@ -32,7 +32,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from itertools import accumulate, chain, islice, repeat
+from itertools import accumulate, chain, islice
 from typing import Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedDict, SortedList
@@ -386,16 +386,10 @@ class Shard:
             starts = ends[i - 1:take - 1] if i else array("I", (0,)) + ends[:take - 1]
             run = [keys[a:z] for a, z in zip(starts, ends[i:take])]
             if not lifted or lifted.keys().isdisjoint(run):  # no entry of the run replaced by a lifted key
-                base = len(out.keys)
                 out.keys += run
                 out.mods += mods[i:take]
                 out.created += block.created[i:take]
                 out.versions += block.versions[i:take]
-                leases = out.leases
-                leases += repeat(0, take - i)
-                lease_pos = block.lease_pos
-                for q in range(bisect_left(lease_pos, i), bisect_left(lease_pos, take)):
-                    leases[base + lease_pos[q] - i] = block.leases[q]
                 return take < j or len(out.keys) == room
         created, versions = block.created, block.versions
         lo = ends[i - 1] if i else 0
@@ -410,14 +404,14 @@ class Shard:
                 continue
             mod = mods[pos]
             if mod and mod <= bound:
-                out.add(k, mod, created[pos], versions[pos], block.lease(pos))
+                out.add(k, mod, created[pos], versions[pos])
             elif newest:
                 continue  # deleted at or before at_main
             else:
                 found = block.get(pos, at_main)
                 if found is None:
                     continue
-                out.add(k, found[0], found[1], found[2], None)  # an older put: its record has its lease
+                out.add(k, found[0], found[1], found[2])
             if len(out.keys) == room:
                 return True
         return False
@@ -806,34 +800,30 @@ class IndexView(Mapping):
 
 class Found:
     """What Shard.visible collects, column by column: the key, its mod and
-    create revisions (packed) and version, and its lease (None: only the
-    record of an older put has it)."""
+    create revisions (packed) and version, all from the index (a value or
+    a lease is read from the record at the mod revision)."""
 
-    __slots__ = ("keys", "mods", "created", "versions", "leases")
+    __slots__ = ("keys", "mods", "created", "versions")
 
     def __init__(self) -> None:
         self.keys: list[bytes] = []
         self.mods: list[int] = []
         self.created: list[int] = []
         self.versions: list[int] = []
-        self.leases: list[int | None] = []
 
-    def add(self, key: bytes, mod: int, created: int, version: int, lease: int | None) -> None:
+    def add(self, key: bytes, mod: int, created: int, version: int) -> None:
         self.keys.append(key)
         self.mods.append(mod)
         self.created.append(created)
         self.versions.append(version)
-        self.leases.append(lease)
 
     def add_history(self, history: KeyHistory, at_main: int) -> bool:
         """Add the key of `history` if it exists at `at_main`; True if it
-        did.  Its lease is known when what is found is the newest put."""
+        did."""
         found = history.get(at_main)
         if found is None:
             return False
-        newest = history.generations[-1].revs if type(history) is KeyIndex else None
-        lease = history.lease if newest and newest[-1] == found[0] else None
-        self.add(history.key, found[0], found[1], found[2], lease)
+        self.add(history.key, found[0], found[1], found[2])
         return True
 
 

@@ -201,7 +201,7 @@ def test_version_and_help_via_python_m():
     from brain import __version__
 
     assert out.stdout.splitlines()[0] == f"brain Version: {__version__}"
-    assert "API version: 3.6" in out.stdout
+    assert "API version: 3.7" in out.stdout
     out = subprocess.run([sys.executable, "-m", "brain", "serve", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for flag in ("--listen-client-urls", "--max-request-bytes", "--shard-boundaries", "--auto-compaction-retention"):

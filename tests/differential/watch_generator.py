@@ -50,8 +50,8 @@ AVOIDABLE = {
                            "for compaction); the progress is sent after quiescence, so history "
                            "catch-up is over",
     "leases": "every Lease call and put with a lease",
-    "fast_keys_only": "keys_only ranges not sorted by value, top level and in txns (etcd 3.7.3 answers "
-                      "them from its in-memory index, without the keys' lease: etcd-io/etcd#22209)",
+    "fast_keys_only": "keys_only ranges not sorted by value, top level and in txns (etcd 3.7.3 and brain answer "
+                      "them from the key index, without the keys' lease; etcd 3.4 and 3.6 return the lease)",
 }
 
 
@@ -98,7 +98,8 @@ class WatchLeaseGenerator(OpGenerator):
 
     def range_request(self):
         """OpGenerator's range; with ``fast_keys_only`` avoided, keys_only is cleared where etcd 3.7
-        would take its index-only path (every random draw is still made: the stream stays the same)."""
+        (and brain, which behaves as 3.7) answers from the key index alone, without leases (every
+        random draw is still made: the stream stays the same)."""
         req = super().range_request()
         if "fast_keys_only" in self.avoid and req.keys_only and req.sort_target != rpc_pb2.RangeRequest.VALUE:
             req.keys_only = False

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from brain.etcd_version import ETCD_VERSION
 from tests.integration.conftest import require_etcdctl, run_etcdctl
 from tests.support.servers import BrainServer
 
@@ -203,7 +204,7 @@ def test_endpoint_status(ctl, servers):
     assert r.rc == 0, r.err
     (status,) = json.loads(r.out)
     assert status["Endpoint"] == servers.brain.endpoint
-    assert status["Status"]["version"].startswith("3.6.")
+    assert status["Status"]["version"] == ETCD_VERSION
     assert status["Status"]["header"]["revision"] >= 1 and status["Status"]["dbSize"] > 0
 
 

@@ -10,8 +10,9 @@ the difference itself:
 * /readyz runs one more check, ``writable`` (a journal failure stops writes
   until a restart: brain.metrics.health); etcd prints its checks in map
   order, which varies between requests, so check lines are compared as sets;
-* /version: the same keys, cluster and storage versions; the server version
-  is the 3.6 release brain presents itself as (brain.etcd_version), not
+* /version: the same keys, cluster and storage versions (3.6.0: brain
+  reports itself as an etcd 3.7.3 member of a cluster still at 3.6,
+  brain.etcd_version); the server version is brain's 3.7.3 where etcd's is
   3.6.16; and brain serves /version on the metrics listener too, where
   etcd answers 404;
 * /metrics: brain exports a subset of etcd's families (same TYPE and HELP,
@@ -30,6 +31,7 @@ import re
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
+from brain.etcd_version import ETCD_VERSION
 from tests.support.servers import BrainServer, free_port, require_brain, require_etcd, start_etcd
 
 # Headers a client acts on; Date, Content-Length and Transfer-Encoding are
@@ -95,8 +97,11 @@ def _shape(method: str, path: str, answer: tuple, *, brain: bool) -> tuple:
     elif path == "/version" and status == 200:
         v = json.loads(body)
         assert set(v) == {"etcdserver", "etcdcluster", "storage"}, v
-        assert re.fullmatch(r"3\.6\.\d+", v["etcdserver"]), v
-        body = ("3.6.x", v["etcdcluster"], v["storage"])
+        if brain:
+            assert v["etcdserver"] == ETCD_VERSION, v
+        else:
+            assert re.fullmatch(r"3\.6\.\d+", v["etcdserver"]), v
+        body = ("server version", v["etcdcluster"], v["storage"])
     return status, headers, body
 
 

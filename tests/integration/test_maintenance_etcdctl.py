@@ -66,12 +66,12 @@ def brain4(brain_factory):
     return brain_factory(shards=4)
 
 
-def test_endpoint_status_reports_a_36_leader(brain4):
+def test_endpoint_status_reports_a_37_leader(brain4):
     ep = brain4.endpoint
     ok(ep, "put", "k", "v")
     (st,) = json.loads(ok(ep, "endpoint", "status", "-w", "json"))
     s = st["Status"]
-    assert s["version"] == ETCD_VERSION and s["version"].startswith("3.6.")
+    assert s["version"] == ETCD_VERSION and s["version"].startswith("3.7.")
     assert s["leader"] == s["header"]["member_id"]
     assert s["raftIndex"] == s["raftAppliedIndex"] == s["header"]["revision"] == 2
     assert s["dbSize"] >= s["dbSizeInUse"] > 0

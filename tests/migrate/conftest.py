@@ -1,5 +1,6 @@
-"""Servers for the migration tests: etcd 3.4 (Debian's), 3.5 and 3.6 (built
-by benchmarks/build.sh, cached), and brain on an imported data directory."""
+"""Servers for the migration tests: etcd 3.4 (Debian's), 3.5, 3.6 and 3.7
+(built by benchmarks/build.sh, cached), and brain on an imported data
+directory."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from tests.support import servers
 from tests.support.etcd_tools import etcd_tool
 
-ETCD_VERSIONS = ("3.4", "3.5", "3.6")
+ETCD_VERSIONS = ("3.4", "3.5", "3.6", "3.7")
 
 
 def etcd_binary(version: str) -> str:

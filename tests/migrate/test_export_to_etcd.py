@@ -3,8 +3,10 @@ i.e. the Maintenance Snapshot RPC) is an etcd database.  etcd's tools read
 it (`etcdutl snapshot status` runs bbolt's consistency check first), etcd's
 restore takes it, and the etcd served from the restored directory answers
 every Range at every retained revision, every Watch from every retained
-revision and every lease question exactly as the brain did (3.6, the
-target; 3.5 and 3.4 too)."""
+revision and every lease question exactly as the brain did (3.6 and 3.7;
+3.5 and 3.4 too).  The file's storage and cluster versions are 3.6.0 while
+brain reports 3.7.3 (brain/etcd_version.py): etcd 3.6 refuses a database of
+version 3.7, and etcd 3.7 upgrades a 3.6 one as it starts."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import subprocess
 
 import pytest
 
+from brain.etcd_version import ETCD_CLUSTER_VERSION, STORAGE_VERSION
 from brain.migrate.etcddb import EtcdDb
 from tests.migrate.compare import fingerprint
 from tests.migrate.conftest import ETCD_VERSIONS, Etcd, brain_cli, etcd_binary, etcdctl
@@ -48,12 +51,13 @@ def test_brain_snapshot_restores_into_etcd(version, brain_factory, tmp_path):
         assert st.returncode == 0, st.stderr
         theirs = json.loads(st.stdout)
         ours = json.loads(brain_cli("snapshot", "status", str(snap), "-w", "json").stdout)
-        # (etcdutl 3.5 counts the keys of every bucket as totalKey; 3.6 the live keys, as brain does)
-        fields = ["hash", "revision", "totalSize"] + (["totalKey", "version"] if version == "3.6" else [])
+        # (etcdutl 3.5 counts the keys of every bucket as totalKey; 3.6 and 3.7 the live keys, as brain does)
+        fields = ["hash", "revision", "totalSize"] + (["totalKey", "version"] if version in ("3.6", "3.7") else [])
         assert {k: theirs[k] for k in fields} == {k: ours[k] for k in fields}
-        assert theirs["revision"] == h.revision and theirs.get("version", "3.6.0") == "3.6.0"
+        assert theirs["revision"] == h.revision and theirs.get("version", STORAGE_VERSION) == STORAGE_VERSION
     with EtcdDb.open(str(snap)) as db:
         assert db.meta.consistent_index and db.compact_revision == h.compactions[-1]
+        assert (db.meta.storage_version, db.meta.cluster_version) == (STORAGE_VERSION, ETCD_CLUSTER_VERSION)
 
     etcd = Etcd(etcd_binary(version))
     try:

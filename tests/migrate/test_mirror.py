@@ -81,7 +81,7 @@ class MirrorProcess:
             self.proc.wait(10)
 
 
-@pytest.mark.parametrize("version", ["3.6", "3.4"])
+@pytest.mark.parametrize("version", ["3.7", "3.6", "3.4"])
 def test_mirror_follows_etcd_revision_for_revision(version, etcd_of, brain_on, tmp_path):
     etcd = etcd_of(version)
     with etcd.stubs() as s:

@@ -1,4 +1,4 @@
-"""Go-built etcd tools for tests: etcd/etcdctl 3.6, etcdutl 3.6, etcd 3.5, etcd 3.7.
+"""Go-built etcd tools for tests: etcd/etcdctl/etcdutl 3.5, 3.6 and 3.7.
 
 They come from ``benchmarks/build.sh`` (cached under $BRAIN_BENCH_CACHE or
 .cache/bench; a cold build of a group takes minutes).  A binary already in
@@ -52,8 +52,8 @@ def _build(name: str) -> str:
 
 
 def etcd_tool(name: str) -> str:
-    """The path of `name` (etcd-3.6, etcdctl-3.6, etcdutl-3.6, etcd-3.5,
-    etcdctl-3.5, etcdutl-3.5), or skip/fail the calling test."""
+    """The path of `name` (etcd-, etcdctl- or etcdutl- then 3.5, 3.6 or
+    3.7), or skip/fail the calling test."""
     got = _build(name)
     if got.startswith("!"):
         _unavailable(got[1:])

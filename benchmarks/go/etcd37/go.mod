@@ -8,6 +8,7 @@ go 1.26.0
 
 tool (
 	go.etcd.io/etcd/etcdctl/v3
+	go.etcd.io/etcd/etcdutl/v3
 	go.etcd.io/etcd/server/v3
 )
 
@@ -59,6 +60,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/etcdctl/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/etcdutl/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/server/v3 v3.7.3 // indirect
 	go.etcd.io/raft/v3 v3.7.0 // indirect
