@@ -132,7 +132,8 @@ def check_range(store: Store, m: Model, key: bytes, end: bytes, rev: int, limit:
     res = store.range(RangeRequest(key, end, limit=limit, revision=rev), store.revision)
     assert (res.kvs, res.count, res.more, res.revision) == (kvs, count, more, m.rev), where
     bare = store.range(RangeRequest(key, end, limit=limit, revision=rev, keys_only=True), store.revision)
-    assert bare.kvs == [KeyValue(kv.key, kv.create_revision, kv.mod_revision, kv.version, b"", kv.lease)
+    # keys_only is answered from the index, without leases, as etcd 3.7 does (brain.mvcc.reads.index_only)
+    assert bare.kvs == [KeyValue(kv.key, kv.create_revision, kv.mod_revision, kv.version, b"", 0)
                         for kv in kvs], (*where, "keys_only")
     counted = store.range(RangeRequest(key, end, revision=rev, count_only=True), store.revision)
     assert (counted.kvs, counted.count) == ([], count), (*where, "count_only")
