@@ -29,6 +29,9 @@ from brain.cli import flags as cli_flags
 from brain.mvcc.shard import layout_problem
 from brain.progress import human_bytes
 
+# What restore and import add to a sha256 refusal; status has no such flag.
+SKIP_HASH_CHECK_HINT = "--skip-hash-check reads it anyway"
+
 
 def _status(args) -> int:
     from brain.migrate.snapshot import SnapshotError, status
@@ -60,7 +63,7 @@ def _status(args) -> int:
 
 
 def _restore(args) -> int:
-    from brain.migrate.snapshot import SnapshotError, restore
+    from brain.migrate.snapshot import SnapshotDigestError, SnapshotError, restore
 
     data_dir = args.data_dir or f"{args.name}.brain"
     boundaries = args.shard_boundaries
@@ -71,6 +74,9 @@ def _restore(args) -> int:
     try:
         res = restore(args.file, data_dir, name=args.name, shards=args.shards, boundaries=boundaries,
                       skip_hash_check=args.skip_hash_check, replace=args.replace)
+    except SnapshotDigestError as e:
+        print(f"Error: {e} ({SKIP_HASH_CHECK_HINT})", file=sys.stderr)
+        return 1
     except (SnapshotError, ValueError, OSError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
