@@ -13,8 +13,9 @@ from etcd alike (brain's earlier format is still read).
       snapshot is `brain import`.  Layout: --shards/--shard-boundaries, else
       the default (a snapshot in brain's earlier format: its own)
   brain snapshot status <file> [-w simple|table|json]
-      check a snapshot (sha256, bbolt structure) and print what `etcdutl
-      snapshot status` prints: hash, revision, total keys, size, version
+      check a snapshot (sha256, bbolt structure) and print what etcdutl
+      3.6's `snapshot status` prints: hash, revision, total keys (alive at
+      the revision; etcd 3.4's etcdctl counts every bucket entry), size, version
 """
 
 from __future__ import annotations
@@ -138,7 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--skip-hash-check", action="store_true",
                    help="accept a snapshot whose sha256 trailer is wrong")
     r.set_defaults(run=_restore)
-    st = sub.add_parser("status", help="check a snapshot and print its hash, revision, keys and size")
+    st = sub.add_parser("status", help="check a snapshot and print its hash, revision, keys and size",
+                        description="Check a snapshot (sha256, bbolt's structure) and print what etcdutl 3.6's "
+                        "`snapshot status` prints: hash, revision, the keys alive at that revision, size and "
+                        "storage version.  (etcd 3.4's etcdctl counts every entry of every bucket as total "
+                        "keys and prints no version.)")
     st.add_argument("file")
     st.add_argument("-w", "--write-out", default="simple", choices=("simple", "table", "json"),
                     help="output format, as etcdutl's (default %(default)s)")

@@ -156,8 +156,9 @@ def iter_chunks(f: BinaryIO, size: int, chunk: int = SEND_CHUNK) -> Iterator[byt
 @dataclass(frozen=True)
 class SnapshotStatus:
     """What `brain snapshot status` prints.  For an etcd-format file, hash,
-    revision, total_keys, total_size and version are exactly what `etcdutl
-    snapshot status` prints; for brain's earlier format, the hash is the
+    revision, total_keys, total_size and version are exactly what etcdutl
+    3.6's `snapshot status` prints (etcd 3.4's etcdctl counts every bucket
+    entry as total keys); for brain's earlier format, the hash is the
     source's HashKV at the revision."""
 
     format: str  # "etcd" or "brain-1"
