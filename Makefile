@@ -115,8 +115,8 @@ proto:                        ## regenerate brain/api/pb from proto/
 proto-check:
 	$(PYTHON) -m brain.api.genproto --check
 
-clean:                        ## what serve, builds and tests leave in the tree (seconds to remake; the Rust module: a minute)
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp brain/_transport*.so
+clean:                        ## what serve, cluster, builds and tests leave in the tree (seconds to remake; the Rust module: a minute)
+	rm -rf default.brain cluster.brain build *.egg-info .pytest_cache .hypothesis tmp brain/_transport*.so
 	find . -name __pycache__ -type d -not -path './.cache/*' -prune -exec rm -rf {} +
 
 distclean: clean              ## also .venv and .cache: the venv, the Kubernetes, benchmark and cargo builds (~2 GB; ~10 min to rebuild)

@@ -121,3 +121,23 @@ def test_make_serve_runs_as_written_on_a_fresh_clone(tmp_path):
     assert any("received SIGTERM, shutting down" in ln for ln in lines), out[-3000:]
     assert any(ln.endswith(": stopped") for ln in lines), out[-3000:]
 
+
+def test_make_clean_removes_what_serve_and_cluster_leave(tmp_path):
+    """`make cluster` left cluster.brain/ untracked in the checkout and `make
+    clean` kept it; the venv stays (distclean removes it)."""
+    git = _tool("git")
+    _tool("make")
+    clone = tmp_path / "brain"
+    r = subprocess.run([git, "clone", "--quiet", str(REPO_ROOT), str(clone)], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode != 0:
+        unavailable(f"git clone of {REPO_ROOT} failed: {r.stderr.strip()}")
+    for d in ("default.brain", "cluster.brain/b0", "cluster.brain/nats0", ".venv/bin"):
+        (clone / d).mkdir(parents=True)
+        (clone / d / "file").write_text("x")
+    status = subprocess.run([git, "status", "--porcelain"], cwd=clone, capture_output=True, text=True, timeout=60)
+    assert status.stdout == "", f"left untracked in the checkout:\n{status.stdout}"
+    r = subprocess.run(["make", "clean"], cwd=clone, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (clone / "default.brain").exists() and not (clone / "cluster.brain").exists()
+    assert (clone / ".venv" / "bin" / "file").exists()
