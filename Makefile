@@ -109,10 +109,10 @@ deps-system:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-proto:                        ## regenerate brain/api/pb from proto/
+proto: deps-python           ## regenerate brain/api/pb from proto/
 	$(PYTHON) -m brain.api.genproto
 
-proto-check:
+proto-check: deps-python
 	$(PYTHON) -m brain.api.genproto --check
 
 clean:                        ## what serve, cluster, builds and tests leave in the tree (seconds to remake; the Rust module: a minute)
