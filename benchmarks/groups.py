@@ -44,6 +44,8 @@ RANGE_KEY = "/bench/range/key"
 LIST_PREFIX = "/bench/list/"
 RESTART_PREFIX = "/bench/restart/"
 SCALE_REGISTRY = "/registry/"
+# The restart samples' readiness key: put before the first sample, outside every counted prefix.
+READY_MARKER = "/bench/ready-marker"
 # Cluster groups on one kind of cluster only, and the flags every member of it gets: the read
 # confirmation's cost is brain's with its read lease off, beside cluster-load's range (lease on).
 CLUSTER_GROUP_SERVERS = {"cluster-read-barrier": ("brain",)}
@@ -473,7 +475,6 @@ class Groups:
             out["memory_after_load_kb"] = srv.memory()
             out["count_after_load"] = count_prefix(srv.endpoint, RESTART_PREFIX.encode())
             out["du_kb"] = du_kb(srv.data_dir)
-            srv.count_prefix = RESTART_PREFIX.encode()  # ready = a linearizable count answers
             if out["count_after_load"] != loaded:
                 error = f"{out['count_after_load']} keys found after the load, {loaded} loaded"
             tail = min(s.restart_tail, loaded)
@@ -483,7 +484,7 @@ class Groups:
                     "--count", tail, "--start", 0, "--clients", 64, "--conns", 8, "--prefix", RESTART_PREFIX,
                     "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools", f"restart-tail-{i + 1}")
             if error is None:
-                error = self._restart_samples(srv, out, loaded, s.restart_samples, tail, write_tail)
+                error = self._restart_samples(srv, out, RESTART_PREFIX, loaded, s.restart_samples, tail, write_tail)
             else:
                 summarise_restart(out, [], [])
             out["ops"] = loaded
@@ -586,19 +587,19 @@ class Groups:
         self.session.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
 
     def _scale_restarts(self, srv: Server, rnd: int, keys: int, slow: float) -> None:
-        """``scale_restart_samples`` SIGTERM and kill -9 restarts, ready when a linearizable count over
-        /registry/ answers with every key; the tail before each kill -9 overwrites ``scale_tail`` keys."""
+        """``scale_restart_samples`` SIGTERM and kill -9 restarts, each ready when a linearizable Get of
+        one key answers, then every key counted; the tail before each kill -9 overwrites ``scale_tail``
+        keys."""
         s = self.s
         tail = min(s.scale_tail, keys)
         out: dict = {"keys": keys, "samples_planned": s.scale_restart_samples}
-        srv.count_prefix = SCALE_REGISTRY.encode()
 
         def write_tail(i: int) -> dict:
             return self.tools.brainload("scale-load", srv.endpoint, [
                 *self._scale_args(keys), "--create=false", "--overwrites", tail, "--pass", i + 2],
                 slow, srv.root / "tools", f"scale-tail-{i + 1}")
         try:
-            error = self._restart_samples(srv, out, keys, s.scale_restart_samples, tail, write_tail)
+            error = self._restart_samples(srv, out, SCALE_REGISTRY, keys, s.scale_restart_samples, tail, write_tail)
         except (ServerError, ToolError, OSError) as e:
             out.setdefault("sigterm_samples", [])
             out.setdefault("kill9_samples", [])
@@ -611,15 +612,21 @@ class Groups:
         self.session.record(srv.flavor.name, "scale-restart", rnd, out, tool="brainload scale-load + harness probe",
                             cpu_s=cpu, error=error)
 
-    def _restart_samples(self, srv: Server, out: dict, loaded: int, samples: int, tail: int,
+    def _restart_samples(self, srv: Server, out: dict, prefix: str, loaded: int, samples: int, tail: int,
                          write_tail) -> str | None:
         """``samples`` times a SIGTERM and a kill -9 restart (``_restart_sample``), each one said as it
-        ends, until one goes wrong; their lists and summary go into ``out``.  Returns what was wrong."""
+        ends, until one goes wrong; their lists and summary go into ``out``.  Returns what was wrong.
+
+        Ready is a linearizable Get of READY_MARKER, put here (outside ``prefix``), the same probe for
+        every server; the ``loaded`` keys under ``prefix`` are counted after it, untimed."""
+        put_key(srv.endpoint, READY_MARKER.encode(), b"ready", tls=srv.opts.tls)
+        srv.ready_key = READY_MARKER.encode()
         sigterm, kill9 = [], []
         out["sigterm_samples"], out["kill9_samples"] = sigterm, kill9
+        out["ready_probe"] = f"a linearizable Get of {READY_MARKER}"
         error = None
         for i in range(samples):
-            error = self._restart_sample(srv, loaded, i, sigterm, kill9, tail, write_tail)
+            error = self._restart_sample(srv, prefix, loaded, i, sigterm, kill9, tail, write_tail)
             self.session.say(f"  {srv.flavor.name}: restart sample {i + 1}/{samples}: SIGTERM "
                              f"{_sample_line(sigterm[-1:], 'ready_after_s', 'cpu_to_ready_s')}, kill -9 "
                              f"{_sample_line(kill9[-1:], 'ready_after_kill9_s', 'cpu_to_ready_kill9_s')}"
@@ -629,7 +636,7 @@ class Groups:
         summarise_restart(out, sigterm, kill9)
         return error
 
-    def _restart_sample(self, srv: Server, loaded: int, i: int, sigterm: list, kill9: list,
+    def _restart_sample(self, srv: Server, prefix: str, loaded: int, i: int, sigterm: list, kill9: list,
                         tail: int, write_tail) -> str | None:
         """One SIGTERM restart and one kill -9 restart after ``write_tail(i)`` (``tail`` overwrites of
         loaded keys: the count stays), appended to the lists; returns what was wrong, if anything."""
@@ -640,10 +647,12 @@ class Groups:
         one["ready_after_s"] = round(srv.start(), 3)
         one["cpu_to_ready_s"] = round(srv.ready_cpu_s, 2)
         restarted = now_s()
-        one["count_after_restart"] = srv.ready_count
         one["rss_after_restart_kb"] = srv.memory().get("rss_kb")
+        one["count_after_restart"] = _count_after_ready(srv, prefix)
         time.sleep(s.settle / 2)
         one["rss_after_restart_read_kb"] = srv.memory().get("rss_kb")
+        if not srv.ready_found:
+            return f"{READY_MARKER} not found by the readiness Get after SIGTERM restart {i + 1}"
         if one["count_after_restart"] != loaded:
             return f"{one['count_after_restart']} keys found after SIGTERM restart {i + 1}, {loaded} loaded"
 
@@ -663,12 +672,15 @@ class Groups:
         srv.kill()
         two["ready_after_kill9_s"] = round(srv.start(), 3)
         two["cpu_to_ready_kill9_s"] = round(srv.ready_cpu_s, 2)
-        two["count_after_kill9"] = srv.ready_count
+        found = srv.ready_found
+        two["count_after_kill9"] = _count_after_ready(srv, prefix)
         two["revision_after_kill9"] = head_revision(srv.endpoint)
         two["recovery_log"] = _recovery_lines(srv.log_tail(20000))
         if res.get("_error") or two["tail_writes"] < tail:
             return (f"tail {i + 1}: {res.get('_error') or res.get('first_error')} "
                     f"({two['tail_writes']} of {tail} writes)")
+        if not found:
+            return f"{READY_MARKER} not found by the readiness Get after kill -9 restart {i + 1}"
         if two["count_after_kill9"] != loaded:
             return f"{two['count_after_kill9']} keys found after kill -9 restart {i + 1}, {loaded} loaded"
         if two["revision_after_kill9"] != two["revision_before_kill9"]:
@@ -677,6 +689,12 @@ class Groups:
         if two.get("checkpoints_during_tail"):
             return f"a checkpoint ran during tail {i + 1}, so kill -9 did not meet the largest tail"
         return None
+
+
+def _count_after_ready(srv: Server, prefix: str) -> int | None:
+    """The keys under ``prefix`` once the server is ready (a linearizable count, untimed: at 10M keys it
+    costs etcd seconds)."""
+    return count_prefix(srv.endpoint, prefix.encode(), timeout=900)
 
 
 def _sample_line(samples: list[dict], ready: str, cpu: str) -> str:

@@ -283,6 +283,29 @@ def compare(agg: dict, workload: str, peer: str, key: str = "value") -> Ratio:
     return Ratio(b / p, name, default_only=len(names) > 1 and len(found) < len(names))
 
 
+def restart_ratio(agg: dict, workload: str, peer: str) -> Ratio:
+    """brain's worst start over the peer's median start (a restart row's samples), cells of one run."""
+    cells = agg.get(workload, {})
+    b, p = cells.get("brain") or {}, cells.get(peer) or {}
+    if b.get("worst") is None or not p.get("value"):
+        return Ratio(None)
+    if (b.get("extra") or {}).get("partial") or (p.get("extra") or {}).get("partial"):
+        return Ratio(None, why="partial")
+    if not same_run(b, p):
+        return Ratio(None, why="runs differ")
+    return Ratio(b["worst"] / p["value"], peer)
+
+
+def too_few_starts(agg: dict, workload: str, servers) -> str:
+    """Which of ``servers`` have fewer than MIN_RESTART_SAMPLES starts in a restart row ("" if none)."""
+    few = []
+    for s in servers:
+        n = len(((agg.get(workload) or {}).get(s) or {}).get("samples") or [])
+        if n < MIN_RESTART_SAMPLES:
+            few.append(f"{s} {n} sample{'s' if n != 1 else ''}")
+    return (", ".join(few) + f", {MIN_RESTART_SAMPLES} needed") if few else ""
+
+
 def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
     """brain's median over the peer's; None when either is missing, a partial (capped) run, or
     the two cells come from different runs."""
@@ -334,10 +357,10 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     scale_keys = (settings or {}).get("scale_keys", FULL.scale_keys)
     issue = ""
 
-    def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na=""):
+    def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na="", unjudged=""):
         """One row of the current ``issue``.  ``also``: further (workload, server) cells the value
         rests on, whose runs count too; ``na``: a reason the value cannot be called met (a miss
-        stays a miss)."""
+        stays a miss); ``unjudged``: a reason it can be called neither met nor missed."""
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
         short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
         for w2, s2 in also:
@@ -346,6 +369,8 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
             status, note = "miss", "brain failed: " + _oneline(b["error"], 160)
         elif value is None or note.startswith("partial"):
             status = "n/a"
+        elif unjudged:
+            status, note = "n/a", "; ".join(x for x in (note, unjudged) if x)
         elif ok and (short or na):
             # Not called met on fewer runs than planned, nor against a configuration not measured.
             status = "n/a"
@@ -381,7 +406,7 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         name = spec.name.format(workload=w, peer=peer, versus=spec.versus, keys=keys,
                                 scale_keys=f"{scale_keys:,} keys")
         if spec.at_keys > scale_keys:
-            r = compare(agg, w, peer, spec.key)
+            r = restart_ratio(agg, w, peer) if spec.kind == "restart-ratio" else compare(agg, w, peer, spec.key)
             add(name, None, False, spec.goal, w, f"asked at {spec.at_keys:,} keys (this run: brain/{peer} "
                 f"{_fmt(r.value)})", peer=peer)
         elif spec.kind == "ratio":
@@ -389,9 +414,23 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         elif spec.kind == "restart":
             c = agg.get(w, {}).get("brain") or {}
             v, n = c.get("worst"), len(c.get("samples") or [])
-            few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
             note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
-            add(name, v, met(spec.goal, v), spec.goal, WORKLOADS[w].source or w, note, na=few)
+            add(name, v, met(spec.goal, v), spec.goal, WORKLOADS[w].source or w, note,
+                na=too_few_starts(agg, w, ["brain"]))
+        elif spec.kind == "restart-ratio":
+            r = restart_ratio(agg, w, peer)
+            b, p = agg.get(w, {}).get("brain") or {}, agg.get(w, {}).get(peer) or {}
+            note = ""
+            if r.why == "runs differ":
+                note = _cells_note(agg, w, ["brain", peer])
+            elif r.why == "partial":
+                note = "partial: a capped run"
+            elif r.value is not None:
+                note = (f"brain's worst {_fmt(b.get('worst'))} s of {len(b.get('samples') or [])}, {peer}'s median "
+                        f"{_fmt(p.get('value'))} s of {len(p.get('samples') or [])}")
+            # More starts can move the peer's median either way: on too few, not even a miss is known.
+            add(name, r.value, met(spec.goal, r.value), spec.goal, w, note, peer=peer,
+                unjudged=too_few_starts(agg, w, ["brain", peer]))
         elif spec.kind == "rss":
             r = compare(agg, w, peer)
             note = pnote or ("partial load on " + peer if _extra(agg, WORKLOADS[w].source, peer, "partial") else "")

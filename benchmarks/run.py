@@ -124,8 +124,9 @@ class Bench:
             "tools": tools,
             "conns_rule": "gRPC connections = max(1, clients // 8)",
             "order_rule": "servers take turns; the order rotates by one place per round and per group",
-            "restart_rule": ("restart: SIGTERM, then start until a linearizable count_only Range over the loaded "
-                             "keys answers (count checked); restart-kill9: the same after restart_tail overwrites "
+            "restart_rule": ("restart: SIGTERM, then start until a linearizable Get of one key answers (the same "
+                             "probe for every server, constant time whatever the data set; the loaded keys are "
+                             "counted after it, untimed); restart-kill9: the same after restart_tail overwrites "
                              "and kill -9 (brain: its journal holds the tail, below the first checkpoint "
                              "threshold; etcd and kine: whatever their WAL holds)"),
             "brain_checkpoint_thresholds": brain_checkpoint_thresholds(),

@@ -64,7 +64,9 @@ class Settings:
     scale_clients: int = 64          # the load's clients (one gRPC connection per 8) ...
     scale_batch: int = 64            # ... each writing Txns of this many puts (etcd's --max-txn-ops: 128)
     scale_tail: int = 25_000         # overwrites before the kill -9 (about 25 MiB: under brain's 32 MiB checkpoint threshold)
-    scale_restart_samples: int = 1   # SIGTERM and kill -9 starts timed per server
+    # SIGTERM and kill -9 starts timed per server: the restart targets need MIN_RESTART_SAMPLES (3) of
+    # every server they compare (brain's worst against etcd's median).
+    scale_restart_samples: int = 3
     # The watch from before the load may take this long (seconds), then it is recorded as not finished
     # with the events it got: etcd reads every revision since the watch's start for each catch-up step
     # (12M at 10M keys), and its watch of the 480k pod events had delivered almost none after 23 min.
@@ -98,7 +100,7 @@ SMOKE = Settings(
     lease_leases=200, lease_ttl=2,
     k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
     restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0, restart_tail=500,
-    scale_keys=3_000, scale_tail=300,
+    scale_keys=3_000, scale_tail=300, scale_restart_samples=1,
     check_perf=False, settle=0.0, probe_per_client=2,
     keepalive_leases=200, keepalive_ttl=2, keepalive_window=100, keepalive_duration=2.5,
     failover_leader_kills=1, failover_nats_kills=1, failover_rolling_restarts=0,

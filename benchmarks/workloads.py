@@ -95,7 +95,7 @@ WORKLOADS: dict[str, Workload] = {
                            "writes_per_s", "writes/s"),
     "restart": Workload("restart", "restart", "brainload load + harness probe",
                         "restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
-                        "linearizable count over them answers (count checked)",
+                        "linearizable Get of one key answers (the keys counted after it)",
                         "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
     "restart-kill9": Workload("restart", "restart", "brainload load + harness probe",
                               "the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
@@ -131,8 +131,8 @@ WORKLOADS: dict[str, Workload] = {
                             "scale: watch of the pods from the revision before the load, until every event of the "
                             "load arrived", "keys_per_s", "events/s", latency=""),
     "scale-restart": Workload("scale", "scale-restart", "brainload scale-load + harness probe",
-                              "scale: restart after SIGTERM: start until a linearizable count over /registry/ answers "
-                              "(count checked)", "ready_after_s", "s", higher_better=False, latency="",
+                              "scale: restart after SIGTERM: start until a linearizable Get of one key answers "
+                              "(every key under /registry/ counted after it)", "ready_after_s", "s", higher_better=False, latency="",
                               samples="ready_after_s_samples"),
     "scale-restart-kill9": Workload("scale", "scale-restart", "brainload scale-load + harness probe",
                                     "scale: the same after {scale_tail:,} overwrites and kill -9 at once",
