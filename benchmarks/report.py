@@ -185,7 +185,7 @@ def aggregate(data: dict) -> dict:
                 samples = [x * meta.scale for r in runs for x in (_raw(r, w) or []) if _num(x) is not None]
                 cell["samples"] = samples
                 cell["value"] = nearest_rank(samples, 0.99)
-                cell["p50"], cell["p99"] = _median(samples), cell["value"]
+                cell["p50"], cell["p99"] = nearest_rank(samples, 0.5), cell["value"]
                 cell["max"] = max(samples) if samples else None
             elif meta.samples:
                 samples = []
@@ -503,9 +503,21 @@ def _run_mark(cell: dict, labels: dict[str, str]) -> str:
     return " [" + ",".join(labels.get(x, "?") for x in cell.get("sources") or [""]) + "]"
 
 
+def _spread(xs: list, noun: str) -> str:
+    """How many samples a figure rests on and their range: "100-300, 3 runs", "1 run"."""
+    xs = [x for x in xs if x is not None]
+    if len(xs) == 1:
+        return f"1 {noun}"
+    if not xs:
+        return f"0 {noun}s"
+    return f"{_fmt(min(xs))}-{_fmt(max(xs))}, {len(xs)} {noun}s"
+
+
 def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
-    """A summary cell: the median ("(n/N)" when short of runs), a restart row's worst and sample
-    count, and (merged reports) the letter of the run it comes from."""
+    """A summary cell: the figure and what it rests on: the median with the runs' range ("200 (100-300,
+    3 runs)", "(2/3 runs)" when short of runs); a restart row's median start with the starts' range
+    (its largest is the worst); a fault row's p99 with its p50 and the faults' range, all by nearest
+    rank; and (merged reports) the letter of the run it comes from."""
     if c is None:
         return "–"
     if c["value"] is None and UNSUPPORTED in (c.get("extra") or {}):
@@ -513,13 +525,18 @@ def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
     if c["value"] is None:
         return f"error (0/{c['planned']})" + _run_mark(c, labels) if c.get("error") else "–"
     cell = _fmt(c["value"])
-    n = len(c.get("samples") or [])
-    if "worst" in c:
-        cell += (f" (worst {_fmt(c['worst'])}, {n} samples)" if n > 1 else " (1 sample)")
-    elif c.get("max") is not None:  # a pause row: its value is the p99 of the samples
-        cell += f" (p50 {_fmt(c['p50'])}, max {_fmt(c['max'])}, {n} sample{'s' if n != 1 else ''})"
-    if c["n"] < c["planned"]:
-        cell += f" ({c['n']}/{c['planned']})"
+    short = f"{c['n']}/{c['planned']} runs" if c["n"] < c["planned"] else ""
+    if "worst" in c:  # a restart row: its samples are starts
+        bits = [_spread(c.get("samples") or [], "sample"), short]
+    elif c.get("max") is not None:  # a fault row: its value is the p99 of the samples
+        bits = [f"p50 {_fmt(c['p50'])}", _spread(c.get("samples") or [], "sample"), short]
+    elif "reported" in c:  # a sum over every run
+        bits = [f"sum of {c['reported']} run{'s' if c['reported'] != 1 else ''}", short]
+    else:
+        bits = [short or _spread(c.get("values") or [], "run")]
+        if short and len([x for x in c.get("values") or [] if x is not None]) > 1:
+            bits.insert(0, _spread(c["values"], "run").rsplit(", ", 1)[0])
+    cell += " (" + ", ".join(b for b in bits if b) + ")"
     if (c.get("extra") or {}).get("partial"):
         cell += " (partial)"
     return cell + _run_mark(c, labels)
@@ -661,10 +678,12 @@ def header(data: dict) -> list[str]:
     order = m.get("order_rule") or ("servers took turns in a fixed order, "
                                     + ", ".join(s for s, v in m.get("servers", {}).items() if v.get("selected"))
                                     + " (brain always last)")
+    lines += group_runs_section(data) + [""]
     lines.append(
-        f"Each workload ran {st.get('rounds')} time(s) per server except restart and check-perf (once; the "
-        f"runs column says so per row), {st.get('duration')} s per timed phase, each group on a freshly started "
-        f"server; values are medians of the successful runs, and a cell with fewer says so (\"(2/3)\"); "
+        f"{st.get('duration')} s per timed phase, each group on a freshly started server; a cell is the median "
+        f"of the successful runs with their range and count (\"200 (100-300, 3 runs)\"; \"2/3 runs\" when fewer "
+        f"succeeded than ran), a restart row's the median of its starts with their range (the largest is the "
+        f"worst), a fault row's the p99 of its faults with their p50 (both by nearest rank) and range; "
         f"{order}.  "
         f"put and range use etcd's `benchmark` tool (sized from a short calibration pass that also warms up), "
         f"everything else `brainload`.  {m.get('conns_rule', '')}.  CPU µs/op is the server process group's "
@@ -696,6 +715,74 @@ def header(data: dict) -> list[str]:
 
 def _load(x) -> str:
     return x if x else "not recorded"
+
+
+# A 1-minute load average above this at the start of a group: the machine was not quiet.
+QUIET_LOAD = 0.5
+
+
+def _load1(text) -> float | None:
+    """The 1-minute figure of a recorded load average ("1.97, 1.44, 1.20"), or None."""
+    try:
+        return float(str(text).split(",")[0])
+    except ValueError:
+        return None
+
+
+def rounds_per_group(data: dict) -> dict[str, dict[str, int]]:
+    """{group: {server: rounds that recorded a run}}, from the runs themselves."""
+    out: dict[str, dict[str, set]] = {}
+    for r in data.get("runs", []):
+        w = WORKLOADS.get(r["workload"])
+        if w is not None:
+            out.setdefault(w.group, {}).setdefault(r["server"], set()).add(r.get("round"))
+    return {g: {srv: len(rs) for srv, rs in by.items()} for g, by in out.items()}
+
+
+def group_runs_section(data: dict) -> list[str]:
+    """How many times each group ran (from its records: a group whose servers ran it a different number
+    of times says so per server), and for runs that recorded it the load average at each group's start
+    and end, with a warning for every group that started above QUIET_LOAD."""
+    m = data["meta"]
+    ran = rounds_per_group(data)
+    spans = {x["group"]: x for x in m.get("group_runs") or []}
+    order = [g for g in list(spans) + sorted(ran) if g in ran]
+    order = list(dict.fromkeys(order))
+    if not order:
+        return []
+
+    def times(g: str) -> str:
+        counts = ran[g]
+        if len(set(counts.values())) == 1:
+            n = next(iter(counts.values()))
+            return "once" if n == 1 else f"{n} times"
+        return ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+
+    lines = ["Each group ran per server (a fresh start each time; restart, check-perf and scale once by design, "
+             "their rows' samples are starts or one run):"]
+    if not spans:
+        lines[0] += " " + "; ".join(f"{g} {times(g)}" for g in order) + "."
+        start = _load1((m.get("machine") or {}).get("load_average_start"))
+        if start is not None and start > QUIET_LOAD:
+            lines += ["", f"**Not quiet**: the 1-minute load average was {start:.2f} at the start of the run (above "
+                          f"{QUIET_LOAD}); other work shared the CPUs.  This run did not record the load per group."]
+        return lines
+    noisy = []
+    lines += ["", "| group | ran | started | load average at start (1, 5, 15 min) | at end | |", "|---|---|---|---|---|---|"]
+    for g in order:
+        x = spans.get(g, {})
+        load = _load1(x.get("load_average_start"))
+        flag = ""
+        if load is not None and load > QUIET_LOAD:
+            flag = "**not quiet**"
+            noisy.append(f"{g} ({load:.2f})")
+        lines.append(f"| {g} | {times(g)} | {str(x.get('started', '?'))[11:16]} | {_load(x.get('load_average_start'))} "
+                     f"| {_load(x.get('load_average_end'))} | {flag} |")
+    if noisy:
+        lines += ["", f"**Not quiet**: {len(noisy)} of {len(order)} groups started with a 1-minute load average above "
+                      f"{QUIET_LOAD}: {', '.join(noisy)}; other work shared the CPUs with their servers and load "
+                      f"generators, so their figures are low and noisy, and a ratio of them is one of that load."]
+    return lines
 
 
 def runs_section(data: dict) -> list[str]:
@@ -941,6 +1028,11 @@ def readme_block(data: dict, md_rel: str) -> str:
         intro = (f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs "
                  f"{mach.get('cpu')}{load}; medians of the successful runs out of the row's runs, \"(2/3)\" "
                  f"where fewer succeeded; full report: [{md_rel}]({md_rel})):")
+    noisy = [f"{x['group']} ({_load1(x.get('load_average_start')):.2f})" for x in m.get("group_runs") or []
+             if (_load1(x.get("load_average_start")) or 0) > QUIET_LOAD]
+    if noisy:
+        intro += (f"  **Not quiet**: {', '.join(noisy)} started with a 1-minute load average above {QUIET_LOAD} "
+                  f"(other work shared the CPUs).")
     lines = [
         README_BEGIN,
         intro,
@@ -1013,6 +1105,10 @@ def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mt
         rounds[w] = rerun["meta"].get("settings", {}).get("rounds") or 1
         files[w] = rerun_name
     rm = rerun["meta"]
+    # Each group's load at its start and end, from the run that measured it (a re-run's replaces the base's).
+    rerun_groups = {x["group"] for x in rm.get("group_runs") or []}
+    meta["group_runs"] = [x for x in meta.get("group_runs") or [] if x["group"] not in rerun_groups] + [
+        dict(x, file=rerun_name) for x in rm.get("group_runs") or []]
     before = {r["workload"] for r in base["runs"]}
     before |= {w for w, meta in WORKLOADS.items() if meta.source in before}
     entry = _run_entry(rm, rerun_name)

@@ -222,6 +222,12 @@ class Bench:
         for gi, g in enumerate(self.groups, 1):
             rounds = 1 if g in ONCE_GROUPS else s.rounds
             slow: dict[str, float] = {}
+            # Each group's rounds and the machine's load at its start and end: the report says per group
+            # how often it ran and warns of a group that started on a machine that was not quiet.
+            span = {"group": g, "rounds": rounds, "load_average_start": load_average(),
+                    "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+            self.meta.setdefault("group_runs", []).append(span)
+            t_group = now_s()
             for rnd in range(1, rounds + 1):
                 for f in round_order(servers_for(g, self.flavors, self.cluster_flavors), gi, rnd):
                     if f.name in slow:
@@ -245,6 +251,8 @@ class Bench:
                                 f"{s.slow_group:.0f} s after which a server's group is not repeated)")
                         self.notes.append(note)
                         self.say("  " + note)
+                span["load_average_end"] = load_average()
+                span["seconds"] = round(now_s() - t_group, 1)
                 self.save()
         self.save(final=True)
         report.write_all(self.json_path, self.md_path, readme=self.readme)

@@ -82,7 +82,7 @@ def test_medians_ratios_and_targets():
     assert by_name["list: brain/etcd-3.6 throughput"]["status"] == "miss"  # brain failed
     assert by_name["put-c256: brain/etcd-3.6 throughput"]["status"] == "n/a"
     md = report.markdown(_data(runs), [])
-    assert "| put-c64 | ops/s | 3 | 200 |" in md and "## Targets" in md
+    assert "| put-c64 | ops/s | 3 | 200 (100-300, 3 runs) | 100 (50.0-100, 3 runs) |" in md and "## Targets" in md
 
 
 def test_fewer_runs_than_planned_are_shown_and_met_targets_need_every_run():
@@ -100,15 +100,15 @@ def test_fewer_runs_than_planned_are_shown_and_met_targets_need_every_run():
     t = {x["target"]: x for x in report.targets(agg)}["put-c256: brain/kine throughput"]
     assert t["status"] == "n/a" and "kine 2/3" in t["note"]
     md = report.markdown(data, [])
-    assert "| put-c256 | ops/s | 3 | 300 | – | 20.0 (2/3) |" in md
-    assert "| rss | MiB (lower is better) | 1 | 1.00 | 2.00 |" in md
+    assert "| put-c256 | ops/s | 3 | 300 (300-300, 3 runs) | – | 20.0 (20.0-20.0, 2/3 runs) |" in md
+    assert "| rss | MiB (lower is better) | 1 | 1.00 (1 run) | 2.00 (1 run) |" in md
 
 
 def test_all_runs_failed_is_an_error_cell():
     runs = [_run("brain", "count", 5.0, i) for i in range(3)]
     runs += [_run("kine", "count", None, i, ok=False) for i in range(3)]
     md = report.markdown(_data(runs), [])
-    assert "| count | ops/s | 3 | 5.00 | error (0/3) |" in md
+    assert "| count | ops/s | 3 | 5.00 (5.00-5.00, 3 runs) | error (0/3) |" in md
 
 
 def test_merge_replaces_the_rerun_workloads():
@@ -193,7 +193,8 @@ def test_merged_ratio_is_given_only_for_cells_of_one_run():
     assert report.ratio(agg, "put-c64", "kine") is None             # brain re-run, kine base: 16 across runs
     assert report.compare(agg, "put-c64", "kine").why == "runs differ"
     md = report.markdown(merged, [])
-    assert "| put-c64 | ops/s | 3 | 80.0 [B] | 40.0 [B] | 5.00 [A] | 2.00 | n/a (runs differ) |" in md
+    assert ("| put-c64 | ops/s | 3 | 80.0 (80.0-80.0, 3 runs) [B] | 40.0 (40.0-40.0, 3 runs) [B] "
+            "| 5.00 (5.00-5.00, 3 runs) [A] | 2.00 | n/a (runs differ) |") in md
     # The target would pass (80 / 5 = 16 >= 10) if runs were mixed: it is n/a, and says why.
     t = {x["target"]: x for x in report.targets(agg)}["put-c64: brain/kine throughput"]
     assert t["status"] == "n/a" and t["value"] is None
@@ -221,7 +222,7 @@ def test_a_second_merge_keeps_the_sources_of_the_first():
 def test_a_single_run_report_has_no_run_marks():
     runs = [_run(s, "put-c64", v, i) for s, v in (("brain", 10.0), ("kine", 1.0)) for i in (1, 2, 3)]
     md = report.markdown(_data(runs), [])
-    assert "| put-c64 | ops/s | 3 | 10.0 | 1.00 | 10.00 |" in md and "[A]" not in md
+    assert "| put-c64 | ops/s | 3 | 10.0 (10.0-10.0, 3 runs) | 1.00 (1.00-1.00, 3 runs) | 10.00 |" in md and "[A]" not in md
 
 
 # ---------------------------------------------------------------------------
@@ -246,7 +247,8 @@ def test_mtls_target_is_judged_against_the_faster_etcd_configuration():
     cpu = by_name["mtls-put-c64: brain/etcd-3.6 server CPU per op"]
     assert cpu["value"] == 2.0 and cpu["status"] == "miss"  # brain 1000 µs/op against the fast config's 500
     md = report.markdown(_data(_mtls_runs(fast=True)), [])
-    assert "| mtls-put-c64 | ops/s | 3 | 7,000 | 3,000 | 6,000 | 1.17 |" in md   # both cells shown
+    assert ("| mtls-put-c64 | ops/s | 3 | 7,000 (7,000-7,000, 3 runs) | 3,000 (3,000-3,000, 3 runs) "
+            "| 6,000 (6,000-6,000, 3 runs) | 1.17 |") in md   # both cells shown
 
 
 def test_mtls_target_without_the_fast_configuration_is_not_called_met():
@@ -291,8 +293,8 @@ def test_restart_row_gives_median_and_worst_and_the_target_takes_the_worst():
     assert sigterm["status"] == "pass" and sigterm["value"] == 7.0
     assert kill9["status"] == "miss" and kill9["value"] == 25.6   # the median (7.2) would have passed
     md = report.markdown(_data(runs), [])
-    assert ("| restart-kill9 | s (lower is better) | 1 | 7.20 (worst 25.6, 3 samples) "
-            "| 6.50 (worst 6.60, 3 samples) |") in md
+    assert ("| restart-kill9 | s (lower is better) | 1 | 7.20 (7.00-25.6, 3 samples) "
+            "| 6.50 (6.40-6.60, 3 samples) |") in md
     assert "cpu_to_ready_s_samples 1.50, 1.50, 1.50" in md
 
 
@@ -341,7 +343,7 @@ def test_an_unsupported_rpc_is_its_own_cell_and_no_ratio():
     agg = report.aggregate(data)
     assert agg["scale-stream"]["brain"]["value"] is None and report.ratio(agg, "scale-stream", "etcd-3.7") is None
     md = report.markdown(data, [])
-    assert "| scale-stream | keys/s | 1 | unsupported | unsupported | 90,000 | – | – |" in md
+    assert "| scale-stream | keys/s | 1 | unsupported | unsupported | 90,000 (1 run) | – | – |" in md
     [t] = [t for t in report.targets(agg) if t["target"].startswith("scale-stream")]
     assert t["status"] == "n/a" and t["issue"] == "17"
 
@@ -405,9 +407,11 @@ def test_fault_rows_give_p99_p50_max_and_samples_beside_etcd():
     [t] = [t for t in report.targets(agg) if "beyond NATS's own election" in t["target"]]
     assert t["issue"] == "18" and t["status"] == "pass"
     md = report.markdown(_data(runs), [])
-    assert ("| cluster-pause-isolate | s (p99 of isolations) (lower is better) | 3 | 0.900 (p50 0.700, max 0.900, "
-            "3 samples) | 1.40 (p50 1.30, max 1.40, 3 samples) |") in md
-    assert "| cluster-pause-nats-roll | s (p99 of restarts) (lower is better) | 3 | 0.600 (p50 0.250, max 0.600, " \
+    assert ("| cluster-pause-isolate | s (p99 of isolations) (lower is better) | 3 | 0.900 (p50 0.700, "
+            "0.500-0.900, 3 samples) | 1.40 (p50 1.30, 1.20-1.40, 3 samples) |") in md
+    # p50 by nearest rank too: the 3rd of 6 (0.1 0.2 0.2 0.3 0.4 0.6), not the mean of the middle two
+    assert agg["cluster-pause-nats-roll"]["brain"]["p50"] == 0.2
+    assert "| cluster-pause-nats-roll | s (p99 of restarts) (lower is better) | 3 | 0.600 (p50 0.200, 0.100-0.600, " \
            "6 samples) | – |" in md
 
 
@@ -417,3 +421,40 @@ def test_read_confirmation_table_sets_lease_off_beside_lease_on_and_etcd():
     md = report.markdown(_data(runs), [])
     assert "| 64 | 4,000/s, p99 2.00 ms | 1,000/s, p99 2.00 ms | 5,000/s, p99 2.00 ms | 0.250 | 0.200 |" in md
     assert report.read_confirmation_table(report.aggregate(_data(runs[:1]))) == []
+
+
+# ---------------------------------------------------------------------------
+# The header: how often each group ran, and the machine's load at each group's start
+# ---------------------------------------------------------------------------
+
+
+def test_header_says_per_group_how_often_it_ran_and_warns_of_a_group_started_on_a_busy_machine():
+    runs = [_run(s, "put-c64", 100.0, i) for s in ("brain", "etcd-3.6") for i in (1, 2, 3)]
+    runs += [_failover(s, 1, leader=[0.5]) for s in ("brain", "etcd-3.6")]
+    data = _data(runs)  # settings say 3 rounds; the cluster group ran once
+    data["meta"]["group_runs"] = [
+        {"group": "put", "rounds": 3, "started": "2026-01-01T00:00:00", "load_average_start": "0.15, 0.20, 0.30",
+         "load_average_end": "1.10, 0.50, 0.40"},
+        {"group": "cluster-failover", "rounds": 3, "started": "2026-01-01T00:05:00",
+         "load_average_start": "1.97, 1.20, 0.90", "load_average_end": "2.50, 1.50, 1.00"}]
+    md = report.markdown(data, [])
+    assert "time(s)" not in md
+    assert "| put | 3 times | 00:00 | 0.15, 0.20, 0.30 | 1.10, 0.50, 0.40 |  |" in md
+    assert "| cluster-failover | once | 00:05 | 1.97, 1.20, 0.90 | 2.50, 1.50, 1.00 | **not quiet** |" in md
+    assert "**Not quiet**: 1 of 2 groups started with a 1-minute load average above 0.5: cluster-failover (1.97)" in md
+    assert "**Not quiet**: cluster-failover (1.97) started" in report.readme_block(data, "x.md")
+
+
+def test_a_group_its_servers_ran_a_different_number_of_times_says_so_per_server():
+    runs = [_run("brain", "list", 2.0, i) for i in (1, 2, 3)] + [_run("kine", "list", 0.1, 1)]
+    md = report.markdown(_data(runs), [])
+    assert "list brain 3, kine 1" in md
+
+
+def test_a_run_without_per_group_loads_is_judged_by_its_start():
+    data = _data([_run("brain", "put-c64", 100.0)])
+    data["meta"]["machine"]["load_average_start"] = "1.44, 1.00, 0.80"
+    md = report.markdown(data, [])
+    assert "**Not quiet**: the 1-minute load average was 1.44 at the start of the run" in md
+    data["meta"]["machine"]["load_average_start"] = "0.20, 1.00, 0.80"
+    assert "Not quiet" not in report.markdown(data, [])
