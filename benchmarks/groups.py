@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks import cluster as clusters
 from benchmarks.cluster import ClusterFlavor
+from benchmarks.cluster_groups import CLUSTER_GROUPS, brain_serve_defaults, runs_on
 from benchmarks.machine import du_kb
 from benchmarks.probes import count_prefix, head_revision, put_key
 from benchmarks.servers import QUOTA_8G, Flavor, Server, ServerError, StartOptions, tool_path
@@ -32,7 +33,8 @@ from tests.support.tls import TestPKI, make_test_pki
 
 GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "keepalive", "k8s-mix", "check-perf", "restart", "scale",
           "mtls-put", "mtls-range", "mtls-txn-put", "mtls-watch", "mtls-keepalive",
-          "cluster-load", "cluster-read-barrier", "cluster-failover"]
+          "cluster-load", "cluster-read-barrier", "cluster-read-lease", "cluster-failover",
+          "cluster-failover-brain-defaults"]
 # --groups also takes these names for several groups at once.
 GROUP_SETS = {
     "plain": [g for g in GROUPS if not g.startswith((MTLS, CLUSTER))],
@@ -46,10 +48,6 @@ RESTART_PREFIX = "/bench/restart/"
 SCALE_REGISTRY = "/registry/"
 # The restart samples' readiness key: put before the first sample, outside every counted prefix.
 READY_MARKER = "/bench/ready-marker"
-# Cluster groups on one kind of cluster only, and the flags every member of it gets: the read
-# confirmation's cost is brain's with its read lease off, beside cluster-load's range (lease on).
-CLUSTER_GROUP_SERVERS = {"cluster-read-barrier": ("brain",)}
-CLUSTER_GROUP_ARGS = {"cluster-read-barrier": ("--read-lease=false",)}
 # The scale group runs on the servers issue 17 compares (etcd 3.7 for its KV.RangeStream).
 SCALE_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
 
@@ -71,12 +69,13 @@ def etcdctl_binary() -> str | None:
     return str(p) if p else shutil.which("etcdctl")
 
 
-def servers_for(group: str, flavors: list, cluster_flavors: list) -> list:
-    """The servers a group runs on: clusters for the cluster groups; the TLS-only
+def servers_for(group: str, flavors: list, cluster_flavors: list, brain_defaults: dict | None = None) -> list:
+    """The servers a group runs on: clusters for the cluster groups (those benchmarks/cluster_groups.py
+    runs it on under brain's defaults, ``brain_defaults``: brain serve's own unless given); the TLS-only
     configurations (etcd's fast gRPC listener) in the mutual TLS groups alone."""
     if group.startswith(CLUSTER):
-        only = CLUSTER_GROUP_SERVERS.get(group)
-        return [c for c in cluster_flavors if only is None or c.name in only]
+        defaults = brain_serve_defaults() if brain_defaults is None else brain_defaults
+        return [c for c in cluster_flavors if runs_on(group, c.name, defaults)]
     if group.startswith(MTLS):
         return flavors
     if group == "scale":
@@ -111,8 +110,8 @@ class Groups:
             return self._restart(flavor, rnd)
         if group == "scale":
             return self._scale(flavor, rnd)
-        if group == "cluster-failover":
-            return self._failover(flavor, rnd)
+        if group.startswith("cluster-failover"):
+            return self._failover(group, flavor, rnd)
         workloads = measured_in(group)
 
         def body(srv) -> None:
@@ -197,18 +196,23 @@ class Groups:
         self.tools.target = None
         root = self.session.root / f"{cf.name}-{tag}-r{rnd}"
         t = now_s()
+        args = CLUSTER_GROUPS[tag].member_args(cf.name)
         try:
-            target = cf.start(root, self.s.cluster_size, lifetime=3600.0,
-                              extra_args=CLUSTER_GROUP_ARGS.get(tag, ()))
+            target = cf.start(root, self.s.cluster_size, lifetime=3600.0, extra_args=args)
         except ServerError as e:
             for w in workloads:
-                self.session.record(cf.name, w, rnd, error=f"cluster did not start: {e}"[:2000])
+                self.session.record(cf.name, w, rnd, error=f"cluster did not start: {e}"[:2000],
+                                    extra={"member_args": list(args)})
             return
-        self.session.say(f"  {cf.name} cluster up in {now_s() - t:.1f} s: {target.endpoint}")
+        self.session.say(f"  {cf.name} cluster up in {now_s() - t:.1f} s: {target.endpoint}"
+                         + (f" (every member: {' '.join(args)})" if args else ""))
         self.tools.target = target
+        first = len(self.session.runs)
         try:
             body(target)
         finally:
+            for rec in self.session.runs[first:]:  # what each member ran with, beside its figures
+                rec["member_args"] = list(args)
             self.tools.target = None
             target.stop()
             if not self.session.keep:
@@ -395,19 +399,22 @@ class Groups:
             error = f"check perf exit {rc}: {tail(out + err, 400)}"
         self.session.record(srv.flavor.name, workload, rnd, res, tool="etcdctl", cpu_s=cpu, mem=mem, error=error)
 
-    def _failover(self, cf: ClusterFlavor, rnd: int) -> None:
+    def _failover(self, group: str, cf: ClusterFlavor, rnd: int) -> None:
         """kill -9 of the leader, the leader isolated (SIGSTOP), under brain also kill -9 of the NATS
         stream leader and a planned restart of every nats-server, then a rolling restart (SIGTERM),
-        under a writer; every acknowledged write is read back afterwards."""
+        under a writer; every acknowledged write is read back afterwards.  cluster-failover-brain-defaults
+        does only the faults brain's election timeout decides (the kills and isolations of the leader)."""
         s = self.s
         brain = cf.name == "brain"
+        every = group == "cluster-failover"
         plan = clusters.FailoverPlan(leader_kills=s.failover_leader_kills,
-                                     nats_kills=s.failover_nats_kills if brain else 0,
-                                     rolling_restarts=s.failover_rolling_restarts,
+                                     nats_kills=s.failover_nats_kills if brain and every else 0,
+                                     rolling_restarts=s.failover_rolling_restarts if every else 0,
                                      leader_isolations=s.failover_isolations,
-                                     nats_rolling_restarts=s.failover_nats_rolling_restarts if brain else 0,
+                                     nats_rolling_restarts=s.failover_nats_rolling_restarts if brain and every else 0,
                                      isolate_seconds=s.failover_isolate_seconds,
                                      rate=s.failover_rate, warmup=s.failover_warmup, settle=s.failover_settle)
+        [workload] = measured_in(group)
 
         def body(target):
             res = clusters.failover(target, plan, target.root / "tools", f"r{rnd}", say=self.session.say)
@@ -420,9 +427,8 @@ class Groups:
                 error = f"the cluster did not come back from a fault: {res['fault_error']}"[:2000]
             elif res.get("skipped_kills"):
                 error = f"kills skipped, the writer's time ran out: {res['skipped_kills']}"
-            self.session.record(cf.name, "cluster-failover", rnd, res, tool="clustercheck write + verify",
-                                error=error)
-        self._with_cluster(cf, rnd, "cluster-failover", measured_in("cluster-failover"), body)
+            self.session.record(cf.name, workload, rnd, res, tool="clustercheck write + verify", error=error)
+        self._with_cluster(cf, rnd, group, [workload], body)
 
     def _restart(self, f: Flavor, rnd: int) -> None:
         """Load N keys of 1 KiB and read RSS; then ``restart_samples`` times: SIGTERM + start, T

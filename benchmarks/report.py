@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchmarks.settings import FULL
 from benchmarks.targets import ISSUES, TARGETS, Target, met
-from benchmarks.workloads import (CLUSTER, MTLS, ONCE_GROUPS, READ_BARRIER, SCALE, SCALE_MIXES, UNSUPPORTED, WORKLOADS,
+from benchmarks.workloads import (CLUSTER, LEASE_ROWS, MTLS, ONCE_GROUPS, SCALE, SCALE_MIXES, UNSUPPORTED, WORKLOADS,
                                   mode_of)
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
@@ -58,10 +58,15 @@ def planned_runs(workload: str, settings: dict | None) -> int:
     return int(merged or (settings or {}).get("rounds") or 1)
 
 
-def title(workload: str, settings: dict | None = None) -> str:
+def title(workload: str, settings: dict | None = None, brain_defaults: dict | None = None) -> str:
+    """A workload's title with the run's settings and the brain serve defaults it ran at filled in."""
     vals = dataclasses.asdict(FULL)
     vals.update(settings or {})
     vals["scale_mix_text"] = SCALE_MIXES.get(vals.get("scale_mix", "kubernetes"), vals.get("scale_mix"))
+    d = brain_defaults or {}
+    vals["brain_read_lease"] = {True: "on", False: "off"}.get(d.get("read_lease"), "not recorded")
+    vals["brain_election_timeout_ms"] = d.get("election_timeout_ms", "?")
+    vals["brain_heartbeat_interval_ms"] = d.get("heartbeat_interval_ms", "?")
     try:
         return WORKLOADS[workload].title.format(**vals)
     except (KeyError, ValueError):
@@ -453,10 +458,17 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         elif spec.kind == "pause":
             c = agg.get(w, {}).get("brain") or {}
             v = c.get("value")
-            e = (agg.get(w, {}).get(peer) or {}).get("value") if peer else None
-            note = f"{len(c.get('samples') or [])} kills" + (f"; {peer.replace('-', ' ')} leader: {_fmt(e)} s"
-                                                             if e is not None else "")
-            add(name, v, met(spec.goal, v), spec.goal, w, note)
+            note = f"{len(c.get('samples') or [])} faults, p50 {_fmt(c.get('p50'))}" if v is not None else ""
+            same = spec.versus or w  # the row where brain and the peer ran at the same settings
+            e = (agg.get(same, {}).get(peer) or {}).get("value") if peer else None
+            if spec.versus:
+                vb = (agg.get(same, {}).get("brain") or {})
+                if vb.get("value") is not None or e is not None:
+                    note += (f"; both at etcd's election timeout ({same}): brain {_fmt(vb.get('value'))} s, "
+                             f"{peer.replace('-', ' ')} {_fmt(e)} s")
+            elif e is not None:
+                note += f"; {peer.replace('-', ' ')}: {_fmt(e)} s"
+            add(name, v, met(spec.goal, v), spec.goal, w, note.lstrip("; "))
         elif spec.kind == "lost":
             v = (agg.get(w, {}).get("brain") or {}).get("value")
             add(name, v, met(spec.goal, v), spec.goal, w)
@@ -574,7 +586,7 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
     for w, meta in WORKLOADS.items():
         if w not in agg or meta.source:
             continue
-        out += [f"### {w}: {title(w, data['meta'].get('settings'))}", ""]
+        out += [f"### {w}: {title(w, data['meta'].get('settings'), data['meta'].get('brain_serve_defaults'))}", ""]
         head = ["server", f"{meta.unit} median (n/planned)", "runs", "p50 ms", "p99 ms", "CPU µs/op", "op errors"]
         head += [f"brain/{p}" for p in PEERS if p in servers]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -694,7 +706,7 @@ def header(data: dict) -> list[str]:
     if "mtls" in ran and m.get("mtls_rule"):
         lines += ["", "Mutual TLS, " + m["mtls_rule"] + "."]
     if "cluster" in ran:
-        for key in ("cluster_rule", "failover_rule"):
+        for key in ("cluster_rule", "failover_rule", "read_lease_rule"):
             if m.get(key):
                 lines += ["", "Clusters, " + m[key] + "."]
     for merged in m.get("merged", []):
@@ -853,38 +865,53 @@ def summary_tables(data: dict, agg: dict, level: str = "###") -> list[str]:
             out += [f"{level} {MODE_TITLES[m][0].upper()}{MODE_TITLES[m][1:]}", ""]
         out += summary_table(data, agg, m) + [""]
         if m == "cluster":
-            out += read_confirmation_table(agg)
+            out += read_confirmation_table(agg, data["meta"].get("brain_serve_defaults"))
     return out[:-1] if out else out
 
 
-def read_confirmation_table(agg: dict) -> list[str]:
-    """Linearizable range on brain's cluster with its read lease (the default) and without it
-    (``--read-lease=false``: every read waits for a barrier record), beside etcd 3.6's; a ratio only
-    between cells of one run.  [] when the run did not measure the lease-off rows."""
-    rows = [(off, on) for off, on in READ_BARRIER.items() if (agg.get(off) or {}).get("brain")]
-    if not rows:
+def read_confirmation_table(agg: dict, brain_defaults: dict | None = None) -> list[str]:
+    """Linearizable range on brain's cluster with its read lease on and off, each cell labelled with the
+    run it comes from (brain serve's default, or the flag that set it), beside etcd 3.6's; a ratio only
+    between cells of one run.  [] when the run measured no row of the setting that is not the default.
+    A run that did not record brain's defaults ran before they could be set otherwise: lease on."""
+    default_on = (brain_defaults or {}).get("read_lease", True)
+    out = []
+    for clients, rows in LEASE_ROWS.items():
+        cells = {}
+        for setting, flag in (("on", "--read-lease=true"), ("off", "--read-lease=false")):
+            explicit = (agg.get(rows[setting]) or {}).get("brain")
+            if explicit is not None:
+                cells[setting] = (explicit, flag)
+            elif (setting == "on") == default_on and (agg.get(rows["default"]) or {}).get("brain"):
+                cells[setting] = (agg[rows["default"]]["brain"], "default")
+        if not any(label != "default" for _, label in cells.values()):
+            continue
+        etcd = (agg.get(rows["default"]) or {}).get("etcd-3.6")
+        on, off = cells.get("on", (None, ""))[0], cells.get("off", (None, ""))[0]
+        out.append(f"| {clients} | {_lease_cell(cells.get('on'))} | {_lease_cell(cells.get('off'))} "
+                   f"| {_lease_cell((etcd, '') if etcd else None)} | {_over(off, on)} | {_over(off, etcd)} "
+                   f"| {_over(on, etcd)} |")
+    if not out:
         return []
+    return ["Read confirmation: linearizable range, one key, on brain's cluster with its read lease on (the leader "
+            "answers within its lease) and off (every read confirmed by a barrier record the journal's quorum "
+            "acknowledged, as etcd confirms a ReadIndex), beside etcd 3.6's cluster; each brain cell says how "
+            "the lease was set (`brain serve`'s default, or the flag):", "",
+            "| clients | brain, read lease on | brain, read lease off | etcd-3.6 | brain off / on "
+            "| brain off / etcd-3.6 | brain on / etcd-3.6 |", "|---|---|---|---|---|---|---|", *out, ""]
 
-    def cell(c: dict | None) -> str:
-        if c is None or c.get("value") is None:
-            return "–"
-        return f"{_fmt(c['value'])}/s, p99 {_fmt(c.get('p99'))} ms"
 
-    def over(a: dict | None, b: dict | None) -> str:
-        if not a or not b or a.get("value") is None or not b.get("value"):
-            return "–"
-        return _fmt(a["value"] / b["value"]) if same_run(a, b) else "runs differ"
+def _lease_cell(cell_label) -> str:
+    if cell_label is None or cell_label[0] is None or cell_label[0].get("value") is None:
+        return "–"
+    c, label = cell_label
+    return f"{_fmt(c['value'])}/s, p99 {_fmt(c.get('p99'))} ms" + (f" ({label})" if label else "")
 
-    out = ["Read confirmation: linearizable range, one key, on brain's cluster with its read lease and with "
-           "`--read-lease=false` (every read confirmed by a barrier record), beside etcd 3.6's cluster:", "",
-           "| clients | brain, read lease | brain, --read-lease=false | etcd-3.6 | brain lease off / on "
-           "| brain lease off / etcd-3.6 |", "|---|---|---|---|---|---|"]
-    for off, on in rows:
-        b_off, b_on = agg[off]["brain"], (agg.get(on) or {}).get("brain")
-        etcd = (agg.get(on) or {}).get("etcd-3.6")
-        out.append(f"| {WORKLOADS[off].clients} | {cell(b_on)} | {cell(b_off)} | {cell(etcd)} | {over(b_off, b_on)} "
-                   f"| {over(b_off, etcd)} |")
-    return out + [""]
+
+def _over(a: dict | None, b: dict | None) -> str:
+    if not a or not b or a.get("value") is None or not b.get("value"):
+        return "–"
+    return _fmt(a["value"] / b["value"]) if same_run(a, b) else "runs differ"
 
 
 def markdown(data: dict, plots: list[str]) -> str:
@@ -1120,7 +1147,8 @@ def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mt
         "brain": entry["brain"], "load": entry["load_end"] or "?", "machine": entry["machine"],
         "order_rule": rm.get("order_rule", ""),
     })
-    for key in ("restart_rule", "mtls_rule", "cluster_rule", "failover_rule"):
+    for key in ("restart_rule", "mtls_rule", "cluster_rule", "failover_rule", "read_lease_rule",
+                "brain_serve_defaults"):
         if rm.get(key):
             meta[key] = rm[key]
     if rm.get("clusters"):

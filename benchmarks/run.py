@@ -44,6 +44,7 @@ from pathlib import Path
 from benchmarks import cluster as clusters
 from benchmarks import report
 from benchmarks.cluster import all_cluster_flavors
+from benchmarks.cluster_groups import CLUSTER_GROUPS, ETCD_TIMEOUTS, brain_serve_defaults, describe, redundant
 from benchmarks.groups import GROUP_SETS, GROUPS, Groups, etcdctl_binary, now_s, round_order, servers_for
 from benchmarks.machine import (brain_checkpoint_thresholds, first_line, go_module_version, load_average,
                                 machine_facts)
@@ -71,6 +72,8 @@ class Bench:
         self.t0 = now_s()
         self.runs: list[dict] = []
         self.notes: list[str] = []
+        # What `brain serve` runs a replica with when given no flag: the cluster groups follow it.
+        self.brain_defaults = brain_serve_defaults()
         self.stamp = _dt.datetime.now().strftime("%Y-%m-%d")
         self.json_path, self.md_path = self._paths()
         self.meta = self._meta()
@@ -131,6 +134,8 @@ class Bench:
                              "threshold; etcd and kine: whatever their WAL holds)"),
             "brain_checkpoint_thresholds": brain_checkpoint_thresholds(),
             "clusters": clusters_meta,
+            "brain_serve_defaults": self.brain_defaults,
+            "cluster_member_args": {g: dict(CLUSTER_GROUPS[g].args) for g in self.groups if g in CLUSTER_GROUPS},
             "mtls_rule": ("mtls- workloads: every server on https:// with client-certificate auth (etcd and brain: "
                           "--cert-file --key-file --trusted-ca-file --client-cert-auth; kine: --server-cert-file "
                           "--server-key-file --trusted-ca-file, which makes it require a client certificate), "
@@ -154,7 +159,18 @@ class Bench:
                               "down, lame duck mode, a start); the next fault waits until every member serves; "
                               "a fault's write pause is the longest gap between acknowledged writes that begins "
                               "within 3 s of it (a planned nats-server restart: while it runs); afterwards "
-                              "clustercheck verify reads every acknowledged write back at its revision"),
+                              "clustercheck verify reads every acknowledged write back at its revision; every "
+                              "member of both clusters runs at etcd's election timing (" + " ".join(ETCD_TIMEOUTS)
+                              + ", etcd's defaults), so the pauses compare the servers, not their settings; "
+                              "cluster-failover-brain-defaults: brain at `brain serve`'s defaults ("
+                              + describe(self.brain_defaults) + "), the leader's kills and isolations only; "
+                              "a fault row is the p99 and p50 (nearest rank) of every fault of every round"),
+            "read_lease_rule": ("cluster- groups run brain at `brain serve`'s default read lease ("
+                                + ("on" if self.brain_defaults["read_lease"] else "off") + "); the other setting "
+                                "runs as labelled rows: cluster-read-barrier (--read-lease=false, every "
+                                "linearizable read confirmed by a barrier record the journal's quorum "
+                                "acknowledged) or cluster-read-lease (--read-lease=true), the one that is not "
+                                "the default"),
         }
 
     def elapsed(self) -> str:
@@ -220,6 +236,10 @@ class Bench:
                                 if self.meta.get("clusters", {}).get(c.name, {}).get("available")
                                 and self.meta["servers"][c.name]["available"]]
         for gi, g in enumerate(self.groups, 1):
+            why = redundant(g, self.brain_defaults)
+            if why and any(c.name == "brain" for c in self.cluster_flavors):
+                self.notes.append(why)
+                self.say(why)
             rounds = 1 if g in ONCE_GROUPS else s.rounds
             slow: dict[str, float] = {}
             # Each group's rounds and the machine's load at its start and end: the report says per group
@@ -229,7 +249,8 @@ class Bench:
             self.meta.setdefault("group_runs", []).append(span)
             t_group = now_s()
             for rnd in range(1, rounds + 1):
-                for f in round_order(servers_for(g, self.flavors, self.cluster_flavors), gi, rnd):
+                for f in round_order(servers_for(g, self.flavors, self.cluster_flavors, self.brain_defaults),
+                                     gi, rnd):
                     if f.name in slow:
                         continue
                     self.say(f"[group {gi}/{len(self.groups)}] {g} round {rnd}/{rounds}: {f.name}")

@@ -81,10 +81,12 @@ class Settings:
     # Clusters (issue 9): 3 brains on 3 nats-servers against 3 etcd 3.6 members.
     cluster_size: int = 3
     cluster_clients: tuple = clients_of("cluster-load")
+    # Faults per round, so that 3 rounds give every fault row at least 9 samples (its p99 is then the largest,
+    # its p50 the 5th): the kills and isolations of the leader also in cluster-failover-brain-defaults.
     failover_leader_kills: int = 3   # per round: kill -9 of the leader (brain's, etcd's)
-    failover_nats_kills: int = 2     # per round, brain only: kill -9 of the NATS stream leader
-    failover_rolling_restarts: int = 1  # per round: SIGTERM and start of every member in turn
-    failover_isolations: int = 2     # per round: SIGSTOP of the leader (brain's, etcd's), SIGCONT after ...
+    failover_nats_kills: int = 3     # per round, brain only: kill -9 of the NATS stream leader
+    failover_rolling_restarts: int = 1  # per round: SIGTERM and start of every member in turn (3 members)
+    failover_isolations: int = 3     # per round: SIGSTOP of the leader (brain's, etcd's), SIGCONT after ...
     failover_isolate_seconds: float = 5.0  # ... this many seconds
     failover_nats_rolling_restarts: int = 1  # per round, brain only: every nats-server restarted in turn
     failover_rate: float = 300.0     # the writer's open-loop rate, writes/s

@@ -17,7 +17,8 @@ The kinds of target:
   rss                brain's RSS over ``peer``'s after the restart load
   check-perf         etcdctl check perf's verdict on brain
   cluster-vs-single  brain's cluster over a single brain (``versus``, of the same run)
-  pause              the p99 write pause of a kill (with ``peer``'s figure in the note)
+  pause              the p99 write pause of a kill (with ``peer``'s figure in the note; with
+                     ``versus``, brain's and ``peer``'s on that row, both at the same settings)
   lost               acknowledged writes lost, summed over every run
 
 Both restart kinds are judged only on at least MIN_RESTART_SAMPLES starts
@@ -96,13 +97,15 @@ TARGETS = (
       for w in ("cluster-put-c64", "cluster-put-c256", "cluster-txn-put-c64", "cluster-txn-put-c256")],
     *[Target("9", "cluster-vs-single", "{workload}: brain cluster/single brain ({versus}) throughput",
              "cluster-" + w, ">= 1.5", versus=w) for w in ("range-l-c64", "range-l-c256")],
-    Target("9", "pause", "write pause after kill -9 of brain's leader, p99 (s)", "cluster-pause-leader", "<= 3 s",
-           peer="etcd-3.6"),
+    # brain's leader kills are judged at `brain serve`'s default election timeout, what an operator gets; the
+    # note gives both clusters at etcd's timeout (cluster-pause-leader), the comparison of the servers.
+    Target("9", "pause", "write pause after kill -9 of brain's leader at brain's default election timeout, p99 (s)",
+           "cluster-pause-leader-brain-defaults", "<= 3 s", peer="etcd-3.6", versus="cluster-pause-leader"),
     Target("9", "pause", "write pause after kill -9 of the NATS stream leader, p99 (s)", "cluster-pause-nats",
            "<= 7 s"),
     # Issue 18: failover faster than etcd's, planned restarts without a pause.
-    Target("18", "pause", "write pause after kill -9 of brain's leader, p99 (s)", "cluster-pause-leader", "<= 1 s",
-           peer="etcd-3.6"),
+    Target("18", "pause", "write pause after kill -9 of brain's leader at brain's default election timeout, p99 (s)",
+           "cluster-pause-leader-brain-defaults", "<= 1 s", peer="etcd-3.6", versus="cluster-pause-leader"),
     Target("18", "pause", "write pause after SIGTERM of each member in a rolling restart, p99 (s)",
            "cluster-pause-restart", "<= 0.5 s", peer="etcd-3.6"),
     Target("18", "pause", "write pause after kill -9 of the NATS stream leader beyond NATS's own election, p99 (s)",
@@ -110,6 +113,8 @@ TARGETS = (
     Target("18", "pause", "write pause in a planned restart of each nats-server (step-down, lame duck), p99 (s)",
            "cluster-pause-nats-roll", "<= 0.5 s"),
     Target("9", "lost", "acknowledged writes lost over every brain failover run", "cluster-failover", "0"),
+    Target("9", "lost", "acknowledged writes lost over every brain failover run at brain's default election timeout",
+           "cluster-failover-brain-defaults", "0"),
     # Issue 17: the scale group, asked at 1M keys (the default run) and at 10M (--scale-keys 10000000).
     Target("17", "ratio", "RSS after loading {scale_keys}: brain/{peer}", "scale-rss", "<= 0.5", "etcd-3.6",
            at_keys=1_000_000),

@@ -418,9 +418,65 @@ def test_fault_rows_give_p99_p50_max_and_samples_beside_etcd():
 def test_read_confirmation_table_sets_lease_off_beside_lease_on_and_etcd():
     runs = [_run("brain", "cluster-range-l-c64", 4000.0), _run("brain", "cluster-range-l-barrier-c64", 1000.0),
             _run("etcd-3.6", "cluster-range-l-c64", 5000.0)]
-    md = report.markdown(_data(runs), [])
-    assert "| 64 | 4,000/s, p99 2.00 ms | 1,000/s, p99 2.00 ms | 5,000/s, p99 2.00 ms | 0.250 | 0.200 |" in md
+    data = _data(runs)
+    data["meta"]["brain_serve_defaults"] = {"read_lease": True, "election_timeout_ms": 500,
+                                            "heartbeat_interval_ms": 100}
+    md = report.markdown(data, [])
+    assert ("| 64 | 4,000/s, p99 2.00 ms (default) | 1,000/s, p99 2.00 ms (--read-lease=false) | 5,000/s, p99 "
+            "2.00 ms | 0.250 | 0.200 | 0.800 |") in md
+    assert "(brain at `brain serve`'s default: read lease on)" in md  # the default rows say which it was
     assert report.read_confirmation_table(report.aggregate(_data(runs[:1]))) == []
+
+
+def test_with_the_lease_off_by_default_the_lease_on_rows_are_the_labelled_second_ones():
+    runs = [_run("brain", "cluster-range-l-c64", 1000.0), _run("brain", "cluster-range-l-lease-c64", 4000.0),
+            _run("etcd-3.6", "cluster-range-l-c64", 5000.0)]
+    data = _data(runs)
+    data["meta"]["brain_serve_defaults"] = {"read_lease": False, "election_timeout_ms": 500,
+                                            "heartbeat_interval_ms": 100}
+    md = report.markdown(data, [])
+    assert ("| 64 | 4,000/s, p99 2.00 ms (--read-lease=true) | 1,000/s, p99 2.00 ms (default) | 5,000/s, p99 "
+            "2.00 ms | 0.250 | 0.200 | 0.800 |") in md
+    assert "(brain at `brain serve`'s default: read lease off)" in md
+
+
+def test_cluster_groups_follow_brains_defaults_and_skip_the_one_that_repeats_them():
+    from benchmarks.cluster_groups import CLUSTER_GROUPS, ETCD_TIMEOUTS, redundant
+    from benchmarks.groups import servers_for
+
+    class C:
+        def __init__(self, name):
+            self.name = name
+    clusters = [C("etcd-3.6"), C("brain")]
+    lease_on = {"read_lease": True, "election_timeout_ms": 500, "heartbeat_interval_ms": 100}
+    lease_off = dict(lease_on, read_lease=False)
+
+    def names(group, defaults):
+        return [c.name for c in servers_for(group, [], clusters, defaults)]
+    assert names("cluster-load", lease_on) == ["etcd-3.6", "brain"]
+    assert names("cluster-read-barrier", lease_on) == ["brain"] and names("cluster-read-lease", lease_on) == []
+    assert names("cluster-read-barrier", lease_off) == [] and names("cluster-read-lease", lease_off) == ["brain"]
+    assert "cluster-load measured its rows" in redundant("cluster-read-lease", lease_on)
+    # Failover: both clusters at etcd's election timing; brain's defaults as a group of brain's own.
+    assert CLUSTER_GROUPS["cluster-failover"].member_args("brain") == ETCD_TIMEOUTS
+    assert CLUSTER_GROUPS["cluster-failover"].member_args("etcd-3.6") == ETCD_TIMEOUTS
+    assert ETCD_TIMEOUTS == ("--election-timeout", "1000", "--heartbeat-interval", "100")
+    assert names("cluster-failover-brain-defaults", lease_on) == ["brain"]
+    assert CLUSTER_GROUPS["cluster-failover-brain-defaults"].member_args("brain") == ()
+    assert names("cluster-failover-brain-defaults", dict(lease_on, election_timeout_ms=1000)) == []
+
+
+def test_brains_leader_kill_is_judged_at_its_default_timeout_beside_both_at_etcds():
+    runs = [_failover("brain", 1, leader=[1.1, 1.2, 1.15]), _failover("etcd-3.6", 1, leader=[1.3, 1.5, 1.4])]
+    runs += [dict(_failover("brain", 1, leader=[0.5, 0.7, 0.6]), workload="cluster-failover-brain-defaults")]
+    data = _data(runs)
+    data["meta"]["settings"]["rounds"] = 1
+    agg = report.aggregate(data)
+    assert agg["cluster-pause-leader-brain-defaults"]["brain"]["value"] == 0.7
+    t = next(t for t in report.targets(agg) if t["issue"] == "18" and "brain's leader" in t["target"])
+    assert t["status"] == "pass" and t["value"] == 0.7
+    assert "both at etcd's election timeout (cluster-pause-leader): brain 1.20 s, etcd 3.6 1.50 s" in t["note"]
+    assert report.ratio(agg, "cluster-pause-leader", "etcd-3.6") == 1.2 / 1.5  # the servers at equal settings
 
 
 # ---------------------------------------------------------------------------
