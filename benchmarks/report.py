@@ -643,7 +643,11 @@ def _kills_line(res: dict) -> str:
     kills = ", ".join(f"{names.get(k['fault'], k['fault'])} {k['member']}{' (leading)' if k.get('was_leader') else ''} "
                       f"{_fmt(k.get('write_pause_s'))} s"
                       + (f" (a new leader after {_fmt(k['leader_after_s'])} s)" if k.get("leader_after_s") is not None
-                         else "") for k in res["kills"])
+                         else "")
+                      + (f" (the new stream leader took over at {_fmt(k['stream_leader_since_s'])} s; writes resumed "
+                         f"{_fmt(k['beyond_election_s'])} s after it)" if k.get("stream_leader_since_s") is not None
+                         and k.get("beyond_election_s") is not None else "")
+                      for k in res["kills"])
     return (f"write pauses after {kills}; {res.get('acked')} writes acknowledged "
             f"({res.get('unknown')} unknown outcomes), {res.get('verified')} read back, {res.get('lost')} lost, "
             f"{(res.get('writer_violations') or 0) + (res.get('verify_violations') or 0)} violations")

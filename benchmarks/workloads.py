@@ -201,9 +201,11 @@ WORKLOADS: dict[str, Workload] = {
                                    "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
                                    higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-nats-excess": Workload("cluster-failover", "failover", "clustercheck write + verify",
-                                          "cluster: the write pause after kill -9 of the NATS stream leader's "
-                                          "nats-server beyond NATS's election of a new stream leader (the pause "
-                                          "minus the time until the new leader was seen), p99 of every kill",
+                                          "cluster: after kill -9 of the NATS stream leader's nats-server, how "
+                                          "long after the new stream leader took over writes resumed: the end of "
+                                          "the write pause minus the new leader's own leader_since (every "
+                                          "nats-server's /jsz polled every 50 ms from before the kill), unclipped: "
+                                          "negative when writes resumed first; p99 of every kill",
                                           "nats_excess_pauses_s", "s (p99 of kills)",
                                           higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-nats-roll": Workload("cluster-failover", "failover", "clustercheck write + verify",

@@ -152,6 +152,9 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         # Both clusters at etcd's election timing in cluster-failover; brain at its own defaults beside it.
         want = list(ETCD_TIMEOUTS) if workload == "cluster-failover" else []
         assert run["member_args"] == want, f"{server} {workload}: {run['member_args']}"
+    for kill in seen["brain"]["cluster-failover"]["result"]["kills"]:
+        if kill["fault"] == "nats":  # the new stream leader as every nats-server's monitoring reported it
+            assert kill["stream_leader_seen_s"] is not None and kill["stream_leader_polls"] > 0, kill
     assert not any("barrier" in w or "lease" in w for w in seen["etcd-3.6"]), "the read-lease rows are brain's alone"
     # Restart: every sample of both kinds was taken, each with the server's CPU time to ready.
     samples = meta["settings"]["restart_samples"]
