@@ -15,12 +15,15 @@ a writer.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
 from benchmarks import cluster as clusters
+from benchmarks import profiles
 from benchmarks.cluster import ClusterFlavor
 from benchmarks.cluster_groups import CLUSTER_GROUPS, brain_serve_defaults, runs_on
 from benchmarks.machine import du_kb
@@ -529,13 +532,15 @@ class Groups:
             pods = kinds["pods"]
             list_args = ["--prefix", pods["prefix"], "--expect", pods["keys"], "--op-timeout", f"{slow:.0f}s"]
             for limit in SCALE_LIMITS:
-                self._scale_read(srv, rnd, f"scale-list-{limit}", slow, [*list_args, "--op", "list", "--limit", limit])
-            self._scale_read(srv, rnd, "scale-stream", slow, [*list_args, "--op", "stream"])
+                self._scale_read(srv, rnd, f"scale-list-{limit}", slow, [*list_args, "--op", "list", "--limit", limit],
+                                 profile=s.scale_profile)
+            self._scale_read(srv, rnd, "scale-stream", slow, [*list_args, "--op", "stream"], profile=s.scale_profile)
             self._load(srv, "scale-count", rnd, "count", [
                 "--clients", 1, "--duration", f"{s.duration}s", "--prefix", SCALE_REGISTRY, "--expect", keys,
                 "--op-timeout", f"{slow:.0f}s"], timeout=slow)
             self._scale_read(srv, rnd, "scale-keys-only", slow, [
-                "--op", "keys-only", "--prefix", SCALE_REGISTRY, "--expect", keys, "--op-timeout", f"{slow:.0f}s"])
+                "--op", "keys-only", "--prefix", SCALE_REGISTRY, "--expect", keys, "--op-timeout", f"{slow:.0f}s"],
+                profile=s.scale_profile)
             watch_limit = min(slow, s.scale_watch_limit)
             self._scale_read(srv, rnd, "scale-watch", watch_limit + 60, [
                 "--op", "watch", "--prefix", pods["prefix"], "--from-rev", load["result"]["rev_before"] + 1,
@@ -578,9 +583,11 @@ class Groups:
             return None
         return rec
 
-    def _scale_read(self, srv: Server, rnd: int, workload: str, timeout: float, args: list) -> None:
+    def _scale_read(self, srv: Server, rnd: int, workload: str, timeout: float, args: list,
+                    profile: bool = False) -> None:
         """One brainload scale-read, recorded; a server without the RPC (Unimplemented) is recorded as
-        ``unsupported``, which is not a failure."""
+        ``unsupported``, which is not a failure.  ``profile``: then the same read once more under the
+        profilers (benchmarks/profiles.py), its summary added to the record as ``result["profile"]``."""
         name = srv.flavor.name
         try:
             res, cpu, mem = self.measured(srv, lambda: self.tools.brainload(
@@ -590,7 +597,36 @@ class Groups:
             return
         if res.get(UNSUPPORTED):  # nothing was read: no CPU per key
             cpu = None
-        self.session.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+        rec = self.session.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+        if profile and rec["ok"] and not res.get(UNSUPPORTED):
+            rec["result"]["profile"] = self._profiled_read(srv, workload, timeout, args)
+
+    def _profiled_read(self, srv: Server, workload: str, timeout: float, args: list) -> dict:
+        """The read once more, after its timed run: brainload writing a CPU profile of it, brain's server
+        sampled by py-spy meanwhile; the summary of both (or what went wrong)."""
+        out_dir = srv.root / "profiles"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cpu_profile = out_dir / f"{workload}.pprof"
+        out: dict = {"run": "a second run of the same read under the profilers (the row's figures are the first's)"}
+        python = srv.flavor.name == "brain"
+        try:
+            sampler = profiles.ServerSampler(srv.pid, out_dir / f"{workload}.py-spy.txt") if python else None
+            c0 = srv.cpu_seconds()
+            with sampler or contextlib.nullcontext():
+                res = self.tools.brainload("scale-read", _tool_endpoint(srv), [*args, "--cpu-profile", cpu_profile],
+                                           timeout, srv.root / "tools", f"{workload}-profiled", tls=srv.opts.tls)
+            out.update(seconds=res.get("seconds"), keys=res.get("keys"), client_cpu_s=res.get("client_cpu_s"),
+                       server_cpu_s=round(srv.cpu_seconds() - c0, 3))
+            if res.get("_error"):
+                out["error"] = str(res["_error"])[:1000]
+                return out
+            out["client"] = profiles.client_profile(cpu_profile)
+            out["server"] = (sampler.summary() if sampler is not None
+                             else f"not profiled: {srv.flavor.name} is not a Python process (py-spy samples brain)")
+        except (RuntimeError, ToolError, OSError, subprocess.SubprocessError) as e:
+            out["error"] = " ".join(str(e).split())[:1000]
+        self.session.say(f"  {srv.flavor.name} {workload} profiled: " + profiles.one_line(out))
+        return out
 
     def _scale_restarts(self, srv: Server, rnd: int, keys: int, slow: float) -> None:
         """``scale_restart_samples`` SIGTERM and kill -9 restarts, each ready when a linearizable Get of

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -631,6 +632,9 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
                 kills = (run.get("result") or {}).get("kills")
                 if kills:
                     notes.append(f"- {s} round {run.get('round')}: " + _kills_line(run["result"]))
+                prof = (run.get("result") or {}).get("profile")
+                if prof:
+                    notes.append(f"- {s}, profiled: " + _profile_line(prof))
         out += [""] + notes + ([""] if notes else [])
     return out
 
@@ -651,6 +655,33 @@ def _kills_line(res: dict) -> str:
     return (f"write pauses after {kills}; {res.get('acked')} writes acknowledged "
             f"({res.get('unknown')} unknown outcomes), {res.get('verified')} read back, {res.get('lost')} lost, "
             f"{(res.get('writer_violations') or 0) + (res.get('verify_violations') or 0)} violations")
+
+
+def _profile_line(prof: dict) -> str:
+    """A read profiled on both sides (benchmarks/profiles.py): the client's CPU by class, the server's by
+    function (its own samples, and with what it called)."""
+    head = (f"{prof.get('run', 'a second run under the profilers')}: {_fmt(prof.get('seconds'))} s, client "
+            f"{_fmt(prof.get('client_cpu_s'))} s of CPU (the whole process), server {_fmt(prof.get('server_cpu_s'))} s")
+    if prof.get("error"):
+        return f"{head}; the profile failed: `{_oneline(prof['error'], 300)}`"
+    bits = [head]
+    client = prof.get("client") or {}
+    if client:
+        bits.append(f"the client's {_fmt(client.get('cpu_s'))} s sampled: " + ", ".join(
+            f"{x['class']} {_fmt(x['cpu_s'])} s ({x['share']:.0%})" for x in client.get("classes") or []))
+        flat = [ln.split(None, 5) for ln in client.get("top") or [] if re.match(r"^\s*[\d.]+\w*\s+[\d.]+%", ln)]
+        if flat:
+            bits.append("its functions by own time (pprof -top): " + ", ".join(
+                f"`{x[-1]}` {x[1]}" for x in flat[:6] if len(x) >= 6))
+    server = prof.get("server")
+    if isinstance(server, dict) and server.get("samples"):
+        bits.append(f"the server's {server['samples']} samples (py-spy, non-idle threads) by function, own: "
+                    + ", ".join(f"`{x['function']}` {x['share']:.0%}" for x in server["self"][:6])
+                    + "; with what it called: "
+                    + ", ".join(f"`{x['function']}` {x['share']:.0%}" for x in server["total"][:6]))
+    elif isinstance(server, str):
+        bits.append(server)
+    return "; ".join(bits)
 
 
 def _oneline(s: str, n: int) -> str:

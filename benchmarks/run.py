@@ -300,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-mix", choices=("kubernetes", "small"),
                     help="value sizes of the scale data set: kubernetes (about 1 KiB a value; the default) or "
                          "small (about 540 B; the 10M run's, to fit 24 GiB)")
+    ap.add_argument("--profile-scale-reads", action="store_true",
+                    help="run each read of the scale group once more under profilers: brainload's Go CPU profile "
+                         "(decoding vs the rest) and py-spy on brain's server (by function); in the JSON and report")
     ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results; smoke: a temp dir)")
     ap.add_argument("--tmp-root", help="parent of the data dirs (default: the system temp dir; use a disk, "
                                        "not tmpfs, or fsync costs nothing)")
@@ -319,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, scale_keys=a.scale_keys)
     if a.scale_mix:
         settings = dataclasses.replace(settings, scale_mix=a.scale_mix)
+    if a.profile_scale_reads:
+        settings = dataclasses.replace(settings, scale_profile=True)
     wanted = [x.strip() for x in a.servers.split(",") if x.strip()]
     known = {f.name: f for f in all_flavors()}
     bad = [w for w in wanted if w not in known]

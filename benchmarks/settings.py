@@ -71,6 +71,9 @@ class Settings:
     # with the events it got: etcd reads every revision since the watch's start for each catch-up step
     # (12M at 10M keys), and its watch of the 480k pod events had delivered almost none after 23 min.
     scale_watch_limit: float = 900.0
+    # --profile-scale-reads: each scale read once more under the profilers (brainload's Go CPU profile, py-spy on
+    # brain), the split of the client's CPU and the server's by function in the record (benchmarks/profiles.py).
+    scale_profile: bool = False
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
