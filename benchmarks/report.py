@@ -459,7 +459,8 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         elif spec.kind == "pause":
             c = agg.get(w, {}).get("brain") or {}
             v = c.get("value")
-            note = f"{len(c.get('samples') or [])} faults, p50 {_fmt(c.get('p50'))}" if v is not None else ""
+            n = len(c.get("samples") or [])
+            note = f"{n} fault{'s' if n != 1 else ''}, p50 {_fmt(c.get('p50'))}" if v is not None else ""
             same = spec.versus or w  # the row where brain and the peer ran at the same settings
             e = (agg.get(same, {}).get(peer) or {}).get("value") if peer else None
             if spec.versus:

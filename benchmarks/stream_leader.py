@@ -15,7 +15,12 @@ from before the kill.  Each answer names the leader that server knows and,
 on the leader itself, ``leader_since``: the time (nats-server's
 ``time.Now()``, the same clock as this process's ``time.time()`` on one
 machine) at which it took over the group, after applying what the old
-leader had committed, i.e. from when it accepts appends.  ``election`` takes
+leader had committed: nats-server 2.15's ``raft.Leader()``, which a stream
+checks before it takes an append, is true from that moment (``leaderState``),
+so before it no client could append, whatever it did.  A server may name the
+new leader earlier (Raft elected it; it is still applying): both times are
+kept, and the pause beyond the election is counted from leader_since, NATS's
+whole share.  ``election`` takes
 the first answer of any server naming a new leader, and that leader's own
 ``leader_since`` when it reported one: the election's time, not when a poll
 happened to see it.
