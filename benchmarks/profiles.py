@@ -66,7 +66,8 @@ def client_split(traces: list[tuple[float, list[str]]]) -> dict:
         seconds[cls] += value
     total = sum(seconds.values())
     return {"cpu_s": round(total, 3),
-            "classes": [{"class": c, "cpu_s": round(seconds[c], 3), "share": round(seconds[c] / total, 3) if total else 0}
+            "classes": [{"class": c, "cpu_s": round(seconds[c], 3),
+                         "share": round(seconds[c] / total, 3) if total else 0}
                         for c in [n for n, _ in CLIENT_CLASSES] + [OTHER]]}
 
 

@@ -816,7 +816,8 @@ def group_runs_section(data: dict) -> list[str]:
                           f"{QUIET_LOAD}); other work shared the CPUs.  This run did not record the load per group."]
         return lines
     noisy = []
-    lines += ["", "| group | ran | started | load average at start (1, 5, 15 min) | at end | |", "|---|---|---|---|---|---|"]
+    lines += ["", "| group | ran | started | load average at start (1, 5, 15 min) | at end | |",
+              "|---|---|---|---|---|---|"]
     for g in order:
         x = spans.get(g, {})
         load = _load1(x.get("load_average_start"))
