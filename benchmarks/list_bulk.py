@@ -28,7 +28,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.backend.lmdb_backend import LmdbBackend
 from brain.backend.protocol import WriteBatch
 from brain.mvcc.revision import pack
-from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries
+from brain.mvcc.shard_map import DEFAULT_SHARDS, default_boundaries
 from brain.mvcc.store import Store
 
 LEASES = 1000  # leases the leased keys are spread over

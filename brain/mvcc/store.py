@@ -54,7 +54,8 @@ from .requests import (
     TxnResult,
 )
 from .revision import main_of
-from .shard import Shard, ShardMap
+from .shard import Shard
+from .shard_map import ShardMap
 
 # Overlay keys a shard keeps at least before merging them into blocks: a
 # store this small stays on the overlay alone (Store.overlay_floor).
