@@ -33,7 +33,8 @@ from .requests import (
     RangeResult,
 )
 from .revision import SUB_BITS, main_of, pack
-from .shard import Found, Shard
+from .shard import Shard
+from .visibility import Found
 
 if TYPE_CHECKING:
     from .store import Store
