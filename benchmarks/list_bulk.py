@@ -88,7 +88,7 @@ def restarted_store(path: Path, keys: list[bytes], seed: int, recent: float) -> 
         for key in order:
             main = store.revision + 1
             store.put_at(pack(main, 0), key, values[value_size(key, rng)], rng.randrange(1, LEASES + 1) if leased(key) else 0)
-            store.revision = main
+            store.finish_revision(main)
 
     write(writes(keys, seed))
     cut = store.checkpoint_cut()
