@@ -18,9 +18,9 @@ in `active` and the deletes the cut took owed again.
 
 Memtables is a part of a Shard (brain.mvcc.shard), which says why the parts
 share one object: it owns the fields in FIELDS and is their only writer,
-but for the one write a put or a delete makes, its record appended to
-`active` by TieredIndex.put and delete (brain.mvcc.index) in the method that
-indexes it.
+but for the one write a put or a delete makes: its record, appended to
+`active` and `active_order` by TieredIndex.put and delete (brain.mvcc.index)
+in the method that indexes it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One shard: a key range's records and its key index, in one object.
 
 A Shard is made of three parts, each in its own module, and adds what
-takes two of them together:
+joins two of them (`compact`: the index's walk, then the records it
+removed) and what walks the whole index (`covered`, the views for tests):
 
     memtable.py    Memtables: the records (active and frozen memtables, the
                    value store behind them), through a checkpoint
@@ -12,13 +13,14 @@ takes two of them together:
                    at a revision sees (Found)
 
 Why parts of one object rather than objects a Shard holds: a put or a
-delete indexes the key and records its record in one method
-(TieredIndex.put and delete, which append to Memtables' `active`), and get,
-the lift of a block key, the fold of a merge and `visible` read the tiers
-once per key; parts held as objects would add a call or an attribute hop
-to each of them.  Each part initialises and writes its own fields (its
-FIELDS, which Shard declares as its slots), with that one exception: the
-record a put or a delete appends to the active memtable.
+delete indexes the key and appends its record in one method
+(TieredIndex.put and delete, which append to Memtables' `active`), and
+get, record and visible are one call on the shard; parts held as objects
+would make a write two calls (the index's, then the memtable's) and add
+a call or an attribute hop to every read of a key.  Each part initialises
+and writes its own fields (its FIELDS, which Shard declares as its slots),
+with that one exception: the record a put or a delete appends to the
+active memtable.
 
 The store reaches a shard through these operations only: of the index,
 `put` and `delete` (a write at a revision newer than any indexed, its record
@@ -48,6 +50,9 @@ from .visibility import Visibility
 
 
 class Shard(TieredIndex, Visibility, Memtables):
+    """One key range: its records, its key index and their bulk read, one
+    object made of the three parts (the module docstring says why)."""
+
     __slots__ = TieredIndex.FIELDS + Memtables.FIELDS
 
     def __init__(self, shard_id: int, backend, block_size: int = BLOCK_KEYS) -> None:
