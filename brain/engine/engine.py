@@ -70,7 +70,7 @@ from ..mvcc.requests import (
     RangeRequest,
     TxnRequest,
 )
-from ..mvcc.shard import default_boundaries, layout_problem
+from ..mvcc.shard_map import default_boundaries, layout_problem
 from ..mvcc.validation import txn_writes_nothing
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor, parse_retention

@@ -35,7 +35,7 @@ from ..engine.checkpoint_meta import CheckpointMeta
 from ..engine.engine import META_IDENTITY, META_LAYOUT
 from ..engine.ids import new_id
 from ..mvcc.codec import Record, encode_record
-from ..mvcc.shard import ShardMap
+from ..mvcc.shard_map import ShardMap
 
 BATCH_BYTES = 32 << 20  # records per value-store transaction
 
