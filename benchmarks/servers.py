@@ -250,8 +250,8 @@ class Etcd(Flavor):
         return cmd
 
     def flags_note(self) -> str:
-        note = ("single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run; the scale run: 8 GiB or "
-                "4 KiB per key, the larger)")
+        note = ("single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run and the node-capacity "
+                "steps; the scale run: 8 GiB or 4 KiB per key, the larger)")
         if self.fast_grpc:
             return ("fast gRPC: " + note + " plus --listen-client-http-urls on a second port, the load on the "
                     "gRPC-only client port (mutual TLS groups only)")
@@ -344,7 +344,7 @@ class Brain(Flavor):
         return str(REPO_ROOT)
 
     def flags_note(self):
-        return "`brain serve` defaults (the restart and scale runs' quotas, as for etcd)"
+        return "`brain serve` defaults (the restart, scale and node-capacity runs' quotas, as for etcd)"
 
 
 def all_flavors() -> list[Flavor]:
