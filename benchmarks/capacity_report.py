@@ -145,8 +145,9 @@ def points(res: dict) -> list[tuple[float, float, bool]]:
 
 
 def plot(data: dict, out_dir: Path, base: str, plt) -> str | None:
-    """p99 (of the slowest kind, what the SLO judges) against the offered load, one line per search,
-    filled where the step passed; the SLO's 1 s across.  The file name, or None without a search."""
+    """p99 (of the slowest kind, what the SLO judges) against the offered load, one line per search
+    (a cluster's dashed, with squares), filled where the step passed; the SLO's 1 s across.  The file
+    name, or None without a search."""
     recs = [(w, s, r) for w, s, r in records(data) if points(r.get("result") or {})]
     if not recs:
         return None
@@ -158,8 +159,9 @@ def plot(data: dict, out_dir: Path, base: str, plt) -> str | None:
         style = "--" if w.startswith("cluster-") else "-"
         color = COLORS.get(s)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label(w, s))
+        marker = "s" if w.startswith("cluster-") else "o"
         for x, y, ok in pts:
-            ax.plot([x], [y], "o", color=color, markerfacecolor=color if ok else "white")
+            ax.plot([x], [y], marker, color=color, markerfacecolor=color if ok else "white")
     ax.axhline(SLO_MS, color="black", linewidth=0.8, linestyle=":")
     ax.annotate("SLO: p99 1 s", (min(xs), SLO_MS), textcoords="offset points", xytext=(2, 3), fontsize=8)
     if max(xs) / max(min(xs), 1e-9) > 20:
