@@ -43,7 +43,7 @@ cluster-test: deps cluster-tools  ## the cluster tests alone (tests/cluster: NAT
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/cluster
 
 .PHONY: bench bench-smoke
-bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, 100 min (measured) plus about 8 min for the cluster groups' isolations, nats-server restarts and lease-off reads and 40 min for the 1M-key scale group (estimated): benchmarks/results/<date>.md, plots, README table
+bench: deps                   ## brain vs etcd 3.4, 3.6, 3.7 and kine (plaintext; mutual TLS with etcd 3.6/3.7 also on the fast gRPC listener), brain vs etcd 3.6 clusters, 100 min (measured) plus about 8 min for the cluster groups' isolations, nats-server restarts and lease-off reads, 40 min for the 1M-key scale group and 70-80 min for the node-capacity groups (estimated): benchmarks/results/<date>.md, plots, README table
 	$(PIP) install -q --disable-pip-version-check -e '.[test,bench]'
 	bash benchmarks/build.sh
 	bash tests/cluster/build.sh

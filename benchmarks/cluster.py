@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.machine import first_line
-from benchmarks.servers import ServerError, StartOptions, cpu_seconds, memory_kb, tool_path
+from benchmarks.servers import ServerError, StartOptions, cpu_seconds, memory_kb, thread_cpu_seconds, tool_path
 from benchmarks.stream_leader import StreamLeaderWatch
 from brain.cluster.replica import jetstream_streams
 from tests.support.servers import ServerStartError
@@ -257,6 +257,20 @@ class ClusterTarget:
         if not self.alive():
             return float("nan")
         return sum(cpu_seconds(m.proc.pid) for m in self.processes())
+
+    def leader_name(self) -> str | None:
+        """The member the cluster agrees leads, or None (an election under way)."""
+        lead = self.group.leader()
+        return lead.name if lead is not None else None
+
+    def thread_cpu(self, name: str) -> dict[str, float]:
+        """{member: CPU seconds of its threads called ``name``} for every running member that has one."""
+        out = {}
+        for m in self.processes():
+            v = thread_cpu_seconds(m.proc.pid, name)
+            if v is not None:
+                out[m.name] = v
+        return out
 
     def memory(self) -> dict:
         out: dict = {}

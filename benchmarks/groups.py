@@ -6,11 +6,12 @@ cluster for the cluster groups.  For each group the servers take turns, the
 order rotated by one place per round and per group (``round_order``), so no
 server always runs first or last.  The mutual TLS groups start every server
 with the run's certificates; etcd's fast gRPC configurations run in those
-alone (``servers_for``).  Four groups are more than their workloads: list
-starts from a data dir loaded once per server (a template), restart loads
-its keys and times starts, scale loads a Kubernetes-shaped data set and
-reads all of it before timing starts, cluster-failover kills leaders under
-a writer.
+alone (``servers_for``).  Five kinds of group are more than their workloads:
+list starts from a data dir loaded once per server (a template), restart
+loads its keys and times starts, scale loads a Kubernetes-shaped data set
+and reads all of it before timing starts, cluster-failover kills leaders
+under a writer, and the node-capacity groups run steps of rising load, each
+on a fresh start (benchmarks/capacity.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from benchmarks import cluster as clusters
 from benchmarks import profiles
+from benchmarks.capacity import Capacity
 from benchmarks.cluster import ClusterFlavor
 from benchmarks.cluster_groups import CLUSTER_GROUPS, brain_serve_defaults, runs_on
 from benchmarks.machine import du_kb
@@ -35,9 +37,10 @@ from benchmarks.workloads import CLUSTER, MTLS, SCALE_LIMITS, UNSUPPORTED, WORKL
 from tests.support.tls import TestPKI, make_test_pki
 
 GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "keepalive", "k8s-mix", "check-perf", "restart", "scale",
+          "node-capacity",
           "mtls-put", "mtls-range", "mtls-txn-put", "mtls-watch", "mtls-keepalive",
           "cluster-load", "cluster-read-barrier", "cluster-read-lease", "cluster-failover",
-          "cluster-failover-brain-defaults"]
+          "cluster-failover-brain-defaults", "cluster-node-capacity"]
 # --groups also takes these names for several groups at once.
 GROUP_SETS = {
     "plain": [g for g in GROUPS if not g.startswith((MTLS, CLUSTER))],
@@ -53,6 +56,8 @@ SCALE_REGISTRY = "/registry/"
 READY_MARKER = "/bench/ready-marker"
 # The scale group runs on the servers issue 17 compares (etcd 3.7 for its KV.RangeStream).
 SCALE_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
+# The node-capacity group's servers (issue 24): brain against the etcd releases kube-apiserver runs on.
+CAPACITY_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
 
 
 def scale_quota(keys: int) -> int:
@@ -83,6 +88,8 @@ def servers_for(group: str, flavors: list, cluster_flavors: list, brain_defaults
         return flavors
     if group == "scale":
         return [f for f in flavors if f.name in SCALE_SERVERS]
+    if group == "node-capacity":
+        return [f for f in flavors if f.name in CAPACITY_SERVERS]
     return [f for f in flavors if not f.tls_only]
 
 
@@ -115,6 +122,8 @@ class Groups:
             return self._scale(flavor, rnd)
         if group.startswith("cluster-failover"):
             return self._failover(group, flavor, rnd)
+        if group in ("node-capacity", "cluster-node-capacity"):
+            return Capacity(self).run(group, flavor, rnd)
         workloads = measured_in(group)
 
         def body(srv) -> None:

@@ -33,6 +33,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import capacity_report
 from benchmarks.settings import FULL
 from benchmarks.targets import ISSUES, TARGETS, Target, met
 from benchmarks.workloads import (CLUSTER, LEASE_ROWS, MTLS, ONCE_GROUPS, SCALE, SCALE_MIXES, UNSUPPORTED, WORKLOADS,
@@ -220,7 +221,8 @@ def aggregate(data: dict) -> dict:
                         "checkpoints_during_tail", "seconds_from_restart_to_kill9", "count_after_kill9",
                         "revision_after_kill9", "events_delivered", "writes_per_s", "slowest_s", "stddev_s",
                         "longest_gap_s", "grant_seconds", "keepalives_during_grant", "expired_answers",
-                        "acked", "unknown", "acked_per_s", "longest_pause_s", "client_cpu_s"):
+                        "acked", "unknown", "acked_per_s", "longest_pause_s", "client_cpu_s",
+                        "committer_us_per_op", "client_cpu_share", "first_fail_nodes"):
                 v = _median([_num(x.get(key)) for x in res])
                 if v is not None:
                     extra[key] = v
@@ -237,6 +239,8 @@ def aggregate(data: dict) -> dict:
                 extra[UNSUPPORTED] = next(str(x.get("detail", "")) for x in res if x.get(UNSUPPORTED))
             if any("pass" in x for x in res):
                 extra["pass"] = all(x.get("pass") for x in res)
+            if any("bounded" in x for x in res):  # a node-capacity search: False when no step failed
+                extra["bounded"] = all(x.get("bounded") for x in res)
             partial = [r.get("partial") for r in runs if r.get("partial")]
             if partial:
                 extra["partial"] = partial[0]
@@ -251,8 +255,9 @@ class Ratio:
 
     value: float | None
     peer: str = ""
-    why: str = ""            # "runs differ", "partial", or "" (a cell missing)
+    why: str = ""            # "runs differ", "partial", "unbounded", or "" (a cell missing)
     default_only: bool = False  # a mutual TLS row whose etcd fast gRPC configuration was not measured
+    bound: str = ""          # a node capacity whose search never failed a step: "≥" (brain's), "≤" (the peer's)
 
 
 def same_run(a: dict, b: dict) -> bool:
@@ -286,7 +291,13 @@ def compare(agg: dict, workload: str, peer: str, key: str = "value") -> Ratio:
     p = cell[key]
     if p == 0:
         return Ratio(None, name)
-    return Ratio(b / p, name, default_only=len(names) > 1 and len(found) < len(names))
+    bound = ""
+    if key == "value":  # a capacity is a lower bound when its search never saw a step fail
+        open_b, open_p = ((c.get("extra") or {}).get("bounded") is False for c in (bc, cell))
+        if open_b and open_p:
+            return Ratio(None, name, why="unbounded")
+        bound = "≥" if open_b else "≤" if open_p else ""
+    return Ratio(b / p, name, default_only=len(names) > 1 and len(found) < len(names), bound=bound)
 
 
 def restart_ratio(agg: dict, workload: str, peer: str) -> Ratio:
@@ -320,7 +331,9 @@ def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
 
 def _ratio_cell(r: Ratio) -> str:
     if r.value is not None:
-        return f"{r.value:.2f}" + (" (default only)" if r.default_only else "")
+        return (f"{r.bound} " if r.bound else "") + f"{r.value:.2f}" + (" (default only)" if r.default_only else "")
+    if r.why == "unbounded":
+        return "n/a (no step failed on either)"
     return "n/a (runs differ)" if r.why == "runs differ" else "–"
 
 
@@ -539,6 +552,8 @@ def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
     if c["value"] is None:
         return f"error (0/{c['planned']})" + _run_mark(c, labels) if c.get("error") else "–"
     cell = _fmt(c["value"])
+    if (c.get("extra") or {}).get("bounded") is False:  # a capacity whose search never saw a step fail
+        cell = "≥ " + cell
     short = f"{c['n']}/{c['planned']} runs" if c["n"] < c["planned"] else ""
     if "worst" in c:  # a restart row: its samples are starts
         bits = [_spread(c.get("samples") or [], "sample"), short]
@@ -806,8 +821,8 @@ def group_runs_section(data: dict) -> list[str]:
             return "once" if n == 1 else f"{n} times"
         return ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
 
-    lines = ["Each group ran per server (a fresh start each time; restart, check-perf and scale once by design, "
-             "their rows' samples are starts or one run):"]
+    lines = ["Each group ran per server (a fresh start each time; restart, check-perf, scale and the node-capacity "
+             "groups once by design, their rows' samples are starts, one run or one search of steps):"]
     if not spans:
         lines[0] += " " + "; ".join(f"{g} {times(g)}" for g in order) + "."
         start = _load1((m.get("machine") or {}).get("load_average_start"))
@@ -954,6 +969,9 @@ def _over(a: dict | None, b: dict | None) -> str:
 def markdown(data: dict, plots: list[str]) -> str:
     agg = aggregate(data)
     lines = header(data) + ["", "## Summary (medians)", ""] + summary_tables(data, agg)
+    capacity = capacity_report.section(data)
+    if capacity:
+        lines += ["", *capacity]
     lines += ["", *targets_section(agg, data["meta"].get("settings")), ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
@@ -1001,6 +1019,10 @@ def plots(data: dict, out_dir: Path, base: str) -> list[str]:
         name = f"{base}-put-latency.png"
         fig.savefig(out_dir / name, dpi=110)
         plt.close(fig)
+        made.append(name)
+
+    name = capacity_report.plot(data, out_dir, base, plt)
+    if name:
         made.append(name)
 
     suffix = {"plain": "workloads", "mtls": "mtls", "cluster": "cluster", "scale": "scale"}

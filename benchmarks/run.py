@@ -165,6 +165,15 @@ class Bench:
                               "cluster-failover-brain-defaults: brain at `brain serve`'s defaults ("
                               + describe(self.brain_defaults) + "), the leader's kills and isolations only; "
                               "a fault row is the p99 and p50 (nearest rank) of every fault of every round"),
+            "capacity_rule": ("node-capacity: brainload node-capacity steps (N node Leases renewed every 10 s "
+                              f"plus 50 pod creates, 50 pod status updates and 100 leased events a second, "
+                              f"kube-apiserver's Txns, open loop, {self.s.capacity_seconds:g} s windows), each on "
+                              "a fresh start with the quota at 8 GiB; N ramps x"
+                              f"{self.s.capacity_factor:g} from {self.s.capacity_start:,} until a step fails, then "
+                              f"is bisected to {self.s.capacity_resolution:.0%}; a step passes when every kind's "
+                              "p99 from its scheduled time is <= 1 s, >= 97% of the offered rate is achieved and "
+                              "<= 0.1% of its operations fail; server CPU is read over the window and the drain, "
+                              "brain's committer as the brain-committer thread's (a cluster's leader's)"),
             "read_lease_rule": ("cluster- groups run brain at `brain serve`'s default read lease ("
                                 + ("on" if self.brain_defaults["read_lease"] else "off") + "); the other setting "
                                 "runs as labelled rows: cluster-read-barrier (--read-lease=false, every "
@@ -303,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-scale-reads", action="store_true",
                     help="run each read of the scale group once more under profilers: brainload's Go CPU profile "
                          "(decoding vs the rest) and py-spy on brain's server (by function); in the JSON and report")
+    ap.add_argument("--capacity-start", type=int,
+                    help=f"the node-capacity groups' first step, in nodes (default {FULL.capacity_start:,}; the "
+                         f"ramp doubles it until a step fails, then bisects)")
+    ap.add_argument("--capacity-seconds", type=float,
+                    help=f"the node-capacity groups' step window in seconds (default {FULL.capacity_seconds:g})")
     ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results; smoke: a temp dir)")
     ap.add_argument("--tmp-root", help="parent of the data dirs (default: the system temp dir; use a disk, "
                                        "not tmpfs, or fsync costs nothing)")
@@ -322,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, scale_keys=a.scale_keys)
     if a.scale_mix:
         settings = dataclasses.replace(settings, scale_mix=a.scale_mix)
+    if a.capacity_start:
+        settings = dataclasses.replace(settings, capacity_start=a.capacity_start)
+    if a.capacity_seconds:
+        settings = dataclasses.replace(settings, capacity_seconds=a.capacity_seconds)
     if a.profile_scale_reads:
         settings = dataclasses.replace(settings, scale_profile=True)
     wanted = [x.strip() for x in a.servers.split(",") if x.strip()]

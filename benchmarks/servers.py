@@ -103,6 +103,29 @@ def cpu_seconds(pgid: int) -> float:
     return ticks / CLK_TCK
 
 
+def thread_cpu_seconds(pgid: int, name: str) -> float | None:
+    """utime+stime of the threads called ``name`` (their OS name, /proc/<pid>/task/<tid>/comm) in the
+    process group, in seconds; None when the group has no such thread."""
+    ticks, found = 0, False
+    for pid in _group_pids(pgid):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm", "rb") as f:
+                    if f.read().rstrip(b"\n").decode(errors="replace") != name:
+                        continue
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                    rest = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            found = True
+            ticks += int(rest[11]) + int(rest[12])  # fields 14 and 15: utime, stime
+    return ticks / CLK_TCK if found else None
+
+
 def memory_kb(pgid: int) -> dict:
     """VmRSS, RssAnon, RssFile and VmHWM (kB) summed over the process group."""
     out = {"rss_kb": 0, "rss_anon_kb": 0, "rss_file_kb": 0, "hwm_kb": 0}
@@ -227,8 +250,8 @@ class Etcd(Flavor):
         return cmd
 
     def flags_note(self) -> str:
-        note = ("single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run; the scale run: 8 GiB or "
-                "4 KiB per key, the larger)")
+        note = ("single member, defaults (2 GiB quota; 8 GiB for the 1M-key restart run and the node-capacity "
+                "steps; the scale run: 8 GiB or 4 KiB per key, the larger)")
         if self.fast_grpc:
             return ("fast gRPC: " + note + " plus --listen-client-http-urls on a second port, the load on the "
                     "gRPC-only client port (mutual TLS groups only)")
@@ -321,7 +344,7 @@ class Brain(Flavor):
         return str(REPO_ROOT)
 
     def flags_note(self):
-        return "`brain serve` defaults (the restart and scale runs' quotas, as for etcd)"
+        return "`brain serve` defaults (the restart, scale and node-capacity runs' quotas, as for etcd)"
 
 
 def all_flavors() -> list[Flavor]:
@@ -469,6 +492,11 @@ class Server:
 
     def memory(self) -> dict:
         return memory_kb(self.pid) if self.alive() else {}
+
+    def thread_cpu(self, name: str) -> dict[str, float]:
+        """{server name: CPU seconds of its threads called ``name``}; {} when it has none (or is down)."""
+        v = thread_cpu_seconds(self.pid, name) if self.alive() else None
+        return {} if v is None else {self.flavor.name: v}
 
     def stop(self, grace: float = 30.0) -> float:
         """SIGTERM the process group, wait up to ``grace``, then SIGKILL.  Returns seconds taken."""

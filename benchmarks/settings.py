@@ -74,6 +74,22 @@ class Settings:
     # --profile-scale-reads: each scale read once more under the profilers (brainload's Go CPU profile, py-spy on
     # brain), the split of the client's CPU and the server's by function in the record (benchmarks/profiles.py).
     scale_profile: bool = False
+    # Node capacity (issue 24): steps of brainload node-capacity, each on a freshly started server (or
+    # cluster); N ramps from capacity_start by capacity_factor until a step fails, then is bisected until
+    # the first failing N is within capacity_resolution of the last passing one (benchmarks/capacity.py).
+    capacity_start: int = 10_000
+    capacity_factor: float = 2.0
+    capacity_resolution: float = 0.05
+    capacity_quantum: int = 100        # every N is a multiple of this
+    capacity_max_nodes: int = 2_560_000  # the ramp stops here: a capacity above it is reported as "at least"
+    capacity_max_steps: int = 14       # per server; a search cut short says what it knows
+    capacity_cluster_max_steps: int = 14  # per cluster (a cluster's start costs more: the smoke runs one step)
+    capacity_seconds: float = 60.0     # the open-loop window of one step
+    capacity_drain: float = 10.0       # after it, answers awaited this long
+    capacity_pods: int = 1_000         # existing pods the status updates go round (preloaded with the leases)
+    capacity_clients: int = 1024       # brainload's workers: ops in flight at most (a queue before them)
+    capacity_conns: int = 16
+    capacity_compact_interval: float = 300.0  # kube-apiserver's default --etcd-compaction-interval (5 min)
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
@@ -111,6 +127,9 @@ SMOKE = Settings(
     failover_leader_kills=1, failover_nats_kills=1, failover_rolling_restarts=0,
     failover_isolations=1, failover_isolate_seconds=3.0, failover_nats_rolling_restarts=1,
     failover_rate=200.0, failover_warmup=1.5, failover_settle=1.0,
+    capacity_start=100, capacity_quantum=10, capacity_max_steps=2, capacity_cluster_max_steps=1,
+    capacity_seconds=2.0, capacity_drain=2.0,
+    capacity_pods=50, capacity_clients=64, capacity_conns=4, capacity_compact_interval=1.0,
 )
 
 

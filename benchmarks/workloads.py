@@ -27,7 +27,14 @@ SCALE_MIXES = {"kubernetes": "40% leases ~350 B, 25% events ~700 B, 20% pods 1.5
                         "about 540 B a value"}
 SCALE_LIMITS = (500, 10_000)  # the scale group's page sizes: kube-apiserver's list default, its consistency checker's
 # Groups run once per server whatever the rounds setting (their rows say so).
-ONCE_GROUPS = ("restart", "check-perf", "scale")
+ONCE_GROUPS = ("restart", "check-perf", "scale", "node-capacity", "cluster-node-capacity")
+# The node-capacity rows' title: what one step writes and how it is judged (benchmarks/capacity.py).
+_CAPACITY = ("the most nodes whose writes pass the SLO: a Lease renewal per node every 10 s plus 50 pod creates, "
+             "50 pod status updates and 100 leased events a second, kube-apiserver's Txns, open loop; a step "
+             "passes when every kind's p99 from its scheduled time is <= 1 s, >= 97% of the offered rate is "
+             "achieved and <= 0.1% fail; {capacity_seconds:g} s steps, each on a fresh start, N ramped x"
+             "{capacity_factor:g} from {capacity_start:,} until one fails, then bisected to "
+             "{capacity_resolution:.0%}")
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,8 @@ WORKLOADS: dict[str, Workload] = {
                         "Kubernetes mix: {k8s_nodes:,} node leases renewed every 10 s + {k8s_pod_rate} pod status "
                         "updates/s over {k8s_pods:,} pods, {k8s_duration:g} s, open loop (the rate is fixed, "
                         "so latency is the measure)", "latency_ms.p99", "p99 ms", higher_better=False),
+    "node-capacity": Workload("node-capacity", "node-capacity", "brainload node-capacity",
+                              "node capacity: " + _CAPACITY, "capacity_nodes", "nodes"),
     "check-perf": Workload("check-perf", "check-perf", "etcdctl", "etcdctl check perf --load {check_perf_load}",
                            "writes_per_s", "writes/s"),
     "restart": Workload("restart", "restart", "brainload load + harness probe",
@@ -238,6 +247,9 @@ WORKLOADS: dict[str, Workload] = {
         "`brain serve`'s default election timeout ({brain_election_timeout_ms} ms), p99 of every isolation",
         "isolate_pauses_s", "s (p99 of isolations)", higher_better=False, latency="",
         source="cluster-failover-brain-defaults", agg="p99"),
+    "cluster-node-capacity": Workload("cluster-node-capacity", "node-capacity", "brainload node-capacity",
+                                      "cluster: node capacity over every endpoint: " + _CAPACITY, "capacity_nodes",
+                                      "nodes"),
 }
 
 # The linearizable range rows by brain's read lease: {clients: {"default": brain at brain serve's default,

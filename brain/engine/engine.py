@@ -72,6 +72,7 @@ from ..mvcc.requests import (
 )
 from ..mvcc.shard_map import default_boundaries, layout_problem
 from ..mvcc.validation import txn_writes_nothing
+from ..thread_names import name_os_thread
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
 from .compactor import Compactor, parse_retention
 from . import datadir, recovery
@@ -676,6 +677,8 @@ class Engine:
         return items
 
     def _run(self) -> None:
+        # its OS name too: per-thread CPU readings (the node-capacity benchmark's) find it by that
+        name_os_thread()
         # the inboxes handled before the turn's writes, in this order
         # (controls after them: see brain.engine.items)
         replication = self._replication

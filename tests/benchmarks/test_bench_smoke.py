@@ -83,7 +83,7 @@ def _smoke(bench_bin: Path, out: Path, *args: str) -> dict:
 
 def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> None:
     from benchmarks.cluster_groups import ETCD_TIMEOUTS, brain_serve_defaults, runs_on
-    from benchmarks.groups import SCALE_SERVERS
+    from benchmarks.groups import CAPACITY_SERVERS, SCALE_SERVERS
     from benchmarks.workloads import WORKLOADS, mode_of
 
     out = tmp_path / "main"
@@ -116,6 +116,8 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         expected = mtls if server in FAST else every if server in EVERYWHERE else every - clustered
         if server not in SCALE_SERVERS:
             expected -= scaled
+        if server not in CAPACITY_SERVERS:
+            expected -= {"node-capacity"}
         defaults = brain_serve_defaults()
         expected -= {w for w in clustered if not runs_on(WORKLOADS[w].group, server, defaults)}
         if not ALL and server not in EVERYWHERE:
@@ -158,6 +160,26 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     lease_groups = ("cluster-read-barrier", "cluster-read-lease", "cluster-failover-brain-defaults")
     assert not any(WORKLOADS[w].group in lease_groups for w in seen["etcd-3.6"] if w in WORKLOADS), \
         "the rows of brain's other read lease and of its own election timeout are brain's alone"
+    # Node capacity: the smoke's steps (two on one server, one on a cluster), each on a fresh start, passed,
+    # with the server's CPU per op, the load generator's share and the load average; brain's committer
+    # thread's CPU too (every replica's in a cluster).
+    for server in EVERYWHERE:
+        for workload, steps, members in (("node-capacity", 2, 1), ("cluster-node-capacity", 1, 3)):
+            res = seen[server][workload]["result"]
+            assert [x["nodes"] for x in res["steps"]] == [100, 200][:steps], res
+            assert res["capacity_nodes"] == res["steps"][-1]["nodes"] and not res["bounded"], res
+            for step in res["steps"]:
+                assert step["pass"] and step["error"] is None, step
+                assert step["server_cpu_us_per_op"] > 0 and 0 < step["client_cpu_share"] <= 1, step
+                assert step["load_average_start"] and step["load"]["compactions"]["done"] >= 1, step
+                if members > 1:  # the cluster named its leader, whose committer decides writes
+                    assert step["leader"] and step["leader_after"] == step["leader"], step
+                if server == "brain":
+                    assert step["committer_us_per_op"] > 0, step
+                    assert len(step["committer_cpu_s_by_member"]) == members, step
+                    assert members == 1 or step["committer_cpu_s"] == step["committer_cpu_s_by_member"][step["leader"]]
+                else:
+                    assert step["committer_us_per_op"] is None, step
     # Restart: every sample of both kinds was taken, each with the server's CPU time to ready.
     samples = meta["settings"]["restart_samples"]
     for server in ("etcd-3.6", "etcd-3.7", "brain") if ALL else EVERYWHERE:
@@ -182,4 +204,4 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         return
     # put latency, and the workloads of each mode: plaintext, mutual TLS, clusters.
     assert {p.name.split("-smoke-")[-1] for p in out.glob("*.png")} == {
-        "put-latency.png", "workloads.png", "mtls.png", "cluster.png", "scale.png"}
+        "put-latency.png", "workloads.png", "mtls.png", "cluster.png", "scale.png", "node-capacity.png"}

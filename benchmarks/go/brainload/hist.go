@@ -102,3 +102,11 @@ func (h *hist) summary() map[string]float64 {
 		"mean": round3(mean / 1e3),
 	}
 }
+
+// tail is summary plus p999: the node-capacity step judges tails and shows
+// how far past p99 they reach.
+func (h *hist) tail() map[string]float64 {
+	s := h.summary()
+	s["p999"] = round3(h.quantileUs(0.999) / 1e3)
+	return s
+}

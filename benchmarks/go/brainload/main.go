@@ -45,6 +45,7 @@ var workloads = map[string]workload{
 	"watch":         {runWatch, "W watchers on the prefix, measure event delivery"},
 	"lease":         {runLease, "Grant + Put WithLease, then time the expiry"},
 	"k8s-mix":       {runK8sMix, "node lease renewals plus pod status updates on a schedule"},
+	"node-capacity": {runNodeCapacity, "one step of the node-capacity ramp: a cluster of --nodes nodes' writes, open loop, judged by the SLO"},
 	"keepalive":     {runKeepAlive, "keep --leases leases alive through one LeaseKeepAlive stream"},
 	"restart-probe": {runRestartProbe, "time until a linearizable Get succeeds"},
 	"scale-load":    {runScaleLoad, "write the scale group's Kubernetes-shaped keys (Txn batches), then overwrites"},
@@ -165,9 +166,12 @@ func (c *common) parse(args []string) error {
 	return nil
 }
 
-func (c *common) endpointList() []string {
+func (c *common) endpointList() []string { return splitEndpoints(c.endpoints) }
+
+// splitEndpoints is a comma list of endpoints as a slice, blanks dropped.
+func splitEndpoints(list string) []string {
 	var eps []string
-	for _, e := range strings.Split(c.endpoints, ",") {
+	for _, e := range strings.Split(list, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			eps = append(eps, e)
 		}
@@ -201,13 +205,19 @@ func (c *common) config() clientv3.Config {
 // pool is n clients, each with its own gRPC connection.
 type pool []*clientv3.Client
 
-func (c *common) dial(n int) (pool, error) {
+func (c *common) dial(n int) (pool, error) { return c.dialTo(c.endpoints, n) }
+
+// dialTo is dial to another comma list of endpoints than --endpoints (a
+// workload that sends some keys elsewhere).
+func (c *common) dialTo(endpoints string, n int) (pool, error) {
 	p := make(pool, 0, n)
 	for i := 0; i < n; i++ {
-		cli, err := clientv3.New(c.config())
+		cfg := c.config()
+		cfg.Endpoints = splitEndpoints(endpoints)
+		cli, err := clientv3.New(cfg)
 		if err != nil {
 			p.close()
-			return nil, fmt.Errorf("connecting to %s: %w", c.endpoints, err)
+			return nil, fmt.Errorf("connecting to %s: %w", endpoints, err)
 		}
 		p = append(p, cli)
 		// clientv3.New does not wait for the connection: one Get of a key
@@ -218,7 +228,7 @@ func (c *common) dial(n int) (pool, error) {
 		cancel()
 		if err != nil {
 			p.close()
-			return nil, fmt.Errorf("connecting to %s: %w", c.endpoints, err)
+			return nil, fmt.Errorf("connecting to %s: %w", endpoints, err)
 		}
 	}
 	return p, nil

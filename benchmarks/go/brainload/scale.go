@@ -220,7 +220,7 @@ func runScaleLoad(args []string) (result, error) {
 					t.Keys++
 				}
 			}
-			if err := commitRetrying(c, p.get(w), ops, el, where, &retries); err != nil {
+			if _, err := commitRetrying(c, p.get(w), ops, el, where, &retries); err != nil {
 				return err
 			}
 			mu.Lock()
@@ -274,7 +274,7 @@ func runScaleLoad(args []string) (result, error) {
 // a deadline), as the puts are idempotent.
 const loadAttempts = 4
 
-func commitRetrying(c *common, cli *clientv3.Client, ops []clientv3.Op, el *errLog, where string, retries *atomic.Int64) error {
+func commitRetrying(c *common, cli *clientv3.Client, ops []clientv3.Op, el *errLog, where string, retries *atomic.Int64) (*clientv3.TxnResponse, error) {
 	var err error
 	for attempt := 0; attempt < loadAttempts; attempt++ {
 		if attempt > 0 {
@@ -283,13 +283,14 @@ func commitRetrying(c *common, cli *clientv3.Client, ops []clientv3.Op, el *errL
 			time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
 		}
 		ctx, cancel := c.ctx()
-		_, err = cli.Txn(ctx).Then(ops...).Commit()
+		var resp *clientv3.TxnResponse
+		resp, err = cli.Txn(ctx).Then(ops...).Commit()
 		cancel()
 		if err == nil {
-			return nil
+			return resp, nil
 		}
 	}
-	return err
+	return nil, err
 }
 
 func headRevision(c *common, cli *clientv3.Client) (int64, error) {
