@@ -53,8 +53,10 @@ def test_cluster_follower_matches_etcd_kv(seed, follower, etcd_factory, kv_stub)
 def test_cluster_follower_matches_etcd_watch_and_leases(seed, follower, etcd_factory):
     etcd = etcd_factory()
     f = follower()
+    # etcd 3.4 returns leases on keys_only ranges, brain as etcd 3.7 does not
+    # (tests/differential/ETCD_BEHAVIOUR.md): that one difference is left out
     res = run_watch_differential(etcd.endpoint, f.endpoint, seed, WATCH_OPS, labels=("etcd", "brain-follower"),
-                                 leases=True)
+                                 leases=True, avoid=("fast_keys_only",))
     res.label = "watch+lease brain cluster follower vs etcd"
     harness.RESULTS.append(res)
     print(res.summary())
