@@ -1,11 +1,21 @@
 # brain: the two entry points are `make serve` and `make test`.
-PYTHON ?= python3
+#
+# Both run in the checkout's own venv, ./.venv, which the first of them makes
+# from the python3 on PATH (3.11 or newer; Debian: apt-get install
+# python3-venv): `make serve` installs brain with its runtime dependencies
+# into it, `make test` adds the test extras (pytest, hypothesis, ...).
+# PYTHON=/path/to/python runs everything with that interpreter instead, and
+# makes no venv.
+VENV = .venv
+PYTHON ?= $(VENV)/bin/python
 PIP ?= $(PYTHON) -m pip
+# brain serve's flags for `make serve`, e.g. ARGS='--listen-client-urls http://127.0.0.1:12379'
+ARGS ?=
 
-.PHONY: serve test deps deps-python deps-system deps-etcd36 deps-etcd37 proto proto-check test-full e2e clean distclean native
+.PHONY: serve test venv deps deps-python deps-serve deps-system deps-etcd36 deps-etcd37 proto proto-check test-full e2e clean distclean native
 
-serve: deps-python            ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain)
-	$(PYTHON) -m brain serve
+serve: deps-serve             ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain), or with ARGS='brain serve flags'
+	$(PYTHON) -m brain serve $(ARGS)
 
 # -rfEs: the summary at the end lists failures, errors and every skipped test
 # with its reason (under CI=true a missing tool or service fails instead).
@@ -22,8 +32,8 @@ e2e: deps-python               ## real kube-apiserver + controllers + kwok on br
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
 
 .PHONY: cluster cluster-tools cluster-test
-cluster: deps-python              ## a local 3-replica brain cluster on 3 nats-servers (deploy/local-cluster.sh; Ctrl-C stops it)
-	bash deploy/local-cluster.sh
+cluster: deps-serve               ## a local 3-replica brain cluster on 3 nats-servers (deploy/local-cluster.sh; Ctrl-C stops it)
+	PYTHON=$(PYTHON) bash deploy/local-cluster.sh
 
 cluster-tools:                ## nats-server 2.15, clustercheck and etcd 3.6 for the cluster tests (Go, cached: .cache/nats, .cache/cluster, .cache/bench)
 	bash tests/cluster/build.sh
@@ -53,11 +63,29 @@ deps-etcd36:                  ## etcd 3.6.16, the second differential oracle (be
 deps-etcd37:                  ## etcd, etcdctl and etcdutl 3.7.3 (the version brain behaves as): the third differential oracle, the migration tests' newest etcd (benchmarks/build.sh; cold ~1-4 min, cached < 1 s)
 	bash benchmarks/build.sh etcd-3.7 >/dev/null
 
+# The checkout's venv, unless PYTHON names another interpreter.
+venv:
+	@if [ "$(PYTHON)" = "$(VENV)/bin/python" ] && [ ! -x "$(VENV)/bin/python" ]; then \
+		command -v python3 >/dev/null || { echo "python3 (3.11 or newer) is needed: apt-get install python3 python3-venv" >&2; exit 1; }; \
+		python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+			{ echo "brain needs Python 3.11 or newer; python3 is $$(python3 --version 2>&1)" >&2; exit 1; }; \
+		python3 -c 'import ensurepip' 2>/dev/null || \
+			{ echo "python3 -m venv needs ensurepip: apt-get install python3-venv" >&2; exit 1; }; \
+		echo "python3 -m venv $(VENV)"; \
+		python3 -m venv $(VENV); \
+	fi
+
 # pip builds brain._transport (native/, Rust) with maturin as part of the
 # editable install: cargo fetches crates, builds into .cache/cargo-target
 # (CARGO_TARGET_DIR overrides: several checkouts can share one cache) and the
 # module lands in brain/.  Cold: a few minutes on 2 cores; then seconds.
-deps-python:
+# deps-serve installs what serving needs and shows cargo's lines (pip -v:
+# the first build is minutes); deps-python adds the test extras, quietly.
+deps-serve: venv
+	@echo "cargo builds brain's Rust transport (native/) inside this install: minutes the first time on 2 cores, then seconds"
+	$(PIP) install -v --disable-pip-version-check -e .
+
+deps-python: venv
 	@# The distribution was called brain before it became brain-etcd: drop such an install of ours
 	@# (never the unrelated package of that name) so that one distribution provides the package.
 	@if $(PIP) show brain 2>/dev/null | grep -q 'etcd v3 API'; then $(PIP) uninstall -y -q brain; fi
@@ -81,15 +109,15 @@ deps-system:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-proto:                        ## regenerate brain/api/pb from proto/
+proto: deps-python           ## regenerate brain/api/pb from proto/
 	$(PYTHON) -m brain.api.genproto
 
-proto-check:
+proto-check: deps-python
 	$(PYTHON) -m brain.api.genproto --check
 
-clean:                        ## what serve, builds and tests leave in the tree (seconds to remake; the Rust module: a minute)
-	rm -rf default.brain build *.egg-info .pytest_cache .hypothesis tmp brain/_transport*.so
+clean:                        ## what serve, cluster, builds and tests leave in the tree (seconds to remake; the Rust module: a minute)
+	rm -rf default.brain cluster.brain build *.egg-info .pytest_cache .hypothesis tmp brain/_transport*.so
 	find . -name __pycache__ -type d -not -path './.cache/*' -prune -exec rm -rf {} +
 
-distclean: clean              ## also .cache: the Kubernetes, benchmark and cargo builds (~2 GB; ~10 min to rebuild)
-	rm -rf .cache
+distclean: clean              ## also .venv and .cache: the venv, the Kubernetes, benchmark and cargo builds (~2 GB; ~10 min to rebuild)
+	rm -rf .cache $(VENV)

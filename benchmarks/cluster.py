@@ -52,6 +52,7 @@ from typing import Sequence
 
 from benchmarks.machine import first_line
 from benchmarks.servers import ServerError, StartOptions, cpu_seconds, memory_kb, tool_path
+from benchmarks.stream_leader import StreamLeaderWatch
 from brain.cluster.replica import jetstream_streams
 from tests.support.servers import ServerStartError
 
@@ -405,10 +406,18 @@ def _restart_member(group, member) -> dict:
 
 
 def _kill_nats_leader(nats, stream: str, plan: FailoverPlan) -> dict:
+    """kill -9 of the nats-server leading the journal stream, watched by every server's monitoring from
+    before the kill (benchmarks/stream_leader.py): ``leader_after_s`` is when any server first named a new
+    leader, ``stream_leader_since_s`` when that leader says it took over (None: it did not say)."""
     node = nats.wait_stream_leader(stream, timeout=30)
-    t_kill = nats.kill9(node)
-    nats.wait_stream_leader(stream, exclude=node, timeout=60)
-    kill = {"fault": "nats", "member": node.name, "t_unix": t_kill, "leader_after_s": time.time() - t_kill}
+    with StreamLeaderWatch(nats.nodes, stream) as watch:
+        time.sleep(4 * watch.interval)  # the leader as every server sees it before the kill
+        t_kill = nats.kill9(node)
+        new = watch.wait_new_leader(node.name, t_kill, timeout=60)
+    kill = {"fault": "nats", "member": node.name, "t_unix": t_kill, "leader_after_s": new.seen_unix - t_kill,
+            "stream_leader": new.leader, "stream_leader_seen_s": round(new.seen_unix - t_kill, 3),
+            "stream_leader_since_s": None if new.since_unix is None else round(new.since_unix - t_kill, 3),
+            "stream_leader_polls": len(watch.sightings)}
     time.sleep(plan.down)
     nats.restart(node)
     return kill
@@ -534,15 +543,17 @@ def failover(target: ClusterTarget, plan: FailoverPlan, log_dir: Path, tag: str,
         k["write_pause_s"] = round(clustercheck.pause_after(w, k["t_unix"], window=window), 3)
         if k["leader_after_s"] is not None:
             k["leader_after_s"] = round(k["leader_after_s"], 3)
+        if k["fault"] == "nats":
+            k["beyond_election_s"] = beyond_election(w, k, window)
     res = {
         "kills": kills,
         "skipped_kills": skipped,
         **{key: [k["write_pause_s"] for k in kills if k["fault"] == fault] for fault, key in PAUSE_KEYS.items()},
         "leader_restart_pauses_s": [k["write_pause_s"] for k in kills if k["fault"] == "restart" and k["was_leader"]],
-        # what brain adds to NATS's own election of a new stream leader (seen by a poll every 0.1 s,
-        # so this errs low by up to a poll and a request)
-        "nats_excess_pauses_s": [max(0.0, k["write_pause_s"] - k["leader_after_s"]) for k in kills
-                                 if k["fault"] == "nats" and k.get("leader_after_s") is not None],
+        # what brain adds to NATS's own election of a new stream leader: when writes resumed minus when the new
+        # leader took over (beyond_election), unclipped: negative when writes resumed first
+        "nats_excess_pauses_s": [k["beyond_election_s"] for k in kills
+                                 if k["fault"] == "nats" and k.get("beyond_election_s") is not None],
         "acked": w.get("acked"), "unknown": w.get("unknown"), "acked_per_s": w.get("acked_per_s"),
         "writer_seconds": w.get("run_seconds"), "rate": plan.rate,
         "longest_pause_s": w.get("longest_pause_s"),
@@ -558,6 +569,31 @@ def failover(target: ClusterTarget, plan: FailoverPlan, log_dir: Path, tag: str,
         if v.get(key):
             res["verify_" + key] = v[key]
     return res
+
+
+def pause_span(writer: dict, t_unix: float, window: float) -> tuple[float, float] | None:
+    """(start, end) as unix times of the write pause ``clustercheck.pause_after`` takes for a fault at
+    ``t_unix``: the longest gap that ends after it and begins within ``window``; None without one."""
+    t = t_unix - writer["start_unix"]
+    gaps = [(gap, start, end) for start, end, gap in writer.get("pauses", []) if end >= t and start <= t + window]
+    if not gaps:
+        return None
+    _, start, end = max(gaps)
+    return writer["start_unix"] + start, writer["start_unix"] + end
+
+
+def beyond_election(writer: dict, kill: dict, window: float) -> float | None:
+    """How long after NATS's new stream leader took over writes resumed: the end of the kill's write pause
+    minus the leader's own leader_since (else when a server first named it).  Negative when writes
+    resumed before it (a leader that took over before it said so, or a pause that ended on other
+    writes); None when the writer saw no pause or no new leader was seen."""
+    span = pause_span(writer, kill["t_unix"], window)
+    since = kill.get("stream_leader_since_s")
+    seen = kill.get("stream_leader_seen_s")
+    elected = since if since is not None else seen
+    if span is None or elected is None:
+        return None
+    return round(span[1] - (kill["t_unix"] + elected), 3)
 
 
 def all_cluster_flavors() -> list[ClusterFlavor]:

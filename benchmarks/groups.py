@@ -15,13 +15,17 @@ a writer.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
 from benchmarks import cluster as clusters
+from benchmarks import profiles
 from benchmarks.cluster import ClusterFlavor
+from benchmarks.cluster_groups import CLUSTER_GROUPS, brain_serve_defaults, runs_on
 from benchmarks.machine import du_kb
 from benchmarks.probes import count_prefix, head_revision, put_key
 from benchmarks.servers import QUOTA_8G, Flavor, Server, ServerError, StartOptions, tool_path
@@ -32,7 +36,8 @@ from tests.support.tls import TestPKI, make_test_pki
 
 GROUPS = ["put", "range", "txn-put", "list", "watch", "lease", "keepalive", "k8s-mix", "check-perf", "restart", "scale",
           "mtls-put", "mtls-range", "mtls-txn-put", "mtls-watch", "mtls-keepalive",
-          "cluster-load", "cluster-read-barrier", "cluster-failover"]
+          "cluster-load", "cluster-read-barrier", "cluster-read-lease", "cluster-failover",
+          "cluster-failover-brain-defaults"]
 # --groups also takes these names for several groups at once.
 GROUP_SETS = {
     "plain": [g for g in GROUPS if not g.startswith((MTLS, CLUSTER))],
@@ -44,10 +49,8 @@ RANGE_KEY = "/bench/range/key"
 LIST_PREFIX = "/bench/list/"
 RESTART_PREFIX = "/bench/restart/"
 SCALE_REGISTRY = "/registry/"
-# Cluster groups on one kind of cluster only, and the flags every member of it gets: the read
-# confirmation's cost is brain's with its read lease off, beside cluster-load's range (lease on).
-CLUSTER_GROUP_SERVERS = {"cluster-read-barrier": ("brain",)}
-CLUSTER_GROUP_ARGS = {"cluster-read-barrier": ("--read-lease=false",)}
+# The restart samples' readiness key: put before the first sample, outside every counted prefix.
+READY_MARKER = "/bench/ready-marker"
 # The scale group runs on the servers issue 17 compares (etcd 3.7 for its KV.RangeStream).
 SCALE_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
 
@@ -69,12 +72,13 @@ def etcdctl_binary() -> str | None:
     return str(p) if p else shutil.which("etcdctl")
 
 
-def servers_for(group: str, flavors: list, cluster_flavors: list) -> list:
-    """The servers a group runs on: clusters for the cluster groups; the TLS-only
+def servers_for(group: str, flavors: list, cluster_flavors: list, brain_defaults: dict | None = None) -> list:
+    """The servers a group runs on: clusters for the cluster groups (those benchmarks/cluster_groups.py
+    runs it on under brain's defaults, ``brain_defaults``: brain serve's own unless given); the TLS-only
     configurations (etcd's fast gRPC listener) in the mutual TLS groups alone."""
     if group.startswith(CLUSTER):
-        only = CLUSTER_GROUP_SERVERS.get(group)
-        return [c for c in cluster_flavors if only is None or c.name in only]
+        defaults = brain_serve_defaults() if brain_defaults is None else brain_defaults
+        return [c for c in cluster_flavors if runs_on(group, c.name, defaults)]
     if group.startswith(MTLS):
         return flavors
     if group == "scale":
@@ -109,8 +113,8 @@ class Groups:
             return self._restart(flavor, rnd)
         if group == "scale":
             return self._scale(flavor, rnd)
-        if group == "cluster-failover":
-            return self._failover(flavor, rnd)
+        if group.startswith("cluster-failover"):
+            return self._failover(group, flavor, rnd)
         workloads = measured_in(group)
 
         def body(srv) -> None:
@@ -195,18 +199,23 @@ class Groups:
         self.tools.target = None
         root = self.session.root / f"{cf.name}-{tag}-r{rnd}"
         t = now_s()
+        args = CLUSTER_GROUPS[tag].member_args(cf.name)
         try:
-            target = cf.start(root, self.s.cluster_size, lifetime=3600.0,
-                              extra_args=CLUSTER_GROUP_ARGS.get(tag, ()))
+            target = cf.start(root, self.s.cluster_size, lifetime=3600.0, extra_args=args)
         except ServerError as e:
             for w in workloads:
-                self.session.record(cf.name, w, rnd, error=f"cluster did not start: {e}"[:2000])
+                self.session.record(cf.name, w, rnd, error=f"cluster did not start: {e}"[:2000],
+                                    extra={"member_args": list(args)})
             return
-        self.session.say(f"  {cf.name} cluster up in {now_s() - t:.1f} s: {target.endpoint}")
+        self.session.say(f"  {cf.name} cluster up in {now_s() - t:.1f} s: {target.endpoint}"
+                         + (f" (every member: {' '.join(args)})" if args else ""))
         self.tools.target = target
+        first = len(self.session.runs)
         try:
             body(target)
         finally:
+            for rec in self.session.runs[first:]:  # what each member ran with, beside its figures
+                rec["member_args"] = list(args)
             self.tools.target = None
             target.stop()
             if not self.session.keep:
@@ -393,19 +402,22 @@ class Groups:
             error = f"check perf exit {rc}: {tail(out + err, 400)}"
         self.session.record(srv.flavor.name, workload, rnd, res, tool="etcdctl", cpu_s=cpu, mem=mem, error=error)
 
-    def _failover(self, cf: ClusterFlavor, rnd: int) -> None:
+    def _failover(self, group: str, cf: ClusterFlavor, rnd: int) -> None:
         """kill -9 of the leader, the leader isolated (SIGSTOP), under brain also kill -9 of the NATS
         stream leader and a planned restart of every nats-server, then a rolling restart (SIGTERM),
-        under a writer; every acknowledged write is read back afterwards."""
+        under a writer; every acknowledged write is read back afterwards.  cluster-failover-brain-defaults
+        does only the faults brain's election timeout decides (the kills and isolations of the leader)."""
         s = self.s
         brain = cf.name == "brain"
+        every = group == "cluster-failover"
         plan = clusters.FailoverPlan(leader_kills=s.failover_leader_kills,
-                                     nats_kills=s.failover_nats_kills if brain else 0,
-                                     rolling_restarts=s.failover_rolling_restarts,
+                                     nats_kills=s.failover_nats_kills if brain and every else 0,
+                                     rolling_restarts=s.failover_rolling_restarts if every else 0,
                                      leader_isolations=s.failover_isolations,
-                                     nats_rolling_restarts=s.failover_nats_rolling_restarts if brain else 0,
+                                     nats_rolling_restarts=s.failover_nats_rolling_restarts if brain and every else 0,
                                      isolate_seconds=s.failover_isolate_seconds,
                                      rate=s.failover_rate, warmup=s.failover_warmup, settle=s.failover_settle)
+        [workload] = measured_in(group)
 
         def body(target):
             res = clusters.failover(target, plan, target.root / "tools", f"r{rnd}", say=self.session.say)
@@ -418,9 +430,8 @@ class Groups:
                 error = f"the cluster did not come back from a fault: {res['fault_error']}"[:2000]
             elif res.get("skipped_kills"):
                 error = f"kills skipped, the writer's time ran out: {res['skipped_kills']}"
-            self.session.record(cf.name, "cluster-failover", rnd, res, tool="clustercheck write + verify",
-                                error=error)
-        self._with_cluster(cf, rnd, "cluster-failover", measured_in("cluster-failover"), body)
+            self.session.record(cf.name, workload, rnd, res, tool="clustercheck write + verify", error=error)
+        self._with_cluster(cf, rnd, group, [workload], body)
 
     def _restart(self, f: Flavor, rnd: int) -> None:
         """Load N keys of 1 KiB and read RSS; then ``restart_samples`` times: SIGTERM + start, T
@@ -473,7 +484,6 @@ class Groups:
             out["memory_after_load_kb"] = srv.memory()
             out["count_after_load"] = count_prefix(srv.endpoint, RESTART_PREFIX.encode())
             out["du_kb"] = du_kb(srv.data_dir)
-            srv.count_prefix = RESTART_PREFIX.encode()  # ready = a linearizable count answers
             if out["count_after_load"] != loaded:
                 error = f"{out['count_after_load']} keys found after the load, {loaded} loaded"
             tail = min(s.restart_tail, loaded)
@@ -483,7 +493,7 @@ class Groups:
                     "--count", tail, "--start", 0, "--clients", 64, "--conns", 8, "--prefix", RESTART_PREFIX,
                     "--val-size", s.restart_val], s.restart_load_cap + 600, srv.root / "tools", f"restart-tail-{i + 1}")
             if error is None:
-                error = self._restart_samples(srv, out, loaded, s.restart_samples, tail, write_tail)
+                error = self._restart_samples(srv, out, RESTART_PREFIX, loaded, s.restart_samples, tail, write_tail)
             else:
                 summarise_restart(out, [], [])
             out["ops"] = loaded
@@ -522,13 +532,15 @@ class Groups:
             pods = kinds["pods"]
             list_args = ["--prefix", pods["prefix"], "--expect", pods["keys"], "--op-timeout", f"{slow:.0f}s"]
             for limit in SCALE_LIMITS:
-                self._scale_read(srv, rnd, f"scale-list-{limit}", slow, [*list_args, "--op", "list", "--limit", limit])
-            self._scale_read(srv, rnd, "scale-stream", slow, [*list_args, "--op", "stream"])
+                self._scale_read(srv, rnd, f"scale-list-{limit}", slow, [*list_args, "--op", "list", "--limit", limit],
+                                 profile=s.scale_profile)
+            self._scale_read(srv, rnd, "scale-stream", slow, [*list_args, "--op", "stream"], profile=s.scale_profile)
             self._load(srv, "scale-count", rnd, "count", [
                 "--clients", 1, "--duration", f"{s.duration}s", "--prefix", SCALE_REGISTRY, "--expect", keys,
                 "--op-timeout", f"{slow:.0f}s"], timeout=slow)
             self._scale_read(srv, rnd, "scale-keys-only", slow, [
-                "--op", "keys-only", "--prefix", SCALE_REGISTRY, "--expect", keys, "--op-timeout", f"{slow:.0f}s"])
+                "--op", "keys-only", "--prefix", SCALE_REGISTRY, "--expect", keys, "--op-timeout", f"{slow:.0f}s"],
+                profile=s.scale_profile)
             watch_limit = min(slow, s.scale_watch_limit)
             self._scale_read(srv, rnd, "scale-watch", watch_limit + 60, [
                 "--op", "watch", "--prefix", pods["prefix"], "--from-rev", load["result"]["rev_before"] + 1,
@@ -571,9 +583,11 @@ class Groups:
             return None
         return rec
 
-    def _scale_read(self, srv: Server, rnd: int, workload: str, timeout: float, args: list) -> None:
+    def _scale_read(self, srv: Server, rnd: int, workload: str, timeout: float, args: list,
+                    profile: bool = False) -> None:
         """One brainload scale-read, recorded; a server without the RPC (Unimplemented) is recorded as
-        ``unsupported``, which is not a failure."""
+        ``unsupported``, which is not a failure.  ``profile``: then the same read once more under the
+        profilers (benchmarks/profiles.py), its summary added to the record as ``result["profile"]``."""
         name = srv.flavor.name
         try:
             res, cpu, mem = self.measured(srv, lambda: self.tools.brainload(
@@ -583,22 +597,51 @@ class Groups:
             return
         if res.get(UNSUPPORTED):  # nothing was read: no CPU per key
             cpu = None
-        self.session.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+        rec = self.session.record(name, workload, rnd, res, tool="brainload", cpu_s=cpu, mem=mem)
+        if profile and rec["ok"] and not res.get(UNSUPPORTED):
+            rec["result"]["profile"] = self._profiled_read(srv, workload, timeout, args)
+
+    def _profiled_read(self, srv: Server, workload: str, timeout: float, args: list) -> dict:
+        """The read once more, after its timed run: brainload writing a CPU profile of it, brain's server
+        sampled by py-spy meanwhile; the summary of both (or what went wrong)."""
+        out_dir = srv.root / "profiles"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cpu_profile = out_dir / f"{workload}.pprof"
+        out: dict = {"run": "a second run of the same read under the profilers (the row's figures are the first's)"}
+        python = srv.flavor.name == "brain"
+        try:
+            sampler = profiles.ServerSampler(srv.pid, out_dir / f"{workload}.py-spy.txt") if python else None
+            c0 = srv.cpu_seconds()
+            with sampler or contextlib.nullcontext():
+                res = self.tools.brainload("scale-read", _tool_endpoint(srv), [*args, "--cpu-profile", cpu_profile],
+                                           timeout, srv.root / "tools", f"{workload}-profiled", tls=srv.opts.tls)
+            out.update(seconds=res.get("seconds"), keys=res.get("keys"), client_cpu_s=res.get("client_cpu_s"),
+                       server_cpu_s=round(srv.cpu_seconds() - c0, 3))
+            if res.get("_error"):
+                out["error"] = str(res["_error"])[:1000]
+                return out
+            out["client"] = profiles.client_profile(cpu_profile)
+            out["server"] = (sampler.summary() if sampler is not None
+                             else f"not profiled: {srv.flavor.name} is not a Python process (py-spy samples brain)")
+        except (RuntimeError, ToolError, OSError, subprocess.SubprocessError) as e:
+            out["error"] = " ".join(str(e).split())[:1000]
+        self.session.say(f"  {srv.flavor.name} {workload} profiled: " + profiles.one_line(out))
+        return out
 
     def _scale_restarts(self, srv: Server, rnd: int, keys: int, slow: float) -> None:
-        """``scale_restart_samples`` SIGTERM and kill -9 restarts, ready when a linearizable count over
-        /registry/ answers with every key; the tail before each kill -9 overwrites ``scale_tail`` keys."""
+        """``scale_restart_samples`` SIGTERM and kill -9 restarts, each ready when a linearizable Get of
+        one key answers, then every key counted; the tail before each kill -9 overwrites ``scale_tail``
+        keys."""
         s = self.s
         tail = min(s.scale_tail, keys)
         out: dict = {"keys": keys, "samples_planned": s.scale_restart_samples}
-        srv.count_prefix = SCALE_REGISTRY.encode()
 
         def write_tail(i: int) -> dict:
             return self.tools.brainload("scale-load", srv.endpoint, [
                 *self._scale_args(keys), "--create=false", "--overwrites", tail, "--pass", i + 2],
                 slow, srv.root / "tools", f"scale-tail-{i + 1}")
         try:
-            error = self._restart_samples(srv, out, keys, s.scale_restart_samples, tail, write_tail)
+            error = self._restart_samples(srv, out, SCALE_REGISTRY, keys, s.scale_restart_samples, tail, write_tail)
         except (ServerError, ToolError, OSError) as e:
             out.setdefault("sigterm_samples", [])
             out.setdefault("kill9_samples", [])
@@ -611,15 +654,21 @@ class Groups:
         self.session.record(srv.flavor.name, "scale-restart", rnd, out, tool="brainload scale-load + harness probe",
                             cpu_s=cpu, error=error)
 
-    def _restart_samples(self, srv: Server, out: dict, loaded: int, samples: int, tail: int,
+    def _restart_samples(self, srv: Server, out: dict, prefix: str, loaded: int, samples: int, tail: int,
                          write_tail) -> str | None:
         """``samples`` times a SIGTERM and a kill -9 restart (``_restart_sample``), each one said as it
-        ends, until one goes wrong; their lists and summary go into ``out``.  Returns what was wrong."""
+        ends, until one goes wrong; their lists and summary go into ``out``.  Returns what was wrong.
+
+        Ready is a linearizable Get of READY_MARKER, put here (outside ``prefix``), the same probe for
+        every server; the ``loaded`` keys under ``prefix`` are counted after it, untimed."""
+        put_key(srv.endpoint, READY_MARKER.encode(), b"ready", tls=srv.opts.tls)
+        srv.ready_key = READY_MARKER.encode()
         sigterm, kill9 = [], []
         out["sigterm_samples"], out["kill9_samples"] = sigterm, kill9
+        out["ready_probe"] = f"a linearizable Get of {READY_MARKER}"
         error = None
         for i in range(samples):
-            error = self._restart_sample(srv, loaded, i, sigterm, kill9, tail, write_tail)
+            error = self._restart_sample(srv, prefix, loaded, i, sigterm, kill9, tail, write_tail)
             self.session.say(f"  {srv.flavor.name}: restart sample {i + 1}/{samples}: SIGTERM "
                              f"{_sample_line(sigterm[-1:], 'ready_after_s', 'cpu_to_ready_s')}, kill -9 "
                              f"{_sample_line(kill9[-1:], 'ready_after_kill9_s', 'cpu_to_ready_kill9_s')}"
@@ -629,7 +678,7 @@ class Groups:
         summarise_restart(out, sigterm, kill9)
         return error
 
-    def _restart_sample(self, srv: Server, loaded: int, i: int, sigterm: list, kill9: list,
+    def _restart_sample(self, srv: Server, prefix: str, loaded: int, i: int, sigterm: list, kill9: list,
                         tail: int, write_tail) -> str | None:
         """One SIGTERM restart and one kill -9 restart after ``write_tail(i)`` (``tail`` overwrites of
         loaded keys: the count stays), appended to the lists; returns what was wrong, if anything."""
@@ -640,10 +689,12 @@ class Groups:
         one["ready_after_s"] = round(srv.start(), 3)
         one["cpu_to_ready_s"] = round(srv.ready_cpu_s, 2)
         restarted = now_s()
-        one["count_after_restart"] = srv.ready_count
         one["rss_after_restart_kb"] = srv.memory().get("rss_kb")
+        one["count_after_restart"] = _count_after_ready(srv, prefix)
         time.sleep(s.settle / 2)
         one["rss_after_restart_read_kb"] = srv.memory().get("rss_kb")
+        if not srv.ready_found:
+            return f"{READY_MARKER} not found by the readiness Get after SIGTERM restart {i + 1}"
         if one["count_after_restart"] != loaded:
             return f"{one['count_after_restart']} keys found after SIGTERM restart {i + 1}, {loaded} loaded"
 
@@ -663,12 +714,15 @@ class Groups:
         srv.kill()
         two["ready_after_kill9_s"] = round(srv.start(), 3)
         two["cpu_to_ready_kill9_s"] = round(srv.ready_cpu_s, 2)
-        two["count_after_kill9"] = srv.ready_count
+        found = srv.ready_found
+        two["count_after_kill9"] = _count_after_ready(srv, prefix)
         two["revision_after_kill9"] = head_revision(srv.endpoint)
         two["recovery_log"] = _recovery_lines(srv.log_tail(20000))
         if res.get("_error") or two["tail_writes"] < tail:
             return (f"tail {i + 1}: {res.get('_error') or res.get('first_error')} "
                     f"({two['tail_writes']} of {tail} writes)")
+        if not found:
+            return f"{READY_MARKER} not found by the readiness Get after kill -9 restart {i + 1}"
         if two["count_after_kill9"] != loaded:
             return f"{two['count_after_kill9']} keys found after kill -9 restart {i + 1}, {loaded} loaded"
         if two["revision_after_kill9"] != two["revision_before_kill9"]:
@@ -677,6 +731,12 @@ class Groups:
         if two.get("checkpoints_during_tail"):
             return f"a checkpoint ran during tail {i + 1}, so kill -9 did not meet the largest tail"
         return None
+
+
+def _count_after_ready(srv: Server, prefix: str) -> int | None:
+    """The keys under ``prefix`` once the server is ready (a linearizable count, untimed: at 10M keys it
+    costs etcd seconds)."""
+    return count_prefix(srv.endpoint, prefix.encode(), timeout=900)
 
 
 def _sample_line(samples: list[dict], ready: str, cpu: str) -> str:

@@ -28,13 +28,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.settings import FULL
 from benchmarks.targets import ISSUES, TARGETS, Target, met
-from benchmarks.workloads import (CLUSTER, MTLS, ONCE_GROUPS, READ_BARRIER, SCALE, SCALE_MIXES, UNSUPPORTED, WORKLOADS,
+from benchmarks.workloads import (CLUSTER, LEASE_ROWS, MTLS, ONCE_GROUPS, SCALE, SCALE_MIXES, UNSUPPORTED, WORKLOADS,
                                   mode_of)
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
@@ -58,10 +59,15 @@ def planned_runs(workload: str, settings: dict | None) -> int:
     return int(merged or (settings or {}).get("rounds") or 1)
 
 
-def title(workload: str, settings: dict | None = None) -> str:
+def title(workload: str, settings: dict | None = None, brain_defaults: dict | None = None) -> str:
+    """A workload's title with the run's settings and the brain serve defaults it ran at filled in."""
     vals = dataclasses.asdict(FULL)
     vals.update(settings or {})
     vals["scale_mix_text"] = SCALE_MIXES.get(vals.get("scale_mix", "kubernetes"), vals.get("scale_mix"))
+    d = brain_defaults or {}
+    vals["brain_read_lease"] = {True: "on", False: "off"}.get(d.get("read_lease"), "not recorded")
+    vals["brain_election_timeout_ms"] = d.get("election_timeout_ms", "?")
+    vals["brain_heartbeat_interval_ms"] = d.get("heartbeat_interval_ms", "?")
     try:
         return WORKLOADS[workload].title.format(**vals)
     except (KeyError, ValueError):
@@ -185,7 +191,7 @@ def aggregate(data: dict) -> dict:
                 samples = [x * meta.scale for r in runs for x in (_raw(r, w) or []) if _num(x) is not None]
                 cell["samples"] = samples
                 cell["value"] = nearest_rank(samples, 0.99)
-                cell["p50"], cell["p99"] = _median(samples), cell["value"]
+                cell["p50"], cell["p99"] = nearest_rank(samples, 0.5), cell["value"]
                 cell["max"] = max(samples) if samples else None
             elif meta.samples:
                 samples = []
@@ -283,6 +289,29 @@ def compare(agg: dict, workload: str, peer: str, key: str = "value") -> Ratio:
     return Ratio(b / p, name, default_only=len(names) > 1 and len(found) < len(names))
 
 
+def restart_ratio(agg: dict, workload: str, peer: str) -> Ratio:
+    """brain's worst start over the peer's median start (a restart row's samples), cells of one run."""
+    cells = agg.get(workload, {})
+    b, p = cells.get("brain") or {}, cells.get(peer) or {}
+    if b.get("worst") is None or not p.get("value"):
+        return Ratio(None)
+    if (b.get("extra") or {}).get("partial") or (p.get("extra") or {}).get("partial"):
+        return Ratio(None, why="partial")
+    if not same_run(b, p):
+        return Ratio(None, why="runs differ")
+    return Ratio(b["worst"] / p["value"], peer)
+
+
+def too_few_starts(agg: dict, workload: str, servers) -> str:
+    """Which of ``servers`` have fewer than MIN_RESTART_SAMPLES starts in a restart row ("" if none)."""
+    few = []
+    for s in servers:
+        n = len(((agg.get(workload) or {}).get(s) or {}).get("samples") or [])
+        if n < MIN_RESTART_SAMPLES:
+            few.append(f"{s} {n} sample{'s' if n != 1 else ''}")
+    return (", ".join(few) + f", {MIN_RESTART_SAMPLES} needed") if few else ""
+
+
 def ratio(agg: dict, workload: str, peer: str, key: str = "value"):
     """brain's median over the peer's; None when either is missing, a partial (capped) run, or
     the two cells come from different runs."""
@@ -334,10 +363,10 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
     scale_keys = (settings or {}).get("scale_keys", FULL.scale_keys)
     issue = ""
 
-    def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na=""):
+    def add(name, value, ok, goal, workload=None, note="", peer=None, also=(), na="", unjudged=""):
         """One row of the current ``issue``.  ``also``: further (workload, server) cells the value
         rests on, whose runs count too; ``na``: a reason the value cannot be called met (a miss
-        stays a miss)."""
+        stays a miss); ``unjudged``: a reason it can be called neither met nor missed."""
         b = (agg.get(workload, {}).get("brain") or {}) if workload else {}
         short = short_of_runs(agg, workload, ["brain"] + ([peer] if peer else [])) if workload else []
         for w2, s2 in also:
@@ -346,6 +375,8 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
             status, note = "miss", "brain failed: " + _oneline(b["error"], 160)
         elif value is None or note.startswith("partial"):
             status = "n/a"
+        elif unjudged:
+            status, note = "n/a", "; ".join(x for x in (note, unjudged) if x)
         elif ok and (short or na):
             # Not called met on fewer runs than planned, nor against a configuration not measured.
             status = "n/a"
@@ -381,7 +412,7 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         name = spec.name.format(workload=w, peer=peer, versus=spec.versus, keys=keys,
                                 scale_keys=f"{scale_keys:,} keys")
         if spec.at_keys > scale_keys:
-            r = compare(agg, w, peer, spec.key)
+            r = restart_ratio(agg, w, peer) if spec.kind == "restart-ratio" else compare(agg, w, peer, spec.key)
             add(name, None, False, spec.goal, w, f"asked at {spec.at_keys:,} keys (this run: brain/{peer} "
                 f"{_fmt(r.value)})", peer=peer)
         elif spec.kind == "ratio":
@@ -389,9 +420,23 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         elif spec.kind == "restart":
             c = agg.get(w, {}).get("brain") or {}
             v, n = c.get("worst"), len(c.get("samples") or [])
-            few = f"{n} sample{'s' if n != 1 else ''}, {MIN_RESTART_SAMPLES} needed" if n < MIN_RESTART_SAMPLES else ""
             note = pnote or (f"worst of {n}, median {_fmt(c.get('value'))}" if v is not None else "")
-            add(name, v, met(spec.goal, v), spec.goal, WORKLOADS[w].source or w, note, na=few)
+            add(name, v, met(spec.goal, v), spec.goal, WORKLOADS[w].source or w, note,
+                na=too_few_starts(agg, w, ["brain"]))
+        elif spec.kind == "restart-ratio":
+            r = restart_ratio(agg, w, peer)
+            b, p = agg.get(w, {}).get("brain") or {}, agg.get(w, {}).get(peer) or {}
+            note = ""
+            if r.why == "runs differ":
+                note = _cells_note(agg, w, ["brain", peer])
+            elif r.why == "partial":
+                note = "partial: a capped run"
+            elif r.value is not None:
+                note = (f"brain's worst {_fmt(b.get('worst'))} s of {len(b.get('samples') or [])}, {peer}'s median "
+                        f"{_fmt(p.get('value'))} s of {len(p.get('samples') or [])}")
+            # More starts can move the peer's median either way: on too few, not even a miss is known.
+            add(name, r.value, met(spec.goal, r.value), spec.goal, w, note, peer=peer,
+                unjudged=too_few_starts(agg, w, ["brain", peer]))
         elif spec.kind == "rss":
             r = compare(agg, w, peer)
             note = pnote or ("partial load on " + peer if _extra(agg, WORKLOADS[w].source, peer, "partial") else "")
@@ -414,10 +459,18 @@ def targets(agg: dict, settings: dict | None = None) -> list[dict]:
         elif spec.kind == "pause":
             c = agg.get(w, {}).get("brain") or {}
             v = c.get("value")
-            e = (agg.get(w, {}).get(peer) or {}).get("value") if peer else None
-            note = f"{len(c.get('samples') or [])} kills" + (f"; {peer.replace('-', ' ')} leader: {_fmt(e)} s"
-                                                             if e is not None else "")
-            add(name, v, met(spec.goal, v), spec.goal, w, note)
+            n = len(c.get("samples") or [])
+            note = f"{n} fault{'s' if n != 1 else ''}, p50 {_fmt(c.get('p50'))}" if v is not None else ""
+            same = spec.versus or w  # the row where brain and the peer ran at the same settings
+            e = (agg.get(same, {}).get(peer) or {}).get("value") if peer else None
+            if spec.versus:
+                vb = (agg.get(same, {}).get("brain") or {})
+                if vb.get("value") is not None or e is not None:
+                    note += (f"; both at etcd's election timeout ({same}): brain {_fmt(vb.get('value'))} s, "
+                             f"{peer.replace('-', ' ')} {_fmt(e)} s")
+            elif e is not None:
+                note += f"; {peer.replace('-', ' ')}: {_fmt(e)} s"
+            add(name, v, met(spec.goal, v), spec.goal, w, note.lstrip("; "))
         elif spec.kind == "lost":
             v = (agg.get(w, {}).get("brain") or {}).get("value")
             add(name, v, met(spec.goal, v), spec.goal, w)
@@ -464,9 +517,21 @@ def _run_mark(cell: dict, labels: dict[str, str]) -> str:
     return " [" + ",".join(labels.get(x, "?") for x in cell.get("sources") or [""]) + "]"
 
 
+def _spread(xs: list, noun: str) -> str:
+    """How many samples a figure rests on and their range: "100-300, 3 runs", "1 run"."""
+    xs = [x for x in xs if x is not None]
+    if len(xs) == 1:
+        return f"1 {noun}"
+    if not xs:
+        return f"0 {noun}s"
+    return f"{_fmt(min(xs))}-{_fmt(max(xs))}, {len(xs)} {noun}s"
+
+
 def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
-    """A summary cell: the median ("(n/N)" when short of runs), a restart row's worst and sample
-    count, and (merged reports) the letter of the run it comes from."""
+    """A summary cell: the figure and what it rests on: the median with the runs' range ("200 (100-300,
+    3 runs)", "(2/3 runs)" when short of runs); a restart row's median start with the starts' range
+    (its largest is the worst); a fault row's p99 with its p50 and the faults' range, all by nearest
+    rank; and (merged reports) the letter of the run it comes from."""
     if c is None:
         return "–"
     if c["value"] is None and UNSUPPORTED in (c.get("extra") or {}):
@@ -474,13 +539,18 @@ def _value_cell(c: dict | None, labels: dict[str, str]) -> str:
     if c["value"] is None:
         return f"error (0/{c['planned']})" + _run_mark(c, labels) if c.get("error") else "–"
     cell = _fmt(c["value"])
-    n = len(c.get("samples") or [])
-    if "worst" in c:
-        cell += (f" (worst {_fmt(c['worst'])}, {n} samples)" if n > 1 else " (1 sample)")
-    elif c.get("max") is not None:  # a pause row: its value is the p99 of the samples
-        cell += f" (p50 {_fmt(c['p50'])}, max {_fmt(c['max'])}, {n} sample{'s' if n != 1 else ''})"
-    if c["n"] < c["planned"]:
-        cell += f" ({c['n']}/{c['planned']})"
+    short = f"{c['n']}/{c['planned']} runs" if c["n"] < c["planned"] else ""
+    if "worst" in c:  # a restart row: its samples are starts
+        bits = [_spread(c.get("samples") or [], "sample"), short]
+    elif c.get("max") is not None:  # a fault row: its value is the p99 of the samples
+        bits = [f"p50 {_fmt(c['p50'])}", _spread(c.get("samples") or [], "sample"), short]
+    elif "reported" in c:  # a sum over every run
+        bits = [f"sum of {c['reported']} run{'s' if c['reported'] != 1 else ''}", short]
+    else:
+        bits = [short or _spread(c.get("values") or [], "run")]
+        if short and len([x for x in c.get("values") or [] if x is not None]) > 1:
+            bits.insert(0, _spread(c["values"], "run").rsplit(", ", 1)[0])
+    cell += " (" + ", ".join(b for b in bits if b) + ")"
     if (c.get("extra") or {}).get("partial"):
         cell += " (partial)"
     return cell + _run_mark(c, labels)
@@ -518,7 +588,7 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
     for w, meta in WORKLOADS.items():
         if w not in agg or meta.source:
             continue
-        out += [f"### {w}: {title(w, data['meta'].get('settings'))}", ""]
+        out += [f"### {w}: {title(w, data['meta'].get('settings'), data['meta'].get('brain_serve_defaults'))}", ""]
         head = ["server", f"{meta.unit} median (n/planned)", "runs", "p50 ms", "p99 ms", "CPU µs/op", "op errors"]
         head += [f"brain/{p}" for p in PEERS if p in servers]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -563,6 +633,9 @@ def detail_tables(data: dict, agg: dict) -> list[str]:
                 kills = (run.get("result") or {}).get("kills")
                 if kills:
                     notes.append(f"- {s} round {run.get('round')}: " + _kills_line(run["result"]))
+                prof = (run.get("result") or {}).get("profile")
+                if prof:
+                    notes.append(f"- {s}, profiled: " + _profile_line(prof))
         out += [""] + notes + ([""] if notes else [])
     return out
 
@@ -575,10 +648,41 @@ def _kills_line(res: dict) -> str:
     kills = ", ".join(f"{names.get(k['fault'], k['fault'])} {k['member']}{' (leading)' if k.get('was_leader') else ''} "
                       f"{_fmt(k.get('write_pause_s'))} s"
                       + (f" (a new leader after {_fmt(k['leader_after_s'])} s)" if k.get("leader_after_s") is not None
-                         else "") for k in res["kills"])
+                         else "")
+                      + (f" (the new stream leader took over at {_fmt(k['stream_leader_since_s'])} s; writes resumed "
+                         f"{_fmt(k['beyond_election_s'])} s after it)" if k.get("stream_leader_since_s") is not None
+                         and k.get("beyond_election_s") is not None else "")
+                      for k in res["kills"])
     return (f"write pauses after {kills}; {res.get('acked')} writes acknowledged "
             f"({res.get('unknown')} unknown outcomes), {res.get('verified')} read back, {res.get('lost')} lost, "
             f"{(res.get('writer_violations') or 0) + (res.get('verify_violations') or 0)} violations")
+
+
+def _profile_line(prof: dict) -> str:
+    """A read profiled on both sides (benchmarks/profiles.py): the client's CPU by class, the server's by
+    function (its own samples, and with what it called)."""
+    head = (f"{prof.get('run', 'a second run under the profilers')}: {_fmt(prof.get('seconds'))} s, client "
+            f"{_fmt(prof.get('client_cpu_s'))} s of CPU (the whole process), server {_fmt(prof.get('server_cpu_s'))} s")
+    if prof.get("error"):
+        return f"{head}; the profile failed: `{_oneline(prof['error'], 300)}`"
+    bits = [head]
+    client = prof.get("client") or {}
+    if client:
+        bits.append(f"the client's {_fmt(client.get('cpu_s'))} s sampled: " + ", ".join(
+            f"{x['class']} {_fmt(x['cpu_s'])} s ({x['share']:.0%})" for x in client.get("classes") or []))
+        flat = [ln.split(None, 5) for ln in client.get("top") or [] if re.match(r"^\s*[\d.]+\w*\s+[\d.]+%", ln)]
+        if flat:
+            bits.append("its functions by own time (pprof -top): " + ", ".join(
+                f"`{x[-1]}` {x[1]}" for x in flat[:6] if len(x) >= 6))
+    server = prof.get("server")
+    if isinstance(server, dict) and server.get("samples"):
+        bits.append(f"the server's {server['samples']} samples (py-spy, non-idle threads) by function, own: "
+                    + ", ".join(f"`{x['function']}` {x['share']:.0%}" for x in server["self"][:6])
+                    + "; with what it called: "
+                    + ", ".join(f"`{x['function']}` {x['share']:.0%}" for x in server["total"][:6]))
+    elif isinstance(server, str):
+        bits.append(server)
+    return "; ".join(bits)
 
 
 def _oneline(s: str, n: int) -> str:
@@ -622,10 +726,12 @@ def header(data: dict) -> list[str]:
     order = m.get("order_rule") or ("servers took turns in a fixed order, "
                                     + ", ".join(s for s, v in m.get("servers", {}).items() if v.get("selected"))
                                     + " (brain always last)")
+    lines += group_runs_section(data) + [""]
     lines.append(
-        f"Each workload ran {st.get('rounds')} time(s) per server except restart and check-perf (once; the "
-        f"runs column says so per row), {st.get('duration')} s per timed phase, each group on a freshly started "
-        f"server; values are medians of the successful runs, and a cell with fewer says so (\"(2/3)\"); "
+        f"{st.get('duration')} s per timed phase, each group on a freshly started server; a cell is the median "
+        f"of the successful runs with their range and count (\"200 (100-300, 3 runs)\"; \"2/3 runs\" when fewer "
+        f"succeeded than ran), a restart row's the median of its starts with their range (the largest is the "
+        f"worst), a fault row's the p99 of its faults with their p50 (both by nearest rank) and range; "
         f"{order}.  "
         f"put and range use etcd's `benchmark` tool (sized from a short calibration pass that also warms up), "
         f"everything else `brainload`.  {m.get('conns_rule', '')}.  CPU µs/op is the server process group's "
@@ -636,7 +742,7 @@ def header(data: dict) -> list[str]:
     if "mtls" in ran and m.get("mtls_rule"):
         lines += ["", "Mutual TLS, " + m["mtls_rule"] + "."]
     if "cluster" in ran:
-        for key in ("cluster_rule", "failover_rule"):
+        for key in ("cluster_rule", "failover_rule", "read_lease_rule"):
             if m.get(key):
                 lines += ["", "Clusters, " + m[key] + "."]
     for merged in m.get("merged", []):
@@ -657,6 +763,75 @@ def header(data: dict) -> list[str]:
 
 def _load(x) -> str:
     return x if x else "not recorded"
+
+
+# A 1-minute load average above this at the start of a group: the machine was not quiet.
+QUIET_LOAD = 0.5
+
+
+def _load1(text) -> float | None:
+    """The 1-minute figure of a recorded load average ("1.97, 1.44, 1.20"), or None."""
+    try:
+        return float(str(text).split(",")[0])
+    except ValueError:
+        return None
+
+
+def rounds_per_group(data: dict) -> dict[str, dict[str, int]]:
+    """{group: {server: rounds that recorded a run}}, from the runs themselves."""
+    out: dict[str, dict[str, set]] = {}
+    for r in data.get("runs", []):
+        w = WORKLOADS.get(r["workload"])
+        if w is not None:
+            out.setdefault(w.group, {}).setdefault(r["server"], set()).add(r.get("round"))
+    return {g: {srv: len(rs) for srv, rs in by.items()} for g, by in out.items()}
+
+
+def group_runs_section(data: dict) -> list[str]:
+    """How many times each group ran (from its records: a group whose servers ran it a different number
+    of times says so per server), and for runs that recorded it the load average at each group's start
+    and end, with a warning for every group that started above QUIET_LOAD."""
+    m = data["meta"]
+    ran = rounds_per_group(data)
+    spans = {x["group"]: x for x in m.get("group_runs") or []}
+    order = [g for g in list(spans) + sorted(ran) if g in ran]
+    order = list(dict.fromkeys(order))
+    if not order:
+        return []
+
+    def times(g: str) -> str:
+        counts = ran[g]
+        if len(set(counts.values())) == 1:
+            n = next(iter(counts.values()))
+            return "once" if n == 1 else f"{n} times"
+        return ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+
+    lines = ["Each group ran per server (a fresh start each time; restart, check-perf and scale once by design, "
+             "their rows' samples are starts or one run):"]
+    if not spans:
+        lines[0] += " " + "; ".join(f"{g} {times(g)}" for g in order) + "."
+        start = _load1((m.get("machine") or {}).get("load_average_start"))
+        if start is not None and start > QUIET_LOAD:
+            lines += ["", f"**Not quiet**: the 1-minute load average was {start:.2f} at the start of the run (above "
+                          f"{QUIET_LOAD}); other work shared the CPUs.  This run did not record the load per group."]
+        return lines
+    noisy = []
+    lines += ["", "| group | ran | started | load average at start (1, 5, 15 min) | at end | |",
+              "|---|---|---|---|---|---|"]
+    for g in order:
+        x = spans.get(g, {})
+        load = _load1(x.get("load_average_start"))
+        flag = ""
+        if load is not None and load > QUIET_LOAD:
+            flag = "**not quiet**"
+            noisy.append(f"{g} ({load:.2f})")
+        lines.append(f"| {g} | {times(g)} | {str(x.get('started', '?'))[11:16]} | {_load(x.get('load_average_start'))} "
+                     f"| {_load(x.get('load_average_end'))} | {flag} |")
+    if noisy:
+        lines += ["", f"**Not quiet**: {len(noisy)} of {len(order)} groups started with a 1-minute load average above "
+                      f"{QUIET_LOAD}: {', '.join(noisy)}; other work shared the CPUs with their servers and load "
+                      f"generators, so their figures are low and noisy, and a ratio of them is one of that load."]
+    return lines
 
 
 def runs_section(data: dict) -> list[str]:
@@ -727,38 +902,53 @@ def summary_tables(data: dict, agg: dict, level: str = "###") -> list[str]:
             out += [f"{level} {MODE_TITLES[m][0].upper()}{MODE_TITLES[m][1:]}", ""]
         out += summary_table(data, agg, m) + [""]
         if m == "cluster":
-            out += read_confirmation_table(agg)
+            out += read_confirmation_table(agg, data["meta"].get("brain_serve_defaults"))
     return out[:-1] if out else out
 
 
-def read_confirmation_table(agg: dict) -> list[str]:
-    """Linearizable range on brain's cluster with its read lease (the default) and without it
-    (``--read-lease=false``: every read waits for a barrier record), beside etcd 3.6's; a ratio only
-    between cells of one run.  [] when the run did not measure the lease-off rows."""
-    rows = [(off, on) for off, on in READ_BARRIER.items() if (agg.get(off) or {}).get("brain")]
-    if not rows:
+def read_confirmation_table(agg: dict, brain_defaults: dict | None = None) -> list[str]:
+    """Linearizable range on brain's cluster with its read lease on and off, each cell labelled with the
+    run it comes from (brain serve's default, or the flag that set it), beside etcd 3.6's; a ratio only
+    between cells of one run.  [] when the run measured no row of the setting that is not the default.
+    A run that did not record brain's defaults ran before they could be set otherwise: lease on."""
+    default_on = (brain_defaults or {}).get("read_lease", True)
+    out = []
+    for clients, rows in LEASE_ROWS.items():
+        cells = {}
+        for setting, flag in (("on", "--read-lease=true"), ("off", "--read-lease=false")):
+            explicit = (agg.get(rows[setting]) or {}).get("brain")
+            if explicit is not None:
+                cells[setting] = (explicit, flag)
+            elif (setting == "on") == default_on and (agg.get(rows["default"]) or {}).get("brain"):
+                cells[setting] = (agg[rows["default"]]["brain"], "default")
+        if not any(label != "default" for _, label in cells.values()):
+            continue
+        etcd = (agg.get(rows["default"]) or {}).get("etcd-3.6")
+        on, off = cells.get("on", (None, ""))[0], cells.get("off", (None, ""))[0]
+        out.append(f"| {clients} | {_lease_cell(cells.get('on'))} | {_lease_cell(cells.get('off'))} "
+                   f"| {_lease_cell((etcd, '') if etcd else None)} | {_over(off, on)} | {_over(off, etcd)} "
+                   f"| {_over(on, etcd)} |")
+    if not out:
         return []
+    return ["Read confirmation: linearizable range, one key, on brain's cluster with its read lease on (the leader "
+            "answers within its lease) and off (every read confirmed by a barrier record the journal's quorum "
+            "acknowledged, as etcd confirms a ReadIndex), beside etcd 3.6's cluster; each brain cell says how "
+            "the lease was set (`brain serve`'s default, or the flag):", "",
+            "| clients | brain, read lease on | brain, read lease off | etcd-3.6 | brain off / on "
+            "| brain off / etcd-3.6 | brain on / etcd-3.6 |", "|---|---|---|---|---|---|---|", *out, ""]
 
-    def cell(c: dict | None) -> str:
-        if c is None or c.get("value") is None:
-            return "–"
-        return f"{_fmt(c['value'])}/s, p99 {_fmt(c.get('p99'))} ms"
 
-    def over(a: dict | None, b: dict | None) -> str:
-        if not a or not b or a.get("value") is None or not b.get("value"):
-            return "–"
-        return _fmt(a["value"] / b["value"]) if same_run(a, b) else "runs differ"
+def _lease_cell(cell_label) -> str:
+    if cell_label is None or cell_label[0] is None or cell_label[0].get("value") is None:
+        return "–"
+    c, label = cell_label
+    return f"{_fmt(c['value'])}/s, p99 {_fmt(c.get('p99'))} ms" + (f" ({label})" if label else "")
 
-    out = ["Read confirmation: linearizable range, one key, on brain's cluster with its read lease and with "
-           "`--read-lease=false` (every read confirmed by a barrier record), beside etcd 3.6's cluster:", "",
-           "| clients | brain, read lease | brain, --read-lease=false | etcd-3.6 | brain lease off / on "
-           "| brain lease off / etcd-3.6 |", "|---|---|---|---|---|---|"]
-    for off, on in rows:
-        b_off, b_on = agg[off]["brain"], (agg.get(on) or {}).get("brain")
-        etcd = (agg.get(on) or {}).get("etcd-3.6")
-        out.append(f"| {WORKLOADS[off].clients} | {cell(b_on)} | {cell(b_off)} | {cell(etcd)} | {over(b_off, b_on)} "
-                   f"| {over(b_off, etcd)} |")
-    return out + [""]
+
+def _over(a: dict | None, b: dict | None) -> str:
+    if not a or not b or a.get("value") is None or not b.get("value"):
+        return "–"
+    return _fmt(a["value"] / b["value"]) if same_run(a, b) else "runs differ"
 
 
 def markdown(data: dict, plots: list[str]) -> str:
@@ -902,6 +1092,11 @@ def readme_block(data: dict, md_rel: str) -> str:
         intro = (f"Latest `make bench` ({m.get('started', '?')[:10]} on {mach.get('nproc')} CPUs "
                  f"{mach.get('cpu')}{load}; medians of the successful runs out of the row's runs, \"(2/3)\" "
                  f"where fewer succeeded; full report: [{md_rel}]({md_rel})):")
+    noisy = [f"{x['group']} ({_load1(x.get('load_average_start')):.2f})" for x in m.get("group_runs") or []
+             if (_load1(x.get("load_average_start")) or 0) > QUIET_LOAD]
+    if noisy:
+        intro += (f"  **Not quiet**: {', '.join(noisy)} started with a 1-minute load average above {QUIET_LOAD} "
+                  f"(other work shared the CPUs).")
     lines = [
         README_BEGIN,
         intro,
@@ -974,6 +1169,10 @@ def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mt
         rounds[w] = rerun["meta"].get("settings", {}).get("rounds") or 1
         files[w] = rerun_name
     rm = rerun["meta"]
+    # Each group's load at its start and end, from the run that measured it (a re-run's replaces the base's).
+    rerun_groups = {x["group"] for x in rm.get("group_runs") or []}
+    meta["group_runs"] = [x for x in meta.get("group_runs") or [] if x["group"] not in rerun_groups] + [
+        dict(x, file=rerun_name) for x in rm.get("group_runs") or []]
     before = {r["workload"] for r in base["runs"]}
     before |= {w for w, meta in WORKLOADS.items() if meta.source in before}
     entry = _run_entry(rm, rerun_name)
@@ -985,7 +1184,8 @@ def merge(base: dict, rerun: dict, rerun_name: str, modes: tuple = ("plain", "mt
         "brain": entry["brain"], "load": entry["load_end"] or "?", "machine": entry["machine"],
         "order_rule": rm.get("order_rule", ""),
     })
-    for key in ("restart_rule", "mtls_rule", "cluster_rule", "failover_rule"):
+    for key in ("restart_rule", "mtls_rule", "cluster_rule", "failover_rule", "read_lease_rule",
+                "brain_serve_defaults"):
         if rm.get(key):
             meta[key] = rm[key]
     if rm.get("clusters"):

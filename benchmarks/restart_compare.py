@@ -10,9 +10,10 @@ with git archive into the run's directory, with this checkout's native
 transport copied beside it) in turn, on a fresh copy of the template:
 start (a restart after SIGTERM), SIGTERM (the shutdown is timed), start
 again, kill -9, start again (a restart after kill -9).  A start is timed
-from spawn until a linearizable count_only Range over the keys answers with
-their count; its CPU seconds are printed beside it, since other load on the
-machine moves the wall time.  Needs brainload (benchmarks/build.sh).
+from spawn until a linearizable Get of one key answers (the harness's
+readiness probe, benchmarks/probes.py), then the keys are counted, untimed;
+its CPU seconds are printed beside it, since other load on the machine moves
+the wall time.  Needs brainload (benchmarks/build.sh).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from benchmarks.probes import count_prefix
 from benchmarks.servers import Brain, Server, StartOptions, make_root
 from benchmarks.tools import ToolError, ToolRunner
 from tests.support.harness import REPO_ROOT
@@ -82,16 +84,16 @@ def load_template(root: Path, keys: int, tools: ToolRunner) -> Path:
 
 
 def restarts(flavor: Brain, template: Path, root: Path, keys: int) -> dict:
-    srv = Server(flavor, root, StartOptions(quota_bytes=QUOTA), ready_timeout=max(600.0, keys / 1000),
-                 count_prefix=PREFIX.encode())
+    srv = Server(flavor, root, StartOptions(quota_bytes=QUOTA), ready_timeout=max(600.0, keys / 1000))
     shutil.copytree(template, srv.data_dir)
     out = {}
     try:
         for label, stop in (("after SIGTERM", "sigterm"), ("after SIGTERM, again", "kill"),
                             ("after kill -9", None)):
             seconds = srv.start()
-            if srv.ready_count != keys:
-                raise RuntimeError(f"{flavor.name}: {srv.ready_count} keys counted, {keys} loaded")
+            counted = count_prefix(srv.endpoint, PREFIX.encode(), timeout=600)
+            if counted != keys:
+                raise RuntimeError(f"{flavor.name}: {counted} keys counted, {keys} loaded")
             out[label] = (seconds, srv.ready_cpu_s)
             if stop == "sigterm":
                 out["shutdown on SIGTERM"] = (srv.stop(grace=120), None)

@@ -44,6 +44,7 @@ from pathlib import Path
 from benchmarks import cluster as clusters
 from benchmarks import report
 from benchmarks.cluster import all_cluster_flavors
+from benchmarks.cluster_groups import CLUSTER_GROUPS, ETCD_TIMEOUTS, brain_serve_defaults, describe, redundant
 from benchmarks.groups import GROUP_SETS, GROUPS, Groups, etcdctl_binary, now_s, round_order, servers_for
 from benchmarks.machine import (brain_checkpoint_thresholds, first_line, go_module_version, load_average,
                                 machine_facts)
@@ -71,6 +72,8 @@ class Bench:
         self.t0 = now_s()
         self.runs: list[dict] = []
         self.notes: list[str] = []
+        # What `brain serve` runs a replica with when given no flag: the cluster groups follow it.
+        self.brain_defaults = brain_serve_defaults()
         self.stamp = _dt.datetime.now().strftime("%Y-%m-%d")
         self.json_path, self.md_path = self._paths()
         self.meta = self._meta()
@@ -124,12 +127,15 @@ class Bench:
             "tools": tools,
             "conns_rule": "gRPC connections = max(1, clients // 8)",
             "order_rule": "servers take turns; the order rotates by one place per round and per group",
-            "restart_rule": ("restart: SIGTERM, then start until a linearizable count_only Range over the loaded "
-                             "keys answers (count checked); restart-kill9: the same after restart_tail overwrites "
+            "restart_rule": ("restart: SIGTERM, then start until a linearizable Get of one key answers (the same "
+                             "probe for every server, constant time whatever the data set; the loaded keys are "
+                             "counted after it, untimed); restart-kill9: the same after restart_tail overwrites "
                              "and kill -9 (brain: its journal holds the tail, below the first checkpoint "
                              "threshold; etcd and kine: whatever their WAL holds)"),
             "brain_checkpoint_thresholds": brain_checkpoint_thresholds(),
             "clusters": clusters_meta,
+            "brain_serve_defaults": self.brain_defaults,
+            "cluster_member_args": {g: dict(CLUSTER_GROUPS[g].args) for g in self.groups if g in CLUSTER_GROUPS},
             "mtls_rule": ("mtls- workloads: every server on https:// with client-certificate auth (etcd and brain: "
                           "--cert-file --key-file --trusted-ca-file --client-cert-auth; kine: --server-cert-file "
                           "--server-key-file --trusted-ca-file, which makes it require a client certificate), "
@@ -153,7 +159,18 @@ class Bench:
                               "down, lame duck mode, a start); the next fault waits until every member serves; "
                               "a fault's write pause is the longest gap between acknowledged writes that begins "
                               "within 3 s of it (a planned nats-server restart: while it runs); afterwards "
-                              "clustercheck verify reads every acknowledged write back at its revision"),
+                              "clustercheck verify reads every acknowledged write back at its revision; every "
+                              "member of both clusters runs at etcd's election timing (" + " ".join(ETCD_TIMEOUTS)
+                              + ", etcd's defaults), so the pauses compare the servers, not their settings; "
+                              "cluster-failover-brain-defaults: brain at `brain serve`'s defaults ("
+                              + describe(self.brain_defaults) + "), the leader's kills and isolations only; "
+                              "a fault row is the p99 and p50 (nearest rank) of every fault of every round"),
+            "read_lease_rule": ("cluster- groups run brain at `brain serve`'s default read lease ("
+                                + ("on" if self.brain_defaults["read_lease"] else "off") + "); the other setting "
+                                "runs as labelled rows: cluster-read-barrier (--read-lease=false, every "
+                                "linearizable read confirmed by a barrier record the journal's quorum "
+                                "acknowledged) or cluster-read-lease (--read-lease=true), the one that is not "
+                                "the default"),
         }
 
     def elapsed(self) -> str:
@@ -219,10 +236,21 @@ class Bench:
                                 if self.meta.get("clusters", {}).get(c.name, {}).get("available")
                                 and self.meta["servers"][c.name]["available"]]
         for gi, g in enumerate(self.groups, 1):
+            why = redundant(g, self.brain_defaults)
+            if why and any(c.name == "brain" for c in self.cluster_flavors):
+                self.notes.append(why)
+                self.say(why)
             rounds = 1 if g in ONCE_GROUPS else s.rounds
             slow: dict[str, float] = {}
+            # Each group's rounds and the machine's load at its start and end: the report says per group
+            # how often it ran and warns of a group that started on a machine that was not quiet.
+            span = {"group": g, "rounds": rounds, "load_average_start": load_average(),
+                    "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+            self.meta.setdefault("group_runs", []).append(span)
+            t_group = now_s()
             for rnd in range(1, rounds + 1):
-                for f in round_order(servers_for(g, self.flavors, self.cluster_flavors), gi, rnd):
+                for f in round_order(servers_for(g, self.flavors, self.cluster_flavors, self.brain_defaults),
+                                     gi, rnd):
                     if f.name in slow:
                         continue
                     self.say(f"[group {gi}/{len(self.groups)}] {g} round {rnd}/{rounds}: {f.name}")
@@ -244,6 +272,8 @@ class Bench:
                                 f"{s.slow_group:.0f} s after which a server's group is not repeated)")
                         self.notes.append(note)
                         self.say("  " + note)
+                span["load_average_end"] = load_average()
+                span["seconds"] = round(now_s() - t_group, 1)
                 self.save()
         self.save(final=True)
         report.write_all(self.json_path, self.md_path, readme=self.readme)
@@ -270,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-mix", choices=("kubernetes", "small"),
                     help="value sizes of the scale data set: kubernetes (about 1 KiB a value; the default) or "
                          "small (about 540 B; the 10M run's, to fit 24 GiB)")
+    ap.add_argument("--profile-scale-reads", action="store_true",
+                    help="run each read of the scale group once more under profilers: brainload's Go CPU profile "
+                         "(decoding vs the rest) and py-spy on brain's server (by function); in the JSON and report")
     ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results; smoke: a temp dir)")
     ap.add_argument("--tmp-root", help="parent of the data dirs (default: the system temp dir; use a disk, "
                                        "not tmpfs, or fsync costs nothing)")
@@ -289,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, scale_keys=a.scale_keys)
     if a.scale_mix:
         settings = dataclasses.replace(settings, scale_mix=a.scale_mix)
+    if a.profile_scale_reads:
+        settings = dataclasses.replace(settings, scale_profile=True)
     wanted = [x.strip() for x in a.servers.split(",") if x.strip()]
     known = {f.name: f for f in all_flavors()}
     bad = [w for w in wanted if w not in known]

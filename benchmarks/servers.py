@@ -12,7 +12,9 @@ so the fast ones run only in the mutual TLS groups (``tls_only``).
 
 Each start gets a fresh data directory under the run's temporary root, free
 loopback ports, its stdout/stderr in ``server.log`` beside the data dir, and
-returns once a linearizable gRPC Range succeeds.  ``stop()`` sends SIGTERM to
+returns once a linearizable Get of one key (``ready_key``) answers: a probe
+every server answers in constant time, whatever it holds (a count over the
+data set would cost etcd seconds at 10M keys and brain well under one).  ``stop()`` sends SIGTERM to
 the process group, waits, then SIGKILLs it.  The process handling is
 tests.support.harness, the one the tests use.
 
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.machine import first_line
-from benchmarks.probes import ready_range
+from benchmarks.probes import READY_KEY, ready_get
 from tests.support.harness import REPO_ROOT, ServerProcess, ServerStartError, brain_env, free_port, port_taken
 from tests.support.tls import TestPKI
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -346,10 +348,10 @@ class Server:
     peer_port: int = 0
     started_at: float = 0.0
     ready_after_s: float | None = None
-    # With count_prefix set, "ready" is the first linearizable count_only
-    # Range over it that answers; its count is kept in ready_count.
-    count_prefix: bytes | None = None
-    ready_count: int | None = None
+    # "Ready" is the first linearizable Get of this key that answers (the same
+    # probe for every server); whether it found the key is kept in ready_found.
+    ready_key: bytes = READY_KEY
+    ready_found: bool | None = None
     # CPU seconds the server used from spawn to ready: unlike the wall time,
     # barely moved by other load on the machine.
     ready_cpu_s: float | None = None
@@ -417,7 +419,7 @@ class Server:
         return self._process.log_tail(nbytes)
 
     def start(self) -> float:
-        """Start and wait for a linearizable Range (see count_prefix); returns seconds from spawn to ready."""
+        """Start and wait for a linearizable Get of ``ready_key``; returns seconds from spawn to ready."""
         for attempt in range(3):
             if not self.port or attempt:
                 self.port, self.peer_port = free_port(), free_port()
@@ -442,17 +444,16 @@ class Server:
         return self.ready_after_s
 
     def _probe(self, remaining: float) -> str | None:
-        """A TCP connect (every 10 ms until one is accepted), then a linearizable Range on a fresh
-        channel (every 20 ms), which with count_prefix set is a count_only Range over it."""
+        """A TCP connect (every 10 ms until one is accepted), then a linearizable Get of ``ready_key`` on
+        a fresh channel (every 20 ms)."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                 pass
         except OSError as e:
             return f"connect: {e}"
         try:
-            limit = min(2.0, max(0.2, remaining)) if self.count_prefix is None else max(1.0, remaining)
-            self.ready_count = ready_range(self.endpoint, timeout=limit, count_prefix=self.count_prefix,
-                                           tls=self.opts.tls)
+            self.ready_found = ready_get(self.endpoint, self.ready_key, timeout=min(2.0, max(0.2, remaining)),
+                                         tls=self.opts.tls)
             return None
         except Exception as e:  # grpc.RpcError and friends
             details = e.details() if hasattr(e, "details") else str(e)

@@ -64,11 +64,16 @@ class Settings:
     scale_clients: int = 64          # the load's clients (one gRPC connection per 8) ...
     scale_batch: int = 64            # ... each writing Txns of this many puts (etcd's --max-txn-ops: 128)
     scale_tail: int = 25_000         # overwrites before the kill -9 (about 25 MiB: under brain's 32 MiB checkpoint threshold)
-    scale_restart_samples: int = 1   # SIGTERM and kill -9 starts timed per server
+    # SIGTERM and kill -9 starts timed per server: the restart targets need MIN_RESTART_SAMPLES (3) of
+    # every server they compare (brain's worst against etcd's median).
+    scale_restart_samples: int = 3
     # The watch from before the load may take this long (seconds), then it is recorded as not finished
     # with the events it got: etcd reads every revision since the watch's start for each catch-up step
     # (12M at 10M keys), and its watch of the 480k pod events had delivered almost none after 23 min.
     scale_watch_limit: float = 900.0
+    # --profile-scale-reads: each scale read once more under the profilers (brainload's Go CPU profile, py-spy on
+    # brain), the split of the client's CPU and the server's by function in the record (benchmarks/profiles.py).
+    scale_profile: bool = False
     check_perf: bool = True
     check_perf_load: str = "l"
     settle: float = 2.0        # seconds between the restart load and the RSS reading
@@ -79,10 +84,12 @@ class Settings:
     # Clusters (issue 9): 3 brains on 3 nats-servers against 3 etcd 3.6 members.
     cluster_size: int = 3
     cluster_clients: tuple = clients_of("cluster-load")
+    # Faults per round, so that 3 rounds give every fault row at least 9 samples (its p99 is then the largest,
+    # its p50 the 5th): the kills and isolations of the leader also in cluster-failover-brain-defaults.
     failover_leader_kills: int = 3   # per round: kill -9 of the leader (brain's, etcd's)
-    failover_nats_kills: int = 2     # per round, brain only: kill -9 of the NATS stream leader
-    failover_rolling_restarts: int = 1  # per round: SIGTERM and start of every member in turn
-    failover_isolations: int = 2     # per round: SIGSTOP of the leader (brain's, etcd's), SIGCONT after ...
+    failover_nats_kills: int = 3     # per round, brain only: kill -9 of the NATS stream leader
+    failover_rolling_restarts: int = 1  # per round: SIGTERM and start of every member in turn (3 members)
+    failover_isolations: int = 3     # per round: SIGSTOP of the leader (brain's, etcd's), SIGCONT after ...
     failover_isolate_seconds: float = 5.0  # ... this many seconds
     failover_nats_rolling_restarts: int = 1  # per round, brain only: every nats-server restarted in turn
     failover_rate: float = 300.0     # the writer's open-loop rate, writes/s
@@ -98,7 +105,7 @@ SMOKE = Settings(
     lease_leases=200, lease_ttl=2,
     k8s_nodes=100, k8s_pods=100, k8s_pod_rate=50, k8s_duration=1.5,
     restart_keys=2_000, restart_chunk=2_000, restart_load_cap=60.0, restart_tail=500,
-    scale_keys=3_000, scale_tail=300,
+    scale_keys=3_000, scale_tail=300, scale_restart_samples=1,
     check_perf=False, settle=0.0, probe_per_client=2,
     keepalive_leases=200, keepalive_ttl=2, keepalive_window=100, keepalive_duration=2.5,
     failover_leader_kills=1, failover_nats_kills=1, failover_rolling_restarts=0,

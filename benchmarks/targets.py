@@ -13,11 +13,17 @@ The kinds of target:
                      value, p99 or CPU per op); under mutual TLS against the
                      better of etcd's two configurations
   restart            brain's worst start of a restart row's samples
+  restart-ratio      brain's worst start over ``peer``'s median start, same row and run
   rss                brain's RSS over ``peer``'s after the restart load
   check-perf         etcdctl check perf's verdict on brain
   cluster-vs-single  brain's cluster over a single brain (``versus``, of the same run)
-  pause              the p99 write pause of a kill (with ``peer``'s figure in the note)
+  pause              the p99 write pause of a kill (with ``peer``'s figure in the note; with
+                     ``versus``, brain's and ``peer``'s on that row, both at the same settings)
   lost               acknowledged writes lost, summed over every run
+
+Both restart kinds are judged only on at least MIN_RESTART_SAMPLES starts
+of every server they name (benchmarks/report.py): fewer is n/a, unless a
+restart target is already missed.
 
 A target with ``at_keys`` is asked of the scale group at that data set size:
 a run with fewer ``scale_keys`` shows its value in the note and is n/a.
@@ -91,13 +97,15 @@ TARGETS = (
       for w in ("cluster-put-c64", "cluster-put-c256", "cluster-txn-put-c64", "cluster-txn-put-c256")],
     *[Target("9", "cluster-vs-single", "{workload}: brain cluster/single brain ({versus}) throughput",
              "cluster-" + w, ">= 1.5", versus=w) for w in ("range-l-c64", "range-l-c256")],
-    Target("9", "pause", "write pause after kill -9 of brain's leader, p99 (s)", "cluster-pause-leader", "<= 3 s",
-           peer="etcd-3.6"),
+    # brain's leader kills are judged at `brain serve`'s default election timeout, what an operator gets; the
+    # note gives both clusters at etcd's timeout (cluster-pause-leader), the comparison of the servers.
+    Target("9", "pause", "write pause after kill -9 of brain's leader at brain's default election timeout, p99 (s)",
+           "cluster-pause-leader-brain-defaults", "<= 3 s", peer="etcd-3.6", versus="cluster-pause-leader"),
     Target("9", "pause", "write pause after kill -9 of the NATS stream leader, p99 (s)", "cluster-pause-nats",
            "<= 7 s"),
     # Issue 18: failover faster than etcd's, planned restarts without a pause.
-    Target("18", "pause", "write pause after kill -9 of brain's leader, p99 (s)", "cluster-pause-leader", "<= 1 s",
-           peer="etcd-3.6"),
+    Target("18", "pause", "write pause after kill -9 of brain's leader at brain's default election timeout, p99 (s)",
+           "cluster-pause-leader-brain-defaults", "<= 1 s", peer="etcd-3.6", versus="cluster-pause-leader"),
     Target("18", "pause", "write pause after SIGTERM of each member in a rolling restart, p99 (s)",
            "cluster-pause-restart", "<= 0.5 s", peer="etcd-3.6"),
     Target("18", "pause", "write pause after kill -9 of the NATS stream leader beyond NATS's own election, p99 (s)",
@@ -105,6 +113,8 @@ TARGETS = (
     Target("18", "pause", "write pause in a planned restart of each nats-server (step-down, lame duck), p99 (s)",
            "cluster-pause-nats-roll", "<= 0.5 s"),
     Target("9", "lost", "acknowledged writes lost over every brain failover run", "cluster-failover", "0"),
+    Target("9", "lost", "acknowledged writes lost over every brain failover run at brain's default election timeout",
+           "cluster-failover-brain-defaults", "0"),
     # Issue 17: the scale group, asked at 1M keys (the default run) and at 10M (--scale-keys 10000000).
     Target("17", "ratio", "RSS after loading {scale_keys}: brain/{peer}", "scale-rss", "<= 0.5", "etcd-3.6",
            at_keys=1_000_000),
@@ -115,8 +125,10 @@ TARGETS = (
            at_keys=1_000_000),
     Target("17", "ratio", "scale-stream ({scale_keys}): brain/{peer} keys/s by RangeStream", "scale-stream", ">= 3",
            "etcd-3.7", at_keys=1_000_000),
-    *[Target("17", "ratio", "{workload} ({scale_keys}): brain/{peer} seconds, worst sample", w, "<= 1",
-             "etcd-3.6", "worst", at_keys=10_000_000) for w in ("scale-restart", "scale-restart-kill9")],
+    # brain's worst start against etcd's median one: a single slow start of brain's counts, one of etcd's
+    # does not make the ratio.
+    *[Target("17", "restart-ratio", "{workload} ({scale_keys}): brain's worst start / {peer}'s median, seconds",
+             w, "<= 1", "etcd-3.6", at_keys=10_000_000) for w in ("scale-restart", "scale-restart-kill9")],
 )
 
 _GOAL = re.compile(r"^(>=|<=|<|>)?\s*([\d.]+)")

@@ -95,7 +95,7 @@ WORKLOADS: dict[str, Workload] = {
                            "writes_per_s", "writes/s"),
     "restart": Workload("restart", "restart", "brainload load + harness probe",
                         "restart with {restart_keys:,} keys of {restart_val} B after SIGTERM: start until a "
-                        "linearizable count over them answers (count checked)",
+                        "linearizable Get of one key answers (the keys counted after it)",
                         "ready_after_s", "s", higher_better=False, latency="", samples="ready_after_s_samples"),
     "restart-kill9": Workload("restart", "restart", "brainload load + harness probe",
                               "the same after {restart_tail:,} overwrites and kill -9 at once (brain: a journal "
@@ -131,8 +131,8 @@ WORKLOADS: dict[str, Workload] = {
                             "scale: watch of the pods from the revision before the load, until every event of the "
                             "load arrived", "keys_per_s", "events/s", latency=""),
     "scale-restart": Workload("scale", "scale-restart", "brainload scale-load + harness probe",
-                              "scale: restart after SIGTERM: start until a linearizable count over /registry/ answers "
-                              "(count checked)", "ready_after_s", "s", higher_better=False, latency="",
+                              "scale: restart after SIGTERM: start until a linearizable Get of one key answers "
+                              "(every key under /registry/ counted after it)", "ready_after_s", "s", higher_better=False, latency="",
                               samples="ready_after_s_samples"),
     "scale-restart-kill9": Workload("scale", "scale-restart", "brainload scale-load + harness probe",
                                     "scale: the same after {scale_tail:,} overwrites and kill -9 at once",
@@ -159,41 +159,53 @@ WORKLOADS: dict[str, Workload] = {
     **{f"cluster-txn-put-c{c}": _ops("cluster-load", "txn-put", "brainload",
                                      f"cluster: txn-put, {c} clients over every endpoint", c) for c in (64, 256)},
     **{f"cluster-range-l-c{c}": _ops("cluster-load", "range-l", "benchmark",
-                                     f"cluster: range, one key, linearizable, {c} clients over every endpoint", c)
+                                     f"cluster: range, one key, linearizable, {c} clients over every endpoint "
+                                     "(brain at `brain serve`'s default: read lease {brain_read_lease})", c)
        for c in (64, 256)},
-    # The same on a brain cluster whose replicas run with --read-lease=false: every linearizable read
-    # waits for a barrier record the journal's quorum acknowledged (the read lease's cost, by difference:
-    # READ_BARRIER pairs each row with its lease-on row).
+    # The same on a brain cluster with the read lease set the other way than brain's default (the group whose
+    # setting is the default does not run, benchmarks/cluster_groups.py): off, every linearizable read waits
+    # for a barrier record the journal's quorum acknowledged; on, the leader answers within its lease.
+    # LEASE_ROWS pairs them with the default rows.
     **{f"cluster-range-l-barrier-c{c}": _ops("cluster-read-barrier", "range-l", "benchmark",
                                              f"cluster: range, one key, linearizable, {c} clients over every "
                                              "endpoint, brain with --read-lease=false (every read confirmed "
                                              "by a barrier record)", c)
        for c in (64, 256)},
+    **{f"cluster-range-l-lease-c{c}": _ops("cluster-read-lease", "range-l", "benchmark",
+                                           f"cluster: range, one key, linearizable, {c} clients over every "
+                                           "endpoint, brain with --read-lease=true (the leader answers within "
+                                           "its read lease)", c)
+       for c in (64, 256)},
     "cluster-watch": _fanout("cluster-load", "watch", "cluster: watch fan-out, {watch_watchers:,} watchers (a stream "
                                                       "each) over every endpoint"),
     "cluster-watch-shared": _fanout("cluster-load", "watch-shared",
                                     "cluster: watch fan-out, {watch_watchers:,} watchers, shared streams"),
+    # cluster-failover: brain and etcd both at etcd's election timeout and heartbeat (cluster_groups.py).
     "cluster-failover": Workload("cluster-failover", "failover", "clustercheck write + verify",
                                  "cluster: acknowledged writes lost over every failover run (clustercheck "
                                  "verify after the kills)", "lost", "writes lost", higher_better=False,
                                  latency="", agg="sum"),
     "cluster-pause-leader": Workload("cluster-failover", "failover", "clustercheck write + verify",
-                                     "cluster: write pause after kill -9 of the leader (brain's, etcd's), "
-                                     "p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
+                                     "cluster: write pause after kill -9 of the leader (brain's, etcd's), both at "
+                                     "etcd's election timeout (--election-timeout 1000 --heartbeat-interval 100 "
+                                     "on every member), p99 of every kill", "leader_pauses_s", "s (p99 of kills)",
                                      higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-isolate": Workload("cluster-failover", "failover", "clustercheck write + verify",
                                       "cluster: write pause while the leader (brain's, etcd's) is isolated: "
                                       "SIGSTOP of its process for {failover_isolate_seconds:g} s, then SIGCONT, "
-                                      "p99 of every isolation", "isolate_pauses_s", "s (p99 of isolations)",
+                                      "both at etcd's election timeout (1,000 ms), p99 of every isolation",
+                                      "isolate_pauses_s", "s (p99 of isolations)",
                                       higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-nats": Workload("cluster-failover", "failover", "clustercheck write + verify",
                                    "cluster: write pause after kill -9 of the NATS stream leader's nats-server "
                                    "(brain), p99 of every kill", "nats_pauses_s", "s (p99 of kills)",
                                    higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-nats-excess": Workload("cluster-failover", "failover", "clustercheck write + verify",
-                                          "cluster: the write pause after kill -9 of the NATS stream leader's "
-                                          "nats-server beyond NATS's election of a new stream leader (the pause "
-                                          "minus the time until the new leader was seen), p99 of every kill",
+                                          "cluster: after kill -9 of the NATS stream leader's nats-server, how "
+                                          "long after the new stream leader took over writes resumed: the end of "
+                                          "the write pause minus the new leader's own leader_since (every "
+                                          "nats-server's /jsz polled every 50 ms from before the kill), unclipped: "
+                                          "negative when writes resumed first; p99 of every kill",
                                           "nats_excess_pauses_s", "s (p99 of kills)",
                                           higher_better=False, latency="", source="cluster-failover", agg="p99"),
     "cluster-pause-nats-roll": Workload("cluster-failover", "failover", "clustercheck write + verify",
@@ -206,10 +218,32 @@ WORKLOADS: dict[str, Workload] = {
                                       "member in turn, the leader included), p99 of every restart",
                                       "restart_pauses_s", "s (p99 of restarts)",
                                       higher_better=False, latency="", source="cluster-failover", agg="p99"),
+    # The same faults that brain's election timeout decides, on brain at `brain serve`'s own timings.
+    "cluster-failover-brain-defaults": Workload("cluster-failover-brain-defaults", "failover",
+                                                "clustercheck write + verify",
+                                                "cluster: acknowledged writes lost over every failover run of brain "
+                                                "at `brain serve`'s default election timeout "
+                                                "({brain_election_timeout_ms} ms, heartbeat "
+                                                "{brain_heartbeat_interval_ms} ms)", "lost", "writes lost",
+                                                higher_better=False, latency="", agg="sum"),
+    "cluster-pause-leader-brain-defaults": Workload(
+        "cluster-failover-brain-defaults", "failover", "clustercheck write + verify",
+        "cluster: write pause after kill -9 of brain's leader, brain at `brain serve`'s default election timeout "
+        "({brain_election_timeout_ms} ms, heartbeat {brain_heartbeat_interval_ms} ms), p99 of every kill",
+        "leader_pauses_s", "s (p99 of kills)", higher_better=False, latency="",
+        source="cluster-failover-brain-defaults", agg="p99"),
+    "cluster-pause-isolate-brain-defaults": Workload(
+        "cluster-failover-brain-defaults", "failover", "clustercheck write + verify",
+        "cluster: write pause while brain's leader is isolated ({failover_isolate_seconds:g} s), brain at "
+        "`brain serve`'s default election timeout ({brain_election_timeout_ms} ms), p99 of every isolation",
+        "isolate_pauses_s", "s (p99 of isolations)", higher_better=False, latency="",
+        source="cluster-failover-brain-defaults", agg="p99"),
 }
 
-# The read confirmation's rows: {the row with --read-lease=false: the same load with the lease on}.
-READ_BARRIER = {f"cluster-range-l-barrier-c{c}": f"cluster-range-l-c{c}" for c in (64, 256)}
+# The linearizable range rows by brain's read lease: {clients: {"default": brain at brain serve's default,
+# "off": with --read-lease=false, "on": with --read-lease=true}}; the default row is also etcd's.
+LEASE_ROWS = {c: {"default": f"cluster-range-l-c{c}", "off": f"cluster-range-l-barrier-c{c}",
+                  "on": f"cluster-range-l-lease-c{c}"} for c in (64, 256)}
 
 
 def measured_in(group: str, kind: str | None = None) -> list[str]:

@@ -16,6 +16,7 @@
 # deploy/brain-static-pod.yaml use; the environment can move the
 # certificates (the Kubernetes end-to-end test writes them into its work
 # directory with BRAIN_PKI_DIR, KUBE_PKI_DIR, BRAIN_CA_KEY and BRAIN_USER).
+# Every setting: docs/kubernetes.md, "The script's settings".
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -72,7 +73,9 @@ sign() {
 
 step_pki() {
     command -v openssl >/dev/null || die "openssl is needed: apt-get install openssl"
-    id -u "$BRAIN_USER" >/dev/null 2>&1 || die "user $BRAIN_USER does not exist: run '$0 user' first"
+    id -u "$BRAIN_USER" >/dev/null 2>&1 ||
+        die "user $BRAIN_USER (who gets server.key) does not exist: run '$0 user' first, or name another user" \
+            "with BRAIN_USER=... (docs/kubernetes.md, \"The script's settings\")"
     [ -e "$BRAIN_PKI_DIR/server.crt" ] && die "$BRAIN_PKI_DIR/server.crt exists; remove $BRAIN_PKI_DIR to make new certificates"
     install -d -m 0755 "$BRAIN_PKI_DIR" "$KUBE_PKI_DIR"
     install -d -m 0700 "$(dirname "$BRAIN_CA_KEY")"

@@ -441,7 +441,7 @@ class NativeFront:
             elif kind & REQUIRE_LEADER:  # after the common kinds: calls without it pay nothing
                 self._require_leader(kind ^ REQUIRE_LEADER, cid, mid, payload, _cn)
             else:
-                self._other(kind, cid, mid, payload)
+                self._other(kind, cid, mid, payload, _cn)
         # Counted before anything is answered: a client that has its answer
         # sees its call in the metrics.
         for key, n in started.items():
@@ -457,7 +457,7 @@ class NativeFront:
         if renewals:
             self._renew(renewals)
 
-    def _other(self, kind, cid, mid, payload) -> None:
+    def _other(self, kind, cid, mid, payload, last) -> None:
         T = _transport
         if kind == T.EV_WRITABLE:
             s = self._sessions.get(cid)
@@ -491,6 +491,11 @@ class NativeFront:
                 self._fail(cid, m, _RESOURCE_EXHAUSTED, "ResourceExhausted", text)
         elif kind == T.EV_HTTP:
             self.pool.submit(self._run_http, cid, mid, payload)
+        elif kind == T.EV_REJECTED:
+            # etcd's line for a refused handshake (its embed/config_logging.go): a
+            # warning, or debug for a peer that closed or never spoke (cid 1).
+            log.log(logging.DEBUG if cid else logging.WARNING, "rejected connection on client endpoint",
+                    extra={"fields": {"remote-addr": mid, "server-name": payload, "error": last}})
 
     # -- reads -------------------------------------------------------------
 

@@ -38,7 +38,8 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     from brain.migrate.etcd_import import import_etcd
     from brain.migrate.restore import RestoreError
-    from brain.migrate.etcddb import EtcdDbError
+    from brain.cli.snapshot import SKIP_HASH_CHECK_HINT
+    from brain.migrate.etcddb import DigestMismatch, EtcdDbError
 
     try:
         boundaries = cli_flags.layout(args.shards, args.shard_boundaries)
@@ -48,6 +49,9 @@ def main(argv: Sequence[str]) -> int:
     try:
         res = import_etcd(args.source, args.data_dir, boundaries=boundaries, name=args.name, replace=args.replace,
                           skip_hash_check=args.skip_hash_check)
+    except DigestMismatch as e:
+        print(f"Error: {e} ({SKIP_HASH_CHECK_HINT})", file=sys.stderr)
+        return 1
     except (EtcdDbError, RestoreError, OSError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from typing import Sequence
 from brain import __version__
 from brain import config as C
 from brain.cli.flags import boundaries_type, seconds_type
+from brain.engine.config import EngineConfig
 from brain.etcd_version import ETCD_API_VERSION
 from brain.mvcc.shard import DEFAULT_SHARDS
 
@@ -62,6 +63,9 @@ def _bool(text: str) -> bool:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
+
+# The engine tuning flags' defaults are the engine's own (ServerConfig leaves them None).
+_ENGINE = EngineConfig(data_dir="")
 
 # (flag, dest, type, help); bool flags take an optional value (--client-cert-auth[=true|false]).
 _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
@@ -116,13 +120,17 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--shutdown-grace", "shutdown_grace", _float,
      "seconds to let running calls finish on SIGTERM/SIGINT (default %(default)s)"),
     ("--checkpoint-interval", "checkpoint_interval", seconds_type,
-     "engine tuning: start a checkpoint at least this often ('60s', '700ms' or seconds)"),
+     f"engine tuning: start a checkpoint at least this often ('60s', '700ms' or seconds; default "
+     f"{_ENGINE.checkpoint_interval_seconds:g}s)"),
     ("--checkpoint-journal-bytes", "checkpoint_journal_bytes", _int,
-     "engine tuning: start a checkpoint after this many journal bytes"),
+     f"engine tuning: start a checkpoint after this many journal bytes (default "
+     f"{_ENGINE.checkpoint_journal_bytes}, {_ENGINE.checkpoint_journal_bytes >> 20} MiB)"),
     ("--checkpoint-memtable-records", "checkpoint_memtable_records", _int,
-     "engine tuning: start a checkpoint when the memtable holds this many records"),
+     f"engine tuning: start a checkpoint when the memtable holds this many records (default "
+     f"{_ENGINE.checkpoint_memtable_records})"),
     ("--journal-segment-bytes", "journal_segment_bytes", _int,
-     "engine tuning: roll journal segments over at this size"),
+     f"engine tuning: roll journal segments over at this size in bytes (default {_ENGINE.segment_bytes}, "
+     f"{_ENGINE.segment_bytes >> 20} MiB)"),
     ("--watch-progress-notify-interval", "watch_progress_notify_interval", seconds_type,
      "interval between watch progress notifications ('10m', '300ms' or seconds; default 10m)"),
     ("--watch-queue-events", "watch_queue_events", _int,
@@ -194,30 +202,42 @@ def build_serve_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _env_value(dest: str, environ) -> str | None:
+def _env_value(dest: str, environ) -> tuple[str, str] | None:
+    """(variable, value) of the variable that sets ``dest``, BRAIN_ before ETCD_."""
     name = dest.upper()
     for prefix in ("BRAIN_", "ETCD_"):
         v = environ.get(prefix + name)
         if v is not None:
-            return v
+            return prefix + name, v
     return None
 
 
-def _apply_env(serve_args: list[str], environ) -> list[str]:
+def _apply_env(serve_args: list[str], environ, parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, str]]:
     """Turn BRAIN_*/ETCD_* variables into flags placed before the command
-    line's, so that explicit flags (parsed later) win."""
+    line's, so that explicit flags (parsed later) win.  Returns them and,
+    per flag, the variable that set it.  A value its flag would refuse is
+    reported here, naming the variable: argparse would name the flag alone,
+    and the user who never typed it would look for it on the command line."""
     given = set()
     for a in serve_args:
         if a.startswith("--"):
             given.add(a[2:].split("=", 1)[0])
     extra: list[str] = []
-    for flag, dest, _typ, _help in _SERVE_FLAGS:
+    sources: dict[str, str] = {}
+    for flag, dest, typ, _help in _SERVE_FLAGS:
         if flag[2:] in given:
             continue
-        v = _env_value(dest, environ)
-        if v is not None:
-            extra.append(f"{flag}={v}")
-    return extra
+        found = _env_value(dest, environ)
+        if found is None:
+            continue
+        var, v = found
+        try:
+            typ(v)
+        except (argparse.ArgumentTypeError, ValueError) as e:
+            parser.error(f"invalid value {v!r} for {var} (the environment variable for {flag}): {e}")
+        extra.append(f"{flag}={v}")
+        sources[flag] = f"{var}={v}"
+    return extra, sources
 
 
 def config_from_args(ns: argparse.Namespace) -> C.ServerConfig:
@@ -236,10 +256,15 @@ def parse_serve(argv: Sequence[str], environ=None) -> C.ServerConfig:
     if args and args[0] in SUBCOMMANDS:
         args = args[1:]
     parser = build_serve_parser()
-    ns = parser.parse_args([*_apply_env(args, environ), *args])
+    from_env, sources = _apply_env(args, environ, parser)
+    ns = parser.parse_args([*from_env, *args])
     cfg = config_from_args(ns)
     try:
         cfg.validate()
     except C.ConfigError as e:
-        parser.exit(2, f"brain: {e}\n")
+        message = str(e)
+        flag = message.split(" ", 1)[0].rstrip(":")
+        if flag in sources:
+            message += f" (set by the environment: {sources[flag]})"
+        parser.exit(2, f"brain: {message}\n")
     return cfg

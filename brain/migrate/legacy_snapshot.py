@@ -41,6 +41,10 @@ class SnapshotError(Exception):
     """A snapshot file that cannot be used (message says why)."""
 
 
+class SnapshotDigestError(SnapshotError):
+    """The snapshot's sha256 is wrong or missing (restore's --skip-hash-check reads it anyway)."""
+
+
 def is_legacy(path: str) -> bool:
     """True when `path` starts with this format's magic."""
     try:
@@ -80,7 +84,7 @@ def _verify_digest(path: str, size: int) -> None:
             left -= len(buf)
         digest = f.read(DIGEST_SIZE)
     if sha.digest() != digest:
-        raise SnapshotError(f"{path}: sha256 mismatch: the snapshot is corrupt or incomplete")
+        raise SnapshotDigestError(f"{path}: sha256 mismatch: the snapshot is corrupt or incomplete")
 
 
 def open_snapshot(path: str, *, skip_hash_check: bool = False) -> tuple[SnapshotFile, Iterator[tuple[int, bytes]]]:
@@ -96,7 +100,7 @@ def open_snapshot(path: str, *, skip_hash_check: bool = False) -> tuple[Snapshot
         if not skip_hash_check:
             _verify_digest(path, size)
     elif not skip_hash_check:
-        raise SnapshotError(f"{path}: snapshot missing hash but --skip-hash-check=false")
+        raise SnapshotDigestError(f"{path}: the snapshot has no sha256 trailer")
     f = open(path, "rb")
     try:
         magic, fmt, hlen = _HEAD.unpack(_read_exact(f, _HEAD.size, "header"))

@@ -34,10 +34,10 @@ from ..mvcc.codec import decode_record, encode_record
 from ..mvcc.kvhash import KvHasher, hashed
 from ..mvcc.shard import DEFAULT_SHARDS, default_boundaries, layout_problem
 from . import legacy_snapshot
-from .etcddb import EtcdDb, EtcdDbError
+from .etcddb import DigestMismatch, EtcdDb, EtcdDbError
 from .etcd_export import ExportInfo, write_etcd_snapshot
 from .etcd_import import import_etcd
-from .legacy_snapshot import SnapshotError
+from .legacy_snapshot import SnapshotDigestError, SnapshotError
 from .restore import DataDirBuilder, RestoreError
 
 SEND_CHUNK = 32 * 1024  # etcd's snapshotSendBufferSize
@@ -156,8 +156,9 @@ def iter_chunks(f: BinaryIO, size: int, chunk: int = SEND_CHUNK) -> Iterator[byt
 @dataclass(frozen=True)
 class SnapshotStatus:
     """What `brain snapshot status` prints.  For an etcd-format file, hash,
-    revision, total_keys, total_size and version are exactly what `etcdutl
-    snapshot status` prints; for brain's earlier format, the hash is the
+    revision, total_keys, total_size and version are exactly what etcdutl
+    3.6's `snapshot status` prints (etcd 3.4's etcdctl counts every bucket
+    entry as total keys); for brain's earlier format, the hash is the
     source's HashKV at the revision."""
 
     format: str  # "etcd" or "brain-1"
@@ -185,6 +186,8 @@ def status(path: str) -> SnapshotStatus:
             st = db.status()
             return SnapshotStatus("etcd", st.hash, db.current_revision, st.total_keys, st.total_size, st.version,
                                   db.compact_revision, sum(1 for _ in db.revisions()), len(db.leases()))
+    except DigestMismatch as e:
+        raise SnapshotDigestError(str(e)) from None
     except EtcdDbError as e:
         raise SnapshotError(str(e)) from None
 
@@ -237,6 +240,8 @@ def restore(
         _check_layout(shards, boundaries)
         res = import_etcd(path, data_dir, boundaries=boundaries, name=name, replace=replace,
                           skip_hash_check=skip_hash_check, out=out, replica_of=replica_of)
+    except DigestMismatch as e:
+        raise SnapshotDigestError(str(e)) from None
     except (EtcdDbError, RestoreError) as e:
         raise SnapshotError(str(e)) from None
     return RestoreResult(res.data_dir, res.revision, res.compact_revision, res.records, res.keys, res.shards,

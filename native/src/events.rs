@@ -40,6 +40,11 @@ pub enum Event {
     Oversized { id: u64, method: u32, len: usize, peer: Arc<Peer> },
     /// A plain HTTP request (HTTP/1.1 or HTTP/2 without gRPC).
     Http { id: u64, method: String, path: String, peer: Arc<Peer> },
+    /// A TLS handshake refused or abandoned, for the log: the peer's
+    /// address, the server name it asked for (SNI) and why, in Go's words
+    /// where etcd's log has them.  `quiet`: the peer closed or never spoke
+    /// (etcd logs an EOF at debug level, not as a warning).
+    Rejected { remote: String, server_name: String, error: String, quiet: bool },
 }
 
 pub const EV_CALL: u8 = 1;
@@ -50,6 +55,7 @@ pub const EV_CANCELLED: u8 = 5;
 pub const EV_WRITABLE: u8 = 6;
 pub const EV_OVERSIZED: u8 = 7;
 pub const EV_HTTP: u8 = 8;
+pub const EV_REJECTED: u8 = 9;
 /// Or-ed into EV_CALL / EV_OPEN for a call with `hasleader: true`: Python
 /// tells those apart with one bit test and the other events pay nothing.
 pub const REQUIRE_LEADER: u8 = 0x80;

@@ -7,7 +7,9 @@
 //! * events out, in batches: `recv_batch(n)` returns tuples
 //!   `(kind, id, a, b, c)` (see `EV_*`; calls carry method id, payload and
 //!   the client certificate's common name; a call or stream with etcd's
-//!   `hasleader: true` metadata has `REQUIRE_LEADER` or-ed into its kind);
+//!   `hasleader: true` metadata has `REQUIRE_LEADER` or-ed into its kind;
+//!   a refused TLS handshake is `(EV_REJECTED, quiet, remote address,
+//!   server name, error)`, for the log);
 //! * bytes in: `respond` / `fail` a unary call, `send` messages on a stream
 //!   (False: its queue is full, an EV_WRITABLE follows when it drains),
 //!   `finish` a stream with a status, `http_respond` to an HTTP request.
@@ -190,6 +192,9 @@ impl Transport {
                 Event::Http { id, method, path, peer } => {
                     (EV_HTTP, id, method, path, peer.common_name.as_deref()).into_pyobject(py)?
                 }
+                Event::Rejected { remote, server_name, error, quiet } => {
+                    (EV_REJECTED, quiet as u64, remote, server_name, error).into_pyobject(py)?
+                }
             };
             list.append(item)?;
         }
@@ -344,6 +349,7 @@ fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EV_WRITABLE", EV_WRITABLE)?;
     m.add("EV_OVERSIZED", EV_OVERSIZED)?;
     m.add("EV_HTTP", EV_HTTP)?;
+    m.add("EV_REJECTED", EV_REJECTED)?;
     m.add("REQUIRE_LEADER", REQUIRE_LEADER)?;
     m.add("KIND_UNARY", grpc::KIND_UNARY)?;
     m.add("KIND_SERVER_STREAM", grpc::KIND_SERVER_STREAM)?;

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{oneshot, watch};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::LazyConfigAcceptor;
 
 use crate::authority::AuthorityFix;
 use crate::pings::{PingGuard, PingPolicy};
@@ -155,9 +155,9 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
                 loop {
                     tokio::select! {
                         r = l.accept() => match r {
-                            Ok((sock, _)) => {
+                            Ok((sock, addr)) => {
                                 let _ = sock.set_nodelay(true);
-                                tokio::spawn(connection(shared.clone(), sock, tls.clone(), false));
+                                tokio::spawn(connection(shared.clone(), sock, tls.clone(), false, addr.to_string()));
                             }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                         },
@@ -173,7 +173,8 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
                 loop {
                     tokio::select! {
                         r = l.accept() => match r {
-                            Ok((sock, _)) => { tokio::spawn(connection(shared.clone(), sock, tls.clone(), true)); }
+                            // "@": an unnamed unix peer, as Go prints its address
+                            Ok((sock, _)) => { tokio::spawn(connection(shared.clone(), sock, tls.clone(), true, "@".into())); }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                         },
                         _ = stop.changed() => return,
@@ -193,7 +194,7 @@ impl Drop for OpenGuard {
     }
 }
 
-async fn connection<S>(shared: Arc<Shared>, sock: S, tls: Option<Arc<TlsState>>, unix: bool)
+async fn connection<S>(shared: Arc<Shared>, sock: S, tls: Option<Arc<TlsState>>, unix: bool, remote: String)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -204,19 +205,31 @@ where
         serve(shared, sock, Arc::new(Peer { common_name: None }), None, unix).await;
         return;
     };
-    let acceptor = TlsAcceptor::from(tls.config());
-    let stream = match tokio::time::timeout(shared.cfg.handshake_timeout, acceptor.accept(sock)).await {
+    // The ClientHello first, so that a refusal can name the server name
+    // the client asked for, as etcd's log line does.
+    let handshake = async {
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), sock)
+            .await
+            .map_err(|e| (e, String::new()))?;
+        let server_name = start.client_hello().server_name().unwrap_or("").to_string();
+        start.into_stream(tls.config()).await.map_err(|e| (e, server_name))
+    };
+    let stream = match tokio::time::timeout(shared.cfg.handshake_timeout, handshake).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
+        Ok(Err((e, server_name))) => {
             let reason = tls::failure_reason(&e);
             count_handshake_failure(&shared, reason);
             if shared.debug {
                 eprintln!("brain transport: TLS handshake failed ({reason}): {e}");
             }
+            let quiet = reason == "closed";
+            shared.queue.push(Event::Rejected { remote, server_name, error: tls::failure_text(&e), quiet });
             return;
         }
         Err(_) => {
             count_handshake_failure(&shared, "timeout");
+            let error = format!("tls: no handshake within {:?}", shared.cfg.handshake_timeout);
+            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true });
             return;
         }
     };

@@ -157,6 +157,27 @@ pub fn failure_reason(err: &std::io::Error) -> &'static str {
     }
 }
 
+/// Why a handshake failed, for the log: Go's words for the refusals
+/// etcd's log shows most (no client certificate, one from an unknown CA),
+/// rustls' own for the rest, all after "tls: " as Go's are.
+pub fn failure_text(err: &std::io::Error) -> String {
+    use rustls::{CertificateError as C, Error as E};
+    match err.get_ref().and_then(|e| e.downcast_ref::<E>()) {
+        Some(E::NoCertificatesPresented) => "tls: client didn't provide a certificate".into(),
+        Some(E::InvalidCertificate(C::UnknownIssuer)) => {
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority".into()
+        }
+        Some(E::InvalidCertificate(
+            C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. },
+        )) => {
+            "tls: failed to verify certificate: x509: certificate has expired or is not yet valid".into()
+        }
+        Some(e) => format!("tls: {e}"),
+        None if err.kind() == std::io::ErrorKind::UnexpectedEof => "EOF".into(),
+        None => format!("tls: {err}"),
+    }
+}
+
 // -- the certificate's common name -----------------------------------------
 
 fn der_header(b: &[u8]) -> Option<(u8, usize, usize)> {

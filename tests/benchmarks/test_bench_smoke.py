@@ -82,7 +82,8 @@ def _smoke(bench_bin: Path, out: Path, *args: str) -> dict:
 
 
 def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> None:
-    from benchmarks.groups import CLUSTER_GROUP_SERVERS, SCALE_SERVERS
+    from benchmarks.cluster_groups import ETCD_TIMEOUTS, brain_serve_defaults, runs_on
+    from benchmarks.groups import SCALE_SERVERS
     from benchmarks.workloads import WORKLOADS, mode_of
 
     out = tmp_path / "main"
@@ -115,7 +116,8 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         expected = mtls if server in FAST else every if server in EVERYWHERE else every - clustered
         if server not in SCALE_SERVERS:
             expected -= scaled
-        expected -= {w for w in clustered if server not in CLUSTER_GROUP_SERVERS.get(WORKLOADS[w].group, (server,))}
+        defaults = brain_serve_defaults()
+        expected -= {w for w in clustered if not runs_on(WORKLOADS[w].group, server, defaults)}
         if not ALL and server not in EVERYWHERE:
             expected &= put
         missing = expected - set(seen.get(server, {}))
@@ -133,17 +135,29 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         assert (run["result"].get("ops") or 0) > 0, f"brain {w}: no operations"
         if w != "cluster-failover":  # kills and a verify: no CPU per operation
             assert run["cpu_s"] is not None and run["cpu_s"] >= 0, f"brain {w}: no CPU reading"
-    for server in ("etcd-3.6", "brain"):
-        res = seen[server]["cluster-failover"]["result"]
-        assert res["kills"] and res["lost"] == 0, f"{server} failover: {res}"
+    for server, workload in (("etcd-3.6", "cluster-failover"), ("brain", "cluster-failover"),
+                             ("brain", "cluster-failover-brain-defaults")):
+        run = seen[server][workload]
+        res = run["result"]
+        assert res["kills"] and res["lost"] == 0, f"{server} {workload}: {res}"
         # Every fault of the smoke's plan ran and has its pause: kill -9 and isolation of the leader;
         # under brain kill -9 of the NATS stream leader and a planned restart of each nats-server.
         faults = {"leader_pauses_s": 1, "isolate_pauses_s": 1}
-        if server == "brain":
+        if server == "brain" and workload == "cluster-failover":
             faults |= {"nats_pauses_s": 1, "nats_restart_pauses_s": 3}
+        else:
+            faults |= {"nats_pauses_s": 0, "nats_restart_pauses_s": 0}
         for key, n in faults.items():
-            assert len(res[key]) == n, f"{server} failover {key}: {res}"
-    assert not any("barrier" in w for w in seen["etcd-3.6"]), "the read-lease-off rows are brain's alone"
+            assert len(res[key]) == n, f"{server} {workload} {key}: {res}"
+        # Both clusters at etcd's election timing in cluster-failover; brain at its own defaults beside it.
+        want = list(ETCD_TIMEOUTS) if workload == "cluster-failover" else []
+        assert run["member_args"] == want, f"{server} {workload}: {run['member_args']}"
+    for kill in seen["brain"]["cluster-failover"]["result"]["kills"]:
+        if kill["fault"] == "nats":  # the new stream leader as every nats-server's monitoring reported it
+            assert kill["stream_leader_seen_s"] is not None and kill["stream_leader_polls"] > 0, kill
+    lease_groups = ("cluster-read-barrier", "cluster-read-lease", "cluster-failover-brain-defaults")
+    assert not any(WORKLOADS[w].group in lease_groups for w in seen["etcd-3.6"] if w in WORKLOADS), \
+        "the rows of brain's other read lease and of its own election timeout are brain's alone"
     # Restart: every sample of both kinds was taken, each with the server's CPU time to ready.
     samples = meta["settings"]["restart_samples"]
     for server in ("etcd-3.6", "etcd-3.7", "brain") if ALL else EVERYWHERE:
@@ -151,6 +165,9 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         for key in ("ready_after_s", "cpu_to_ready_s", "ready_after_kill9_s", "cpu_to_ready_kill9_s"):
             assert len(res[key + "_samples"]) == samples >= 3, f"{server} restart {key}: {res[key + '_samples']}"
         assert res["ready_after_kill9_s_worst"] == max(res["ready_after_kill9_s_samples"])
+        # Ready is a linearizable Get of one key, the same for every server; the keys are counted after it.
+        assert res["ready_probe"].startswith("a linearizable Get of "), res.get("ready_probe")
+        assert res["count_after_restart"] == res["count_after_kill9"] == res["keys_loaded"] > 0, res
     # The references ran too (kine may reject some workloads; etcd must not).
     for server in ("etcd-3.4", "etcd-3.6", "etcd-3.7", *FAST) if OTHERS else ("etcd-3.6",):
         failed = {w: run["error"] for w, run in seen[server].items() if not run["ok"]}

@@ -115,6 +115,37 @@ def test_env_vars_etcd_and_brain_prefixes():
     assert parse(env={"ETCD_CLIENT_CERT_AUTH": "true", "ETCD_TRUSTED_CA_FILE": "ca"}).client_cert_auth is True
 
 
+@pytest.mark.parametrize(
+    "env,want",
+    [
+        ({"BRAIN_SHARDS": "abc"},
+         "invalid value 'abc' for BRAIN_SHARDS (the environment variable for --shards): invalid integer 'abc'"),
+        ({"ETCD_MAX_TXN_OPS": "x"}, "for ETCD_MAX_TXN_OPS (the environment variable for --max-txn-ops)"),
+        ({"ETCD_CLIENT_CERT_AUTH": "maybe"}, "for ETCD_CLIENT_CERT_AUTH (the environment variable for "
+                                              "--client-cert-auth): invalid boolean"),
+        # BRAIN_ wins over ETCD_: the variable named is the one that was used
+        ({"ETCD_SHARDS": "2", "BRAIN_SHARDS": "two"}, "for BRAIN_SHARDS"),
+        # a value of the right type that the config refuses names the variable too
+        ({"BRAIN_SHARDS": "0"}, "--shards must be at least 1, got 0 (set by the environment: BRAIN_SHARDS=0)"),
+    ],
+)
+def test_a_bad_environment_value_names_its_variable(env, want, capsys):
+    """The user who never typed --shards must learn where it came from."""
+    with pytest.raises(SystemExit) as ei:
+        parse(env=env)
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert want in err, err
+    assert "argument --" not in err
+
+
+def test_a_bad_flag_on_the_command_line_is_not_blamed_on_the_environment(capsys):
+    with pytest.raises(SystemExit):
+        parse("--shards", "abc", env={"ETCD_SHARDS": "abc"})
+    err = capsys.readouterr().err
+    assert "argument --shards: invalid integer 'abc'" in err and "ETCD_SHARDS" not in err
+
+
 def test_no_abbreviated_flags(capsys):
     with pytest.raises(SystemExit):
         parse("--data", "/x")
@@ -238,6 +269,21 @@ def test_engine_tuning_flags():
     assert parse().checkpoint_interval is None
     with pytest.raises(SystemExit):
         parse("--checkpoint-interval", "0s")
+
+
+def test_engine_tuning_flags_show_the_engines_defaults_in_help(capsys):
+    from brain.engine.config import EngineConfig
+
+    with pytest.raises(SystemExit):
+        parse("serve", "-h")
+    text = " ".join(capsys.readouterr().out.split())
+    e = EngineConfig(data_dir="")
+    for flag, default in (("--checkpoint-interval", f"{e.checkpoint_interval_seconds:g}s"),
+                          ("--checkpoint-journal-bytes", str(e.checkpoint_journal_bytes)),
+                          ("--checkpoint-memtable-records", str(e.checkpoint_memtable_records)),
+                          ("--journal-segment-bytes", str(e.segment_bytes))):
+        entry = text.split(f" {flag} {flag[2:].upper().replace('-', '_')} ", 1)[1].split(" --", 1)[0]
+        assert f"default {default}" in entry, (flag, entry)
 
 
 def test_engine_config_mapping():

@@ -34,6 +34,13 @@ class EtcdDbError(Exception):
     """A source that cannot be read as an etcd database (message says why)."""
 
 
+class DigestMismatch(EtcdDbError):
+    """The sha256 trailer does not match: the snapshot is corrupt or
+    incomplete.  Its own type because only some commands can read such a
+    file anyway (restore and import, with --skip-hash-check): they say so,
+    `brain snapshot status` has no such flag and must not suggest it."""
+
+
 class EtcdRunning(EtcdDbError):
     """The database is locked by a running etcd."""
 
@@ -351,5 +358,4 @@ def _verify_digest(fd: int, path: str, size: int, progress=None) -> None:
     trailer = os.read(fd, DIGEST_SIZE)
     os.lseek(fd, 0, os.SEEK_SET)
     if sha.digest() != trailer:
-        raise EtcdDbError(f"{path}: sha256 mismatch: the snapshot is corrupt or incomplete "
-                          f"(--skip-hash-check reads it anyway)")
+        raise DigestMismatch(f"{path}: sha256 mismatch: the snapshot is corrupt or incomplete")
