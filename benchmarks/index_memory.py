@@ -71,8 +71,8 @@ def overlay_shard(order: list[bytes]) -> Shard:
     shard = Shard(0, None)
     for main, key in enumerate(order, start=2):
         shard.put(pack(main, 0), key, b"", 0)
-    shard.active.clear()  # records, not index
-    shard.active_order.clear()
+    shard.freeze()  # records, not index: dropped as a written checkpoint drops them
+    shard.release_frozen()
     return shard
 
 

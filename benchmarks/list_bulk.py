@@ -28,7 +28,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.backend.lmdb_backend import LmdbBackend
 from brain.backend.protocol import WriteBatch
 from brain.mvcc.revision import pack
-from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries
+from brain.mvcc.shard_map import DEFAULT_SHARDS, default_boundaries
 from brain.mvcc.store import Store
 
 LEASES = 1000  # leases the leased keys are spread over
@@ -88,7 +88,7 @@ def restarted_store(path: Path, keys: list[bytes], seed: int, recent: float) -> 
         for key in order:
             main = store.revision + 1
             store.put_at(pack(main, 0), key, values[value_size(key, rng)], rng.randrange(1, LEASES + 1) if leased(key) else 0)
-            store.revision = main
+            store.finish_revision(main)
 
     write(writes(keys, seed))
     cut = store.checkpoint_cut()

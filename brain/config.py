@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from brain.engine import compactor
-from brain.mvcc.shard import layout_problem
+from brain.mvcc.shard_map import layout_problem
 from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
 
 DEFAULT_NAME = "default"

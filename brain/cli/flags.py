@@ -38,7 +38,7 @@ def add_layout_flags(p: argparse.ArgumentParser, shards_default: str = "4") -> N
 def layout(shards: int | None, boundaries: list[bytes] | None) -> list[bytes]:
     """The shard boundaries the flags ask for (the default layout when
     neither is given); ValueError when they disagree."""
-    from brain.mvcc.shard import DEFAULT_SHARDS, default_boundaries, layout_problem
+    from brain.mvcc.shard_map import DEFAULT_SHARDS, default_boundaries, layout_problem
 
     if boundaries is None:
         return default_boundaries(shards if shards is not None else DEFAULT_SHARDS)

@@ -34,7 +34,7 @@ from brain.engine import Engine, EngineConfig
 from brain.journal import JournalError
 from brain.journal.natsio import NatsClientMissing, import_nats
 from brain.metrics import MetricsServer
-from brain.mvcc.shard import default_boundaries
+from brain.mvcc.shard_map import default_boundaries
 
 log = logging.getLogger("brain.cli.serve")
 

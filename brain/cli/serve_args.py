@@ -19,7 +19,7 @@ from brain import config as C
 from brain.cli.flags import boundaries_type, seconds_type
 from brain.engine.config import EngineConfig
 from brain.etcd_version import ETCD_API_VERSION
-from brain.mvcc.shard import DEFAULT_SHARDS
+from brain.mvcc.shard_map import DEFAULT_SHARDS
 
 SERVE_DESCRIPTION = "Serve the etcd v3 gRPC API on the client URLs."
 SUBCOMMANDS = ("serve",)

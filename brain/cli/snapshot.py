@@ -27,7 +27,7 @@ import sys
 from typing import Sequence
 
 from brain.cli import flags as cli_flags
-from brain.mvcc.shard import layout_problem
+from brain.mvcc.shard_map import layout_problem
 from brain.progress import human_bytes
 
 # What restore and import add to a sha256 refusal; status has no such flag.

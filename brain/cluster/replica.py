@@ -172,7 +172,7 @@ class Replica:
                 _clear_data_dir(engine_config.data_dir)
                 boundaries = engine_config.shard_boundaries
                 if boundaries is None:
-                    from ..mvcc.shard import default_boundaries
+                    from ..mvcc.shard_map import default_boundaries
 
                     boundaries = default_boundaries(engine_config.shards)
                 bootstrap.copy_from_peer(conn, cluster_name, engine_config.data_dir, cluster_id=cluster_id,

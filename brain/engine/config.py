@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..journal import DEFAULT_SEGMENT_BYTES
-from ..mvcc.shard import DEFAULT_SHARDS
+from ..mvcc.shard_map import DEFAULT_SHARDS
 from ..mvcc.validation import DEFAULT_MAX_TXN_OPS
 
 DEFAULT_QUOTA_BYTES = 2 << 30  # etcd's default --quota-backend-bytes

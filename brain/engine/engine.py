@@ -42,7 +42,7 @@ from ..mvcc.requests import (
     RangeRequest,
     TxnRequest,
 )
-from ..mvcc.shard import default_boundaries, layout_problem
+from ..mvcc.shard_map import default_boundaries, layout_problem
 from ..mvcc.store import Store
 from ..mvcc.validation import txn_writes_nothing
 from . import datadir, recovery
@@ -55,8 +55,8 @@ from .history import History
 from .ids import new_id
 from .items import Effects
 from .leases import IdGenerator, LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult, effective_ttl
-from .pending import BatchSink, FutureSink, Pending
 from .hooks import ClusterHooks
+from .pending import BatchSink, FutureSink, Pending
 from .roles import LEADER, Forwarder, Leader
 from .timeouts import REQUEST_TIMEOUT
 from .watching import WatchStreamHandle

@@ -33,7 +33,7 @@ from ..engine import datadir
 from ..engine.checkpoint_meta import CheckpointMeta
 from ..engine.ids import new_id
 from ..mvcc.codec import Record, encode_record
-from ..mvcc.shard import ShardMap
+from ..mvcc.shard_map import ShardMap
 
 BATCH_BYTES = 32 << 20  # records per value-store transaction
 

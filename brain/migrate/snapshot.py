@@ -32,7 +32,7 @@ from typing import BinaryIO, Iterator
 from ..mvcc import errors
 from ..mvcc.codec import decode_record, encode_record
 from ..mvcc.kvhash import KvHasher, hashed
-from ..mvcc.shard import DEFAULT_SHARDS, default_boundaries, layout_problem
+from ..mvcc.shard_map import DEFAULT_SHARDS, default_boundaries, layout_problem
 from . import legacy_snapshot
 from .etcddb import DigestMismatch, EtcdDb, EtcdDbError
 from .etcd_export import ExportInfo, write_etcd_snapshot

@@ -14,12 +14,8 @@ for the next cut).  One cut at a time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .codec import encode_record
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store_core import StoreCore
 
 
 class CheckpointCut:
@@ -48,7 +44,7 @@ class CheckpointCut:
                 yield sid, rev.to_bytes(16, "big")
 
 
-def cut(store: Store) -> CheckpointCut:
+def cut(store: StoreCore) -> CheckpointCut:
     """Freeze the memtables; the returned cut describes exactly the state
     as of now and can be encoded and written without the store lock."""
     frozen = []
@@ -62,14 +58,14 @@ def cut(store: Store) -> CheckpointCut:
                          frozen, deletes, leases, store.epoch, store.leader_id)
 
 
-def done(store: Store, cut_revision: int) -> None:
-    """The cut at `cut_revision` is in the value store."""
+def done(store: StoreCore) -> None:
+    """The cut is in the value store: the shards drop their frozen
+    memtables (Store.checkpoint_done then raises its memtable floor)."""
     for shard in store.shards:
         shard.release_frozen()
-    store.memtable_floor = cut_revision
 
 
-def abort(store: Store, cut: CheckpointCut) -> None:
+def abort(store: StoreCore, cut: CheckpointCut) -> None:
     """The cut was not written: serve its records from memory again and
     keep its deletes for the next checkpoint."""
     for shard, deletes in zip(store.shards, cut.deletes):

@@ -11,17 +11,13 @@ Store.compaction_step); a replica replays a Compact record the same way
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import errors
 from .codec import BatchEncoder
 from .requests import CompactRequest, CompactResult
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store_core import StoreCore
 
 
-def apply_compact(store: Store, c: CompactRequest, enc: BatchEncoder) -> CompactResult:
+def apply_compact(store: StoreCore, c: CompactRequest, enc: BatchEncoder) -> CompactResult:
     if c.revision <= store.compact_rev:
         raise errors.ErrCompacted.fresh()
     if c.revision > store.revision:
@@ -38,7 +34,7 @@ class Compaction:
 
     __slots__ = ("store", "rev", "shard_pos", "cursor")
 
-    def __init__(self, store: Store, rev: int) -> None:
+    def __init__(self, store: StoreCore, rev: int) -> None:
         self.store = store
         self.rev = rev
         self.shard_pos = 0

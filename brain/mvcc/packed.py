@@ -169,7 +169,7 @@ class BlockBuilder:
 
     def __init__(self, marks: bool = False) -> None:
         """``marks``: also collect each key's fingerprint byte (the low
-        byte of its hash: brain.mvcc.shard looks keys up by them), so a
+        byte of its hash: brain.mvcc.index looks keys up by them), so a
         merged block needs none computed on its first look-up."""
         self.marks: bytearray | None = bytearray() if marks else None
         self.keys: list[bytes] = []

@@ -11,7 +11,7 @@ its own `Write.read_rev` (brain.mvcc.txn), so its Ranges see its writes.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from . import errors
 from .packed import KeyHistory
@@ -33,10 +33,9 @@ from .requests import (
     RangeResult,
 )
 from .revision import SUB_BITS, main_of, pack
-from .shard import Found, Shard
-
-if TYPE_CHECKING:
-    from .store import Store
+from .shard import Shard
+from .store_core import StoreCore
+from .visibility import Found
 
 # Counting at an older revision corrects the newest count with the keys
 # changed since; beyond this many revisions a scan is cheaper.
@@ -61,7 +60,7 @@ def range_end_bound(range_end: bytes) -> bytes | None | bool:
     return range_end
 
 
-def key_indexes(store: Store, key: bytes, end: bytes | None | bool) -> Iterator[KeyHistory]:
+def key_indexes(store: StoreCore, key: bytes, end: bytes | None | bool) -> Iterator[KeyHistory]:
     """The history of every key in [key, end) in key order (end False: just key)."""
     if end is False:
         ki = store.shard_for_key(key).get(key)
@@ -75,7 +74,7 @@ def key_indexes(store: Store, key: bytes, end: bytes | None | bool) -> Iterator[
         yield from shards[sid].key_indexes(key, end)
 
 
-def count(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int | None:
+def count(store: StoreCore, key: bytes, end: bytes | None | bool, at: int) -> int | None:
     """Keys in [key, end) that exist at main revision ``at``, without a
     scan; None when only a scan can tell (``at`` too far back).
 
@@ -112,14 +111,14 @@ def count(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int | 
     return total
 
 
-def key_value(store: Store, ki: KeyHistory, found: tuple[int, int, int]) -> KeyValue:
+def key_value(store: StoreCore, ki: KeyHistory, found: tuple[int, int, int]) -> KeyValue:
     """The KeyValue of what ``ki.get`` found (its record read from the shard)."""
     mod, created, version = found
     rec = store.shard_for_key(ki.key).record(mod)
     return KeyValue(ki.key, main_of(created), main_of(mod), version, rec[1], rec[4])
 
 
-def get_kv(store: Store, key: bytes, at: int) -> KeyValue | None:
+def get_kv(store: StoreCore, key: bytes, at: int) -> KeyValue | None:
     ki = store.shard_for_key(key).get(key)
     if ki is None:
         return None
@@ -127,7 +126,7 @@ def get_kv(store: Store, key: bytes, at: int) -> KeyValue | None:
     return None if found is None else key_value(store, ki, found)
 
 
-def _check_read_rev(store: Store, rev: int, view: int) -> int:
+def _check_read_rev(store: StoreCore, rev: int, view: int) -> int:
     if rev > view:
         raise errors.ErrFutureRev.fresh()
     if rev <= 0:
@@ -163,7 +162,7 @@ def index_only(r: RangeRequest) -> bool:
     return r.keys_only and r.sort_target != TARGET_VALUE
 
 
-def range_columns(store: Store, r: RangeRequest, view: int, with_count: bool = True) -> RangeColumns:
+def range_columns(store: StoreCore, r: RangeRequest, view: int, with_count: bool = True) -> RangeColumns:
     """execute_range answered as columns.  A columnar request
     (``is_columnar``) is read so: no object per key, and for keys_only
     (``index_only``) no record read at all; any other is execute_range's
@@ -177,14 +176,14 @@ def range_columns(store: Store, r: RangeRequest, view: int, with_count: bool = T
     return _columns(store, r.key, end, rev, view, r.limit if r.limit > 0 else 0, with_count, not index_only(r))
 
 
-def _count_at(store: Store, key: bytes, end: bytes | None | bool, at: int) -> int:
+def _count_at(store: StoreCore, key: bytes, end: bytes | None | bool, at: int) -> int:
     total = count(store, key, end, at)
     if total is None:
         total = sum(1 for ki in key_indexes(store, key, end) if ki.get(at) is not None)
     return total
 
 
-def _columns(store: Store, key: bytes, end: bytes | None | bool, at: int, view: int, limit: int, with_count: bool,
+def _columns(store: StoreCore, key: bytes, end: bytes | None | bool, at: int, view: int, limit: int, with_count: bool,
              values: bool, cut: bool = True) -> RangeColumns:
     """The keys of [key, end) that exist at ``at``, up to ``limit`` (0:
     all), with ``more`` and the count (``with_count`` False: the keys
@@ -246,7 +245,7 @@ def _columns(store: Store, key: bytes, end: bytes | None | bool, at: int, view: 
                         vals, leases, more, total)
 
 
-def execute_range(store: Store, r: RangeRequest, view: int, with_count: bool = True) -> RangeResult:
+def execute_range(store: StoreCore, r: RangeRequest, view: int, with_count: bool = True) -> RangeResult:
     """etcd's executeRange over the view at revision `view` (the request
     already validated).
 
@@ -295,7 +294,7 @@ def execute_range(store: Store, r: RangeRequest, view: int, with_count: bool = T
     return RangeResult(view, kvs, more, total)
 
 
-def history(store: Store, key: bytes, end: bytes | None | bool, from_main: int, to_main: int,
+def history(store: StoreCore, key: bytes, end: bytes | None | bool, from_main: int, to_main: int,
             max_records: int) -> tuple[list[Event], int]:
     """Events on [key, end) with main revision in [from_main, to_main],
     in revision order, scanning at most about `max_records` stored
@@ -339,7 +338,7 @@ def history(store: Store, key: bytes, end: bytes | None | bool, from_main: int, 
     return events, covered
 
 
-def fill_prev_kv(store: Store, ev: Event) -> None:
+def fill_prev_kv(store: StoreCore, ev: Event) -> None:
     """Set ev.prev_kv to the key's value just before the event, as etcd
     does (nothing when that revision is compacted or it is a create)."""
     if ev.prev_done:

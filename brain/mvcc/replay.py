@@ -1,6 +1,7 @@
 """Rebuilding a store's state: from a checkpoint's records in the value
-store (load_checkpoint, load_records) and from journal payloads (replay),
-which recovery, a follower and a mirror apply after it.
+store (load_records, for Store.load_records and Store.load_checkpoint) and
+from journal payloads (replay), which recovery, a follower and a mirror
+apply after it.
 
 A payload continues the store's revision exactly: its first revision is
 the store's next one, or it is refused before anything is applied
@@ -12,17 +13,15 @@ the one that wrote the payload (tests/mvcc/test_store_model.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 from .codec import PUT, decode_batch, decode_record_head
 from .packed import StoredHead, pack_stored
 from .revision import from_bytes, main_of, pack
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store_core import StoreCore
 
 
-def replay(store: Store, payload: bytes, *, live: bool = False) -> None:
+def replay(store: StoreCore, payload: bytes, *, live: bool = False) -> None:
     """Re-apply one journal payload written by `apply` (or by a leader
     or a mirror: any payload of effects continuing this revision).
 
@@ -42,7 +41,7 @@ def replay(store: Store, payload: bytes, *, live: bool = False) -> None:
                     store.put_at(rev, change[1], change[2], change[3])
                 else:
                     store.delete_at(rev, change[1])
-            store.revision = main
+            store.finish_revision(main)
         elif tag == "C":
             if entry[1] > store.compact_rev:
                 store.start_compaction(entry[1])
@@ -53,10 +52,10 @@ def replay(store: Store, payload: bytes, *, live: bool = False) -> None:
         elif tag == "R":
             store.lessor.remove(entry[1])
         elif tag == "E":
-            store.epoch, store.leader_id = entry[1], entry[2]
+            store.set_epoch(entry[1], entry[2])
 
 
-def check_continues(store: Store, payload: bytes) -> None:
+def check_continues(store: StoreCore, payload: bytes) -> None:
     """Raise ValueError unless ``payload`` decodes and its revisions
     continue this store's (nothing is applied)."""
     expect = store.revision + 1
@@ -67,29 +66,17 @@ def check_continues(store: Store, payload: bytes) -> None:
             expect += 1
 
 
-def load_checkpoint(store: Store, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
-                    compaction_finished: bool, epoch: int, leader_id: int,
-                    progress: LoadProgress | None = None) -> None:
-    """Take the state a checkpoint recorded (``load_records`` plus its
-    revisions); a physical compaction it records as unfinished starts
-    again from the beginning."""
-    load_records(store, leases, progress)
-    store.revision = revision
-    store.compact_rev = compact_rev
-    store.compact_done_rev = compact_rev if compaction_finished else -1
-    store.epoch, store.leader_id = epoch, leader_id
-    if not compaction_finished:
-        store.start_compaction(compact_rev)
-
-
 LoadProgress = Callable[[int, int], None]  # (records scanned, keys packed) so far, over all shards
 PROGRESS_STEP = 1 << 14  # records scanned between two calls of a LoadProgress (it is also called per block packed)
 
 
-def load_records(store: Store, leases: Iterable[tuple[int, int]], progress: LoadProgress | None = None) -> None:
+def load_records(store: StoreCore, leases: Iterable[tuple[int, int]],
+                 progress: LoadProgress | None = None) -> tuple[int, int]:
     """Rebuild every shard's key index from the value store (after a
     checkpoint, the store holds every record not yet compacted) and
-    reattach keys to the checkpoint's `leases` ((id, ttl) pairs).
+    reattach keys to the checkpoint's `leases` ((id, ttl) pairs); returns
+    how many keys exist now and the newest main revision stored, which
+    Store.load_records takes as its live key count and memtable floor.
 
     Per shard, the scan (in revision order) keeps each key's record heads
     in a dict, a single head as itself; packed.pack_stored then sorts the
@@ -98,7 +85,7 @@ def load_records(store: Store, leases: Iterable[tuple[int, int]], progress: Load
     records scanned and after each block packed."""
     for lease_id, ttl in leases:
         store.lessor.grant(lease_id, ttl)
-    store.keys_live = 0
+    live = newest_main = 0
     floor = 0
     scanned = packed = 0
     for shard in store.shards:
@@ -123,7 +110,7 @@ def load_records(store: Store, leases: Iterable[tuple[int, int]], progress: Load
         for key, seen in heads.items():
             newest = seen if type(seen) is tuple else seen[-1]
             if not newest[1]:
-                store.keys_live += 1
+                live += 1
                 if newest[4]:
                     store.lessor.set_key(key, newest[4])
         blocks = []
@@ -134,4 +121,5 @@ def load_records(store: Store, leases: Iterable[tuple[int, int]], progress: Load
                 progress(scanned, packed)
         del heads
         shard.load(blocks)
-        store.memtable_floor = store.index_rev = max(store.memtable_floor, main_of(floor))
+        newest_main = max(newest_main, main_of(floor))
+    return live, newest_main

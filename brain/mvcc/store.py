@@ -19,12 +19,13 @@ its state and every entry point the engine calls; the work is done by
     replay.py      rebuilding state from a checkpoint and journal payloads
     checkpoint.py  the checkpoint cut (CheckpointCut)
 
-which work on the store through its internal interface: the state
-attributes set in __init__, `shard_for_key`, `start_compaction`, and the
-two mutations `put_at` and `delete_at`, the only code that changes a key's
-history (a write transaction and replay both go through them, which is why
-a replayed store equals the one that wrote the payload).  The engine uses
-the other methods only.
+which work on the store through its internal interface, StoreCore
+(brain.mvcc.store_core): they read its state and change it only through
+its methods, among them the two mutations `put_at` and `delete_at`, the
+only code that changes a key's history (a write transaction and replay
+both go through them, which is why a replayed store equals the one that
+wrote the payload).  Every field of the Store is written by its own
+methods only.  The engine uses the other methods only.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from .requests import (
     TxnResult,
 )
 from .revision import main_of
-from .shard import Shard, ShardMap
+from .shard import Shard
+from .shard_map import ShardMap
 
 # Overlay keys a shard keeps at least before merging them into blocks: a
 # store this small stays on the overlay alone (Store.overlay_floor).
@@ -142,6 +144,17 @@ class Store:
         self.lessor.set_key(key, 0)
         if self._changes is not None:
             self._changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
+
+    def finish_revision(self, main: int) -> None:
+        """Every change of main revision `main` is applied (a write
+        transaction ended, a journal revision replayed): the store is at
+        `main` now, and reads at it see them."""
+        self.revision = main
+
+    def set_epoch(self, epoch: int, leader_id: int) -> None:
+        """An epoch record was applied: a replicated journal's leader term
+        and that leader's member ID (brain.mvcc.replay)."""
+        self.epoch, self.leader_id = epoch, leader_id
 
     # ------------------------------------------------------------------
     # reads (brain.mvcc.reads)
@@ -261,15 +274,22 @@ class Store:
     def load_checkpoint(self, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
                         compaction_finished: bool, epoch: int = 0, leader_id: int = 0,
                         progress: replay.LoadProgress | None = None) -> None:
-        """Take the state a checkpoint recorded (brain.mvcc.replay.load_checkpoint)."""
-        replay.load_checkpoint(self, revision, leases, compact_rev=compact_rev,
-                               compaction_finished=compaction_finished, epoch=epoch, leader_id=leader_id,
-                               progress=progress)
+        """Take the state a checkpoint recorded (``load_records`` plus its
+        revisions); a physical compaction it records as unfinished starts
+        again from the beginning."""
+        self.load_records(leases, progress)
+        self.revision = revision
+        self.compact_rev = compact_rev
+        self.compact_done_rev = compact_rev if compaction_finished else -1
+        self.epoch, self.leader_id = epoch, leader_id
+        if not compaction_finished:
+            self.start_compaction(compact_rev)
 
     def load_records(self, leases: Iterable[tuple[int, int]] = (),
                      progress: replay.LoadProgress | None = None) -> None:
         """Rebuild the key indexes from the value store (brain.mvcc.replay.load_records)."""
-        replay.load_records(self, leases, progress)
+        self.keys_live, newest = replay.load_records(self, leases, progress)
+        self.memtable_floor = self.index_rev = max(self.memtable_floor, newest)
 
     # ------------------------------------------------------------------
     # checkpoints (brain.mvcc.checkpoint)
@@ -281,8 +301,10 @@ class Store:
         return cut
 
     def checkpoint_done(self) -> None:
-        """The cut is in the value store: drop its frozen memtables."""
-        checkpoint.done(self, self._cut_revision)
+        """The cut is in the value store: drop its frozen memtables; every
+        record above the cut's revision is in the active memtable."""
+        checkpoint.done(self)
+        self.memtable_floor = self._cut_revision
 
     def checkpoint_abort(self, cut: CheckpointCut) -> None:
         """The cut was not written: take its records back (brain.mvcc.checkpoint)."""

@@ -32,8 +32,6 @@ end() changes nothing and the header says 5, as etcd answers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import errors, validation
 from .codec import BatchEncoder
 from .lease import MAX_LEASE_TTL
@@ -64,9 +62,7 @@ from .requests import (
     TxnResult,
 )
 from .revision import pack
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store_core import StoreCore
 
 _UNION_FOR_TARGET = {
     CMP_VERSION: "version",
@@ -83,7 +79,7 @@ class Write:
 
     __slots__ = ("store", "begin", "sub", "enc")
 
-    def __init__(self, store: Store, enc: BatchEncoder) -> None:
+    def __init__(self, store: StoreCore, enc: BatchEncoder) -> None:
         self.store = store
         self.begin = store.revision
         self.sub = 0
@@ -113,14 +109,14 @@ class Write:
 
     def end(self) -> None:
         if self.sub:
-            self.store.revision = self.begin + 1
+            self.store.finish_revision(self.begin + 1)
 
 
 # ----------------------------------------------------------------------
 # single writes
 
 
-def _do_put(store: Store, p: PutRequest, w: Write) -> PutResult:
+def _do_put(store: StoreCore, p: PutRequest, w: Write) -> PutResult:
     prev = None
     if p.ignore_value or p.ignore_lease or p.prev_kv:
         prev = get_kv(store, p.key, w.read_rev)
@@ -130,7 +126,7 @@ def _do_put(store: Store, p: PutRequest, w: Write) -> PutResult:
     return PutResult(rev, prev if p.prev_kv else None)
 
 
-def _do_delete(store: Store, d: DeleteRangeRequest, w: Write) -> DeleteRangeResult:
+def _do_delete(store: StoreCore, d: DeleteRangeRequest, w: Write) -> DeleteRangeResult:
     at = w.read_rev
     end = range_end_bound(d.range_end)
     victims = [ki for ki in key_indexes(store, d.key, end) if ki.get(at) is not None]
@@ -141,7 +137,7 @@ def _do_delete(store: Store, d: DeleteRangeRequest, w: Write) -> DeleteRangeResu
     return DeleteRangeResult(rev, len(victims), prev_kvs)
 
 
-def _check_put_state(store: Store, p: PutRequest, at: int) -> None:
+def _check_put_state(store: StoreCore, p: PutRequest, at: int) -> None:
     """A top-level Put's state checks, lease first (etcd's order)."""
     if p.lease and not store.lessor.exists(p.lease):
         raise errors.ErrLeaseNotFound.fresh()
@@ -149,7 +145,7 @@ def _check_put_state(store: Store, p: PutRequest, at: int) -> None:
         raise errors.ErrKeyNotFound.fresh()
 
 
-def apply_put(store: Store, p: PutRequest, enc: BatchEncoder) -> PutResult:
+def apply_put(store: StoreCore, p: PutRequest, enc: BatchEncoder) -> PutResult:
     validation.check_put(p)
     _check_put_state(store, p, store.revision)
     w = Write(store, enc)
@@ -158,7 +154,7 @@ def apply_put(store: Store, p: PutRequest, enc: BatchEncoder) -> PutResult:
     return res
 
 
-def apply_delete(store: Store, d: DeleteRangeRequest, enc: BatchEncoder) -> DeleteRangeResult:
+def apply_delete(store: StoreCore, d: DeleteRangeRequest, enc: BatchEncoder) -> DeleteRangeResult:
     validation.check_delete(d)
     w = Write(store, enc)
     res = _do_delete(store, d, w)
@@ -170,7 +166,7 @@ def apply_delete(store: Store, d: DeleteRangeRequest, enc: BatchEncoder) -> Dele
 # Txn
 
 
-def _compare(store: Store, c: Compare, at: int) -> bool:
+def _compare(store: StoreCore, c: Compare, at: int) -> bool:
     end = range_end_bound(c.range_end)
     kvs = [key_value(store, ki, f) for ki in key_indexes(store, c.key, end) if (f := ki.get(at)) is not None]
     if not kvs:
@@ -180,7 +176,7 @@ def _compare(store: Store, c: Compare, at: int) -> bool:
     return all(_compare_kv(c, kv) for kv in kvs)
 
 
-def _path(store: Store, t: TxnRequest, at: int, path: list[bool]) -> None:
+def _path(store: StoreCore, t: TxnRequest, at: int, path: list[bool]) -> None:
     """Evaluate every guard the Txn will take, nested ones included,
     against the state before the Txn (as etcd does)."""
     ok = all(_compare(store, c, at) for c in t.compare)
@@ -190,7 +186,7 @@ def _path(store: Store, t: TxnRequest, at: int, path: list[bool]) -> None:
             _path(store, op, at, path)
 
 
-def _check_txn_ops(store: Store, t: TxnRequest, at: int, path: list[bool], pos: int, kind: str) -> int:
+def _check_txn_ops(store: StoreCore, t: TxnRequest, at: int, path: list[bool], pos: int, kind: str) -> int:
     """etcd's checkRequests over the branches the Txn will take: errors
     that depend on state, found before any write.  etcd runs it twice,
     first for puts (write Txns only), then for ranges, so a put's error
@@ -215,13 +211,13 @@ def _check_txn_ops(store: Store, t: TxnRequest, at: int, path: list[bool], pos: 
     return pos
 
 
-def _check_txn(store: Store, t: TxnRequest, at: int, path: list[bool], write: bool) -> None:
+def _check_txn(store: StoreCore, t: TxnRequest, at: int, path: list[bool], write: bool) -> None:
     if write:
         _check_txn_ops(store, t, at, path, 0, "put")
     _check_txn_ops(store, t, at, path, 0, "range")
 
 
-def _execute(store: Store, t: TxnRequest, w: Write | None, view: int, path: list[bool], pos: int,
+def _execute(store: StoreCore, t: TxnRequest, w: Write | None, view: int, path: list[bool], pos: int,
              out: list) -> int:
     ok = path[pos]
     pos += 1
@@ -243,7 +239,7 @@ def _execute(store: Store, t: TxnRequest, w: Write | None, view: int, path: list
     return pos
 
 
-def txn_readonly(store: Store, t: TxnRequest, view: int) -> TxnResult:
+def txn_readonly(store: StoreCore, t: TxnRequest, view: int) -> TxnResult:
     """A Txn with no puts or deletes in any branch, served at `view`."""
     validation.check_txn(t, store.max_txn_ops)
     path: list[bool] = []
@@ -254,7 +250,7 @@ def txn_readonly(store: Store, t: TxnRequest, view: int) -> TxnResult:
     return TxnResult(view, path[0], out)
 
 
-def apply_txn(store: Store, t: TxnRequest, enc: BatchEncoder) -> TxnResult:
+def apply_txn(store: StoreCore, t: TxnRequest, enc: BatchEncoder) -> TxnResult:
     validation.check_txn(t, store.max_txn_ops)
     at = store.revision
     path: list[bool] = []
@@ -299,7 +295,7 @@ def _compare_kv(c: Compare, kv: KeyValue) -> bool:
 # leases (bookkeeping; deadlines live in the engine)
 
 
-def apply_lease_grant(store: Store, g: LeaseGrantRequest, enc: BatchEncoder) -> LeaseGrantResult:
+def apply_lease_grant(store: StoreCore, g: LeaseGrantRequest, enc: BatchEncoder) -> LeaseGrantResult:
     if g.ttl > MAX_LEASE_TTL:
         raise errors.ErrLeaseTTLTooLarge.fresh()
     if g.id in store.lessor.leases:
@@ -309,7 +305,7 @@ def apply_lease_grant(store: Store, g: LeaseGrantRequest, enc: BatchEncoder) -> 
     return LeaseGrantResult(store.revision, g.id, g.ttl)
 
 
-def apply_lease_revoke(store: Store, r: LeaseRevokeRequest, enc: BatchEncoder) -> LeaseRevokeResult:
+def apply_lease_revoke(store: StoreCore, r: LeaseRevokeRequest, enc: BatchEncoder) -> LeaseRevokeResult:
     lease = store.lessor.leases.get(r.id)
     if lease is None:
         raise errors.ErrLeaseNotFound.fresh()

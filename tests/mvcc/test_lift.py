@@ -1,4 +1,4 @@
-"""The write side of the two-tier key index (brain.mvcc.shard): a shard
+"""The write side of the two-tier key index (brain.mvcc.index, in a Shard): a shard
 whose keys start in packed blocks, written, deleted, compacted, merged
 (with floors, so rewritten keys get their second chance) and re-packed,
 against a shard that only ever had the overlay, fed the same program.

@@ -1,9 +1,9 @@
-"""The one check of a shard layout (brain.mvcc.shard.layout_problem)."""
+"""The one check of a shard layout (brain.mvcc.shard_map.layout_problem)."""
 
 import pytest
 
 from brain.cli.flags import layout
-from brain.mvcc.shard import ShardMap, layout_problem
+from brain.mvcc.shard_map import ShardMap, layout_problem
 
 
 def test_a_usable_layout_has_no_problem():
