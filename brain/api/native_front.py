@@ -549,11 +549,17 @@ class NativeFront:
 
     def _completer(self, writes: list):
         """Answers the calls of one dispatch round as the engine settles
-        their writes (on the committer thread, once per commit batch)."""
+        their writes.  The engine hands the outcomes over on its committer
+        thread, once per commit batch; they are encoded and sent on the
+        dispatch thread, so the committer, the one thread that decides
+        writes, goes straight back to deciding."""
         respond_many = self.transport.respond_many
         stats = self.stats
 
-        def settled(items) -> None:
+        def settled(items) -> None:  # on the committer (or at once, on this thread)
+            self._on_dispatch_thread(answer, items)
+
+        def answer(items) -> None:
             ok: dict = {}
             replies = []
             try:

@@ -248,7 +248,7 @@ class ApiServer:
             self._start_native(listeners)
         else:
             self._start_grpcio(listeners)
-        if self.engine.leader_known is not None:  # only a replica can lose its leader
+        if getattr(self.engine, "cluster", None) is not None:  # only a replica can lose its leader
             self.leader_monitor.start(self.engine.election_timeout)
 
     def _start_native(self, listeners: list[ListenURL]) -> None:

@@ -39,12 +39,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from ..engine.timeouts import REQUEST_TIMEOUT
 from ..mvcc import errors
 from . import codec
 
 log = logging.getLogger("brain.cluster.forwarding")
 
-REQUEST_TIMEOUT = 7.0  # etcd's request timeout
 RETRY_WAIT = 0.05
 WATCH_INTERVAL = 0.02  # how often a message in flight checks the election's view of its leader
 HANDOVER_GRACE = 0.5  # a replaced (not dead) leader's time to answer what it had already taken

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from .. import clock as lease_clock
-from ..engine import Engine, EngineConfig
+from ..engine import ClusterHooks, Engine, EngineConfig
 from ..journal import JournalError, JournalPurgedError
 from ..journal.jetstream import JetStreamJournal, stream_names
 from ..journal.natsio import NatsConnection, parse_journal_url
@@ -68,9 +68,39 @@ class ClusterOptions:
     read_lease: bool = False
 
 
+class EngineSide:
+    """What a replica's engine asks of its cluster (brain.engine.ClusterHooks),
+    answered for the Replica once it exists: the engine opens first (the
+    member ID the election and forwarding need is in its data directory),
+    so until ``bind`` there is no leader and no forwarder."""
+
+    def __init__(self, options: ClusterOptions) -> None:
+        self._options = options
+        self._replica: "Replica | None" = None
+
+    def bind(self, replica: "Replica") -> None:
+        self._replica = replica
+
+    def hooks(self) -> ClusterHooks:
+        return ClusterHooks(
+            forwarder=lambda: self._replica.forwarder if self._replica is not None else None,
+            leader_hint=lambda: self._replica.election.leader_id if self._replica is not None else 0,
+            has_leader=lambda: self._replica is not None and self._replica.has_leader(),
+            election_timeout=self._options.election_timeout_ms / 1000.0,
+            role_changed=self._role_changed,
+            read_lease=self._lease_valid if self._options.read_lease else None)
+
+    def _lease_valid(self) -> bool:
+        return self._replica is not None and self._replica.election.lease_valid()
+
+    def _role_changed(self) -> None:
+        if self._replica is not None:
+            self._replica.role_changed()
+
+
 class Replica:
     def __init__(self, options: ClusterOptions, conn: NatsConnection, cluster_name: str, journal: JetStreamJournal,
-                 membership: Membership, engine: Engine) -> None:
+                 membership: Membership, engine: Engine, side: EngineSide) -> None:
         self.options = options
         self.conn = conn
         self.cluster_name = cluster_name
@@ -88,12 +118,8 @@ class Replica:
             journal_acknowledged=lambda: journal.acknowledged_at,
             confirm_with_journal=lambda: engine.journal_barrier(_ignore_barrier),
             engine_leads=lambda: engine.is_leader)
-        engine.role_hooks.append(self._role_changed)
-        engine.forwarder = Forwarder(conn, cluster_name, self.leader_id, elected=lambda: self.election.leader_id)
-        engine.leader_hint = lambda: self.election.leader_id
-        engine.leader_known = self.has_leader
-        engine.election_timeout = options.election_timeout_ms / 1000.0
-        engine.read_lease = self.election.lease_valid if options.read_lease else None
+        # how this replica's writes and lease calls reach the leader
+        self.forwarder = Forwarder(conn, cluster_name, self.leader_id, elected=lambda: self.election.leader_id)
         # read indexes come from the journal's writer: the replica its last
         # epoch record names (the election's view only until there is one)
         self.read_index = ReadIndexAsker(
@@ -110,8 +136,9 @@ class Replica:
         self.removed = False
         # what to do once removed from the membership (brain serve: stop)
         self.on_removed = None
+        side.bind(self)
 
-    def _role_changed(self) -> None:
+    def role_changed(self) -> None:
         """(the committer) The engine changed roles: when it stopped leading
         by itself while this replica holds the key, give the key up."""
         if self.election.leading and not self.engine.is_leader:
@@ -132,8 +159,9 @@ class Replica:
             cluster_id = _retrying(membership.cluster_id, "reading the cluster ID", deadline)
             journal = _retrying(lambda: JetStreamJournal.open(conn, cluster_name, replicas=replicas),
                                 "opening the journal stream", deadline)
+            side = EngineSide(options)
             try:
-                engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id)
+                engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id, cluster=side.hooks())
             except JournalPurgedError as e:
                 # Its history starts before the journal's first record: every
                 # other replica checkpointed those records and they were purged.
@@ -150,9 +178,9 @@ class Replica:
                 bootstrap.copy_from_peer(conn, cluster_name, engine_config.data_dir, cluster_id=cluster_id,
                                          member_name=options.name, shards=engine_config.shards,
                                          boundaries=list(boundaries))
-                engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id)
+                engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id, cluster=side.hooks())
             journal.on_release = membership.set_checkpoint
-            replica = cls(options, conn, cluster_name, journal, membership, engine)
+            replica = cls(options, conn, cluster_name, journal, membership, engine, side)
             replica._join()
             return replica
         except BaseException:

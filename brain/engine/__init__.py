@@ -3,5 +3,6 @@ group commit, recovery, checkpoints, compaction scheduling."""
 
 from .config import EngineConfig
 from .engine import DataDirLocked, Engine, EngineStatistics
+from .hooks import ClusterHooks
 
-__all__ = ["Engine", "EngineConfig", "EngineStatistics", "DataDirLocked"]
+__all__ = ["ClusterHooks", "Engine", "EngineConfig", "EngineStatistics", "DataDirLocked"]

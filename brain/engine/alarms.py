@@ -14,7 +14,12 @@ of protobuf.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+
+from ..backend import BackendError, WriteBatch
+
+log = logging.getLogger("brain.engine")
 
 ALARM_NONE = 0
 ALARM_NOSPACE = 1
@@ -75,3 +80,38 @@ class AlarmSet:
 
     def __len__(self) -> int:
         return len(self._alarms)
+
+
+META_ALARMS = b"brain.alarms"  # where a data directory's value store keeps them
+
+
+class StoredAlarms(AlarmSet):
+    """A data directory's alarms: loaded from its value store, and written
+    back before every change takes effect, so they survive a restart."""
+
+    def __init__(self, backend) -> None:
+        super().__init__()
+        self._backend = backend
+        self.load(backend.get_meta(META_ALARMS))
+
+    def _store(self, encoded: bytes) -> None:
+        self._backend.write(WriteBatch(meta={META_ALARMS: encoded}))
+
+    def raise_alarm(self, member_id: int, alarm: int) -> bool:
+        """Raise (stored with the data); False if already raised."""
+        return self.activate(member_id, alarm, self._store)
+
+    def clear_alarm(self, member_id: int, alarm: int) -> bool:
+        """Clear; False if it was not raised."""
+        return self.deactivate(member_id, alarm, self._store)
+
+    def raise_nospace(self, member_id: int, why: str) -> None:
+        """Raise NOSPACE (puts, lease grants and Txns that may put are
+        refused until it is disarmed, as in etcd): stored with the data
+        where there is room for it, else held in memory until a restart."""
+        log.warning("%s; raising the NOSPACE alarm", why)
+        try:
+            self.raise_alarm(member_id, ALARM_NOSPACE)
+        except BackendError as e:
+            self.activate(member_id, ALARM_NOSPACE)
+            log.warning("the NOSPACE alarm could not be stored (%s); it holds until a restart", e)

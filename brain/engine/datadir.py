@@ -1,5 +1,6 @@
 """What a directory holds, as brain sees it: nothing yet, brain's data,
-an etcd data directory, or another program's files.
+an etcd data directory, or another program's files; and what brain's value
+store records about the directory it is in (identity and layout, below).
 
 brain serves an empty (or missing) directory or its own; it refuses the
 other two rather than write into them: an etcd directory would otherwise be
@@ -10,6 +11,7 @@ counts as empty.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -94,3 +96,52 @@ def check_servable(path: str) -> DirContents:
         raise DataDirError(f"an import or restore into {c.path} was interrupted before it finished; "
                            f"run it again with --replace")
     return c
+
+
+# -- what the value store records about the directory ---------------------------
+#
+# Two meta entries, written when a directory is created (by serve, restore or
+# import) and read each time it opens.  Their one codec is here.
+
+META_IDENTITY = b"brain.identity"  # the cluster and member IDs, the term count
+META_LAYOUT = b"brain.layout"  # the shard boundaries the data was written with
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this data directory is.  ``term`` counts the starts of a single
+    node (its raft_term); ``name`` and ``restored_from`` say where a
+    restored or imported directory came from."""
+
+    cluster_id: int
+    member_id: int
+    term: int = 0
+    name: str | None = None
+    restored_from: dict | None = None
+
+    def encode(self) -> bytes:
+        out: dict = {"cluster_id": self.cluster_id, "member_id": self.member_id, "term": self.term}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.restored_from:
+            out["restored_from"] = self.restored_from
+        return json.dumps(out).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Identity":
+        d = json.loads(raw)
+        return cls(d["cluster_id"], d["member_id"], d.get("term", 0), d.get("name"), d.get("restored_from"))
+
+
+def encode_layout(boundaries: list[bytes]) -> bytes:
+    return json.dumps({"boundaries": [b.hex() for b in boundaries]}).encode()
+
+
+def decode_layout(raw: bytes) -> list[bytes]:
+    return [bytes.fromhex(b) for b in json.loads(raw)["boundaries"]]
+
+
+def meta_entries(identity: Identity, boundaries: list[bytes]) -> dict[bytes, bytes]:
+    """The value store's meta entries for a directory of ``identity`` laid
+    out on ``boundaries``."""
+    return {META_LAYOUT: encode_layout(boundaries), META_IDENTITY: identity.encode()}

@@ -44,6 +44,7 @@ from typing import Callable, Iterable
 from ..mvcc import errors
 from ..mvcc.lease import MAX_LEASE_TTL
 from ..mvcc.requests import LeaseGrantRequest, LeaseGrantResult, LeaseRevokeRequest, LeaseRevokeResult
+from .timeouts import REQUEST_TIMEOUT
 
 log = logging.getLogger("brain.engine.leases")
 
@@ -55,8 +56,8 @@ MIN_LEASE_TTL = 2
 # restart, i.e. more than 10 s left).
 RECOVERY_EXTEND_SECONDS = 1.0
 # etcd's lessor retries an expired lease whose revoke did not complete after
-# the server's request timeout (5 s + 2 * election timeout).
-EXPIRED_RETRY_SECONDS = 7.0
+# the server's request timeout.
+EXPIRED_RETRY_SECONDS = REQUEST_TIMEOUT
 # etcd revokes at most this many leases per second; recovery spreads
 # deadlines to 3/4 of it.
 LEASE_REVOKE_RATE = 1000

@@ -42,10 +42,11 @@ import time
 from typing import Callable
 
 from ..mvcc import errors
+from .timeouts import REQUEST_TIMEOUT
 
 log = logging.getLogger("brain.engine.readindex")
 
-DEFAULT_TIMEOUT = 5.0  # etcd's read index waits up to its request timeout
+DEFAULT_TIMEOUT = REQUEST_TIMEOUT  # etcd's read index waits up to its request timeout
 
 
 class ReadBarrier:

@@ -39,10 +39,12 @@ is rebuilt from the last local checkpoint and the journal, up to the last
 record this replica knows is in the journal; when the election was lost
 without a failed append, the store is exact and following resumes.
 
-The engine holds a Replication (a single node holds one too, that never
-follows) and hands it the turns' delivered records, forwarded answers and
-confirmations; Replication reaches the engine only through ReplicaCore,
-the committer core's interface written below, and the engine's lock.
+The committer holds a Replication (a single node's holds one too, that
+never follows) and hands it the turns' delivered records, forwarded
+answers and confirmations; Replication works through the committer's
+public methods (brain.engine.committer: the queue and inboxes, settling,
+publishing, the role) and its lock, and runs on the committer thread
+unless a method says otherwise.
 
 Invariant: on a follower, everything in the store is in the journal
 (``committed_rev == store.revision``); on the leader, at most the batch
@@ -57,7 +59,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from .. import failpoints
 from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
@@ -67,104 +69,30 @@ from ..mvcc.store import Store
 from .checkpointing import Checkpointer
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .readindex import ReadBarrier
-from .roles import APPLY_WAIT_SECONDS, Forwarder
+from .timeouts import REQUEST_TIMEOUT
+
+if TYPE_CHECKING:
+    from .committer import Committer
 
 log = logging.getLogger("brain.engine.replication")
 
 PROMOTE_ATTEMPTS = 20
 
 
-class ReplicaCore(Protocol):
-    """What replication asks of the engine's committer core (the engine
-    implements it: brain.engine.engine).  The contract:
-
-    - Only the committer thread changes the store, under the engine's lock
-      (handed to Replication apart); every method here runs on it unless
-      marked *any thread*.
-    - ``publish`` is how a follower's applied batch becomes visible: the
-      committed revision and the applied index move together, watchers and
-      waiting reads are told.  ``apply_epoch`` is the one other move of the
-      applied index (a new leader's epoch record, which holds no revision).
-    - Every queued write is settled exactly once: ``settle`` (at once),
-      ``settle_results`` (a batch's results, compactions once finished),
-      ``await_compaction``, or ``requeue`` (decided again next turn).
-      Batch sinks deliver on ``flush_sinks``.
-    - ``lead`` and ``follow_leader`` swap the role object; ``role_changed``
-      is said after the role or the leader's term changed.
-    """
-
-    @property
-    def store(self) -> Store: ...
-    @property
-    def committed_rev(self) -> int: ...
-    @property
-    def applied_index(self) -> int: ...
-    @property
-    def member_id(self) -> int: ...
-    @property
-    def is_leader(self) -> bool: ...
-    @property
-    def failed(self) -> errors.EtcdError | None: ...
-    @property
-    def forwarder(self) -> Forwarder | None: ...
-    @property
-    def read_lease(self) -> Callable[[], bool] | None: ...
-    raft_term: int  # the journal's epoch this replica last saw (set on a new epoch record)
-
-    def post(self, item) -> None:
-        """(any thread) Hand one of brain.engine.items to the next turn."""
-
-    def take_posted(self, kind: type) -> list:
-        """The items of ``kind`` posted since the turn began."""
-
-    def has_posted(self, kind: type) -> bool:
-        """Items of ``kind`` wait for the next turn."""
-
-    def wake(self) -> None:
-        """(any thread) Wake the committer (a sync loop rechecks why it waits)."""
-
-    def requeue(self, pending: list) -> None:
-        """Queue writes again, to be decided in the next turn."""
-
-    def settle(self, p, result, exc=None) -> None: ...
-    def settle_results(self, admitted: list, results: list) -> None: ...
-    def await_compaction(self, p, result) -> None:
-        """Answer ``result`` once physical compaction reached p.wait_compact."""
-
-    def release_compaction_waiters(self) -> None:
-        """Answer every write waiting for compaction now."""
-
-    def flush_sinks(self) -> None: ...
-    def publish(self, revision: int, index: int, events: list) -> None: ...
-    def apply_epoch(self, payload: bytes, index: int) -> None:
-        """Apply a new leader's epoch record, at journal ``index``."""
-
-    def fail(self, err: errors.EtcdError, reason: str) -> None:
-        """Refuse writes with ``err`` until restart."""
-
-    def load_store(self, upto_index: int) -> tuple[Store, int, int]:
-        """A store recovered from the checkpoint and the journal up to
-        ``upto_index``: (store, last index held, journal bytes replayed)."""
-
-    def replace_store(self, store: Store) -> None:
-        """Serve from ``store`` from now on (reads and watches included)."""
-
-    def lead(self) -> None: ...
-    def follow_leader(self) -> None: ...
-    def role_changed(self) -> None: ...
-
-
 class Replication:
     """The replica's following, forwarding and changes of lead (see the
-    module docstring), held by the engine and talking to it only through
-    ``core`` (ReplicaCore).  ``barrier`` is None on a single node, which
-    leads its local journal from the start and never follows.  Every
+    module docstring), held by the committer (``_core``) and talking to it
+    through its public methods.  ``barrier`` is None on a single node,
+    which leads its local journal from the start and never follows.  Every
     method runs on the committer thread unless it says otherwise."""
 
-    def __init__(self, core: ReplicaCore, lock: threading.Lock, journal, barrier: ReadBarrier | None,
-                 checkpointer: Checkpointer) -> None:
-        self._core = core
-        self._lock = lock  # the engine's: guards the store (see brain.engine.engine)
+    def __init__(self, committer: "Committer", lock: threading.Lock, journal, barrier: ReadBarrier | None,
+                 checkpointer: Checkpointer, load_store: Callable[[int], tuple[Store, int, int]]) -> None:
+        self._core = committer
+        self._lock = lock  # the committer's: guards the store (see brain.engine.committer)
+        # a store recovered from the checkpoint and the journal up to an
+        # index: (store, last index held, journal bytes replayed)
+        self._load_store = load_store
         self._journal = journal
         self._barrier = barrier
         self._checkpointer = checkpointer
@@ -366,7 +294,7 @@ class Replication:
         now = time.monotonic()
         for p in batch:
             if not p.deadline:
-                p.deadline = now + APPLY_WAIT_SECONDS
+                p.deadline = now + REQUEST_TIMEOUT
             elif now > p.deadline:  # sent again after a leader change, for too long
                 core.settle(p, None, errors.ErrTimeout)
         batch = [p for p in batch if not p.settled]
@@ -414,7 +342,7 @@ class Replication:
             if need <= core.committed_rev:
                 self._settle_forwarded(items)
             else:
-                heapq.heappush(self._parked, (need, next(self._park_seq), now + APPLY_WAIT_SECONDS, items))
+                heapq.heappush(self._parked, (need, next(self._park_seq), now + REQUEST_TIMEOUT, items))
 
     def _settle_forwarded(self, items: list) -> None:
         core = self._core
@@ -597,7 +525,7 @@ class Replication:
         core = self._core
         started = time.monotonic()
         self._checkpointer.settle(core.store)
-        store, applied, nbytes = core.load_store(core.applied_index)
+        store, applied, nbytes = self._load_store(core.applied_index)
         if applied < core.applied_index:
             # Records this replica applied exist (the journal delivered
             # them), so a read that ends before them saw a view of the

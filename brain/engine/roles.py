@@ -18,14 +18,11 @@ from typing import Callable, Protocol
 from ..mvcc import errors
 from .compactor import Compactor
 from .leases import LeaseKeeper, LeaseLeasesResult, LeaseTimeToLiveResult
+from .timeouts import REQUEST_TIMEOUT
 
 LEADER = "leader"
 FOLLOWER = "follower"
 
-# How long a forwarded write's answer waits for this replica to apply the
-# leader's revisions before the client is told the request timed out (also
-# how long a forwarded lease call waits for the leader's answer).
-APPLY_WAIT_SECONDS = 7.0
 
 
 class Forwarder(Protocol):
@@ -150,7 +147,7 @@ class Follower:
     def stop(self, wait: bool) -> None:
         """Nothing runs for a follower's role (following is the journal's)."""
 
-    def _call(self, op: str, args: list, timeout: float = APPLY_WAIT_SECONDS):
+    def _call(self, op: str, args: list, timeout: float = REQUEST_TIMEOUT):
         """(any thread but the committer) A lease query for the leader;
         blocks for the answer."""
         forwarder = self._forwarder()

@@ -124,7 +124,7 @@ class BrainCollector:
                      1 if is_leader else 0)
         yield _counter("etcd_server_leader_changes_seen_total", "The number of leader changes seen.",
                        getattr(eng, "leader_changes", 1))
-        if getattr(eng, "forwarder", None) is not None:
+        if getattr(eng, "cluster", None) is not None:
             yield from _cluster_metrics(eng, st)
         yield _gauge("etcd_server_is_learner", "Whether or not this member is a learner. 1 if is, 0 otherwise.", 0)
         yield _info("etcd_server_version", "Which version is running. 1 for 'server_version' label with "
@@ -284,7 +284,6 @@ def _cluster_metrics(eng, st):
                    getattr(fwd, "forwarded", 0))
     yield _counter("brain_cluster_forward_retries_total", "Forwarded batches sent again (no leader, or "
                    "the replica asked was not the leader).", getattr(fwd, "retried", 0))
-    barrier = getattr(eng, "_barrier", None)
     yield _counter("brain_read_index_round_trips_total", "Read-index round trips made for linearizable reads "
                    "(answered by the leader's lease or by a barrier record).",
-                   getattr(barrier, "round_trips", 0))
+                   getattr(eng, "read_index_round_trips", 0))

@@ -24,7 +24,6 @@ of one that looks empty or half old.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from dataclasses import dataclass
 from .. import backend as backend_mod
 from ..engine import datadir
 from ..engine.checkpoint_meta import CheckpointMeta
-from ..engine.engine import META_IDENTITY, META_LAYOUT
 from ..engine.ids import new_id
 from ..mvcc.codec import Record, encode_record
 from ..mvcc.shard_map import ShardMap
@@ -153,12 +151,9 @@ class DataDirBuilder:
                 compact_revision=None if compact_rev < 0 else compact_rev,
                 compaction_finished=compact_done_rev is None or compact_done_rev >= compact_rev,
                 leases=tuple(tuple(x) for x in sorted(leases)), epoch=epoch)
-            identity = {"cluster_id": cluster_id, "member_id": member_id, "term": 0, "name": self.name}
-            if origin:
-                identity["restored_from"] = origin
+            identity = datadir.Identity(cluster_id, member_id, 0, self.name, origin or None)
             self.backend.write(backend_mod.WriteBatch(meta={
-                META_LAYOUT: json.dumps({"boundaries": [b.hex() for b in self.boundaries]}).encode(),
-                META_IDENTITY: json.dumps(identity).encode(),
+                **datadir.meta_entries(identity, list(self.boundaries)),
                 **checkpoint.write_entry(),
             }))
             self.backend.close()

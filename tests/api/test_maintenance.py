@@ -377,7 +377,7 @@ def test_health_endpoints(metrics, client, engine):
 
 
 def test_health_reports_a_failed_engine(metrics, engine):
-    engine._fail(errors.ErrStopped, "journal write failed: test")  # as a failed fdatasync leaves it
+    engine.committer.fail(errors.ErrStopped, "journal write failed: test")  # as a failed fdatasync leaves it
     status, _ctype, body = get(metrics + "/health")
     assert status == 503 and json.loads(body)["reason"].startswith("ENGINE FAILED:")
     assert get(metrics + "/readyz")[0] == 503

@@ -2,7 +2,7 @@
 
 The arithmetic and the metadata rule are tested alone; then a real engine
 behind an ApiServer whose leader comes and goes by a switch
-(``engine.leader_known``, what brain.cluster.Replica sets): calls with
+(``engine.has_leader``, from the cluster hooks brain.cluster.Replica gives its engine): calls with
 ``hasleader: true`` are refused without a leader with etcd's code and text,
 open ones are ended after three checks without one, and calls without the
 metadata never notice.  The cluster test (tests/cluster/test_require_leader.py)
@@ -22,7 +22,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.require_leader import LeaderMonitor, NoLeaderCount, requires_leader
 from brain.api.server import ApiServer
 from brain.config import ServerConfig
-from brain.engine import Engine, EngineConfig
+from brain.engine import ClusterHooks, Engine, EngineConfig
 from tests.support.servers import unavailable
 
 HASLEADER = (("hasleader", "true"),)
@@ -85,14 +85,36 @@ class LeaderSwitch:
         return self.present
 
 
+class Switched:
+    """A single-node engine whose leader comes and goes as ``switch`` says:
+    what a replica's cluster hooks (brain.engine.ClusterHooks) tell its
+    engine, checked every CHECK_INTERVAL."""
+
+    def __init__(self, engine: Engine, switch: LeaderSwitch) -> None:
+        self._engine = engine
+        self._switch = switch
+        self.cluster = ClusterHooks(forwarder=lambda: None, leader_hint=lambda: 0, has_leader=switch,
+                                    election_timeout=CHECK_INTERVAL, role_changed=lambda: None)
+
+    @property
+    def has_leader(self) -> bool:
+        return self._switch()
+
+    @property
+    def election_timeout(self) -> float:
+        return CHECK_INTERVAL
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
 @pytest.fixture(params=["native", "grpcio"])
 def served(request, tmp_path):
     if request.param == "native" and not native_front.available():
         unavailable("brain._transport is not built")
-    eng = Engine.open(EngineConfig(str(tmp_path / "data"), shards=1, shard_boundaries=[]))
+    engine = Engine.open(EngineConfig(str(tmp_path / "data"), shards=1, shard_boundaries=[]))
     switch = LeaderSwitch()
-    eng.leader_known = switch
-    eng.election_timeout = CHECK_INTERVAL
+    eng = Switched(engine, switch)
     srv = ApiServer(eng, ServerConfig(data_dir=str(tmp_path / "data"), listen_client_urls=["http://127.0.0.1:0"],
                                       grpc_workers=8, grpc_front=request.param))
     srv.start()
@@ -100,7 +122,7 @@ def served(request, tmp_path):
     yield srv, switch, ch
     ch.close()
     srv.stop(1.0)
-    eng.close()
+    engine.close()
 
 
 def _watch(ch, metadata=()):

@@ -50,7 +50,7 @@ class FakeEngine:
             raise errors.raisable(self.fail)
 
     leader_id = MEMBER_ID
-    leader_known = None  # a single node: it always has a leader
+    cluster = None  # a single node: it always has a leader
     has_leader = True
 
     def range(self, req: core.RangeRequest) -> core.RangeResult:

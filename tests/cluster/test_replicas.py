@@ -522,10 +522,10 @@ def test_without_the_read_lease_every_read_index_is_a_barrier_record(cluster):
     assert not res.succeeded and res.revision == put.revision
     assert res.responses[0].kvs[0].value == b"v1"
     assert lead.engine.unwritten_confirmations == before + 1
-    trips = lead.engine._barrier.round_trips
+    trips = lead.engine.read_index_round_trips
     appended = lead.journal.appended
     assert get(lead, b"k").value == b"v1"
-    assert lead.engine._barrier.round_trips == trips + 1
+    assert lead.engine.read_index_round_trips == trips + 1
     assert lead.journal.appended == appended + 1  # the barrier record
     for r in c.followers(lead):
         assert get(r, b"k").value == b"v1"

@@ -14,7 +14,9 @@ import pytest
 from brain.engine import Engine, EngineConfig
 from brain.mvcc import errors
 from brain.mvcc.requests import PutRequest, RangeRequest
-from tests.support.memory_journal import key_held, WAIT, MemoryJournal, Stream
+from tests.support.memory_journal import WAIT, ClusterStub, MemoryJournal, Stream, key_held
+
+STUBS: dict = {}  # each engine's cluster side
 
 
 @pytest.fixture
@@ -23,8 +25,10 @@ def replicas(tmp_path):
     opened: list[Engine] = []
 
     def open_replica(name: str) -> Engine:
+        stub = ClusterStub()
         eng = Engine.open(EngineConfig(data_dir=str(tmp_path / name), backend="memory"),
-                          journal=MemoryJournal(stream), cluster_id=1)
+                          journal=MemoryJournal(stream), cluster_id=1, cluster=stub.hooks())
+        STUBS[eng] = stub
         opened.append(eng)
         return eng
 
@@ -62,7 +66,7 @@ def test_reads_on_a_leader_outside_its_lease_append_a_barrier_within_it_none(rep
     before = len(stream.records)
     lead.wait_linearizable()  # no read lease: the journal's quorum confirms
     assert len(stream.records) == before + 1
-    lead.read_lease = lambda: True
+    STUBS[lead].lease = True
     lead.wait_linearizable()
     assert len(stream.records) == before + 1
 

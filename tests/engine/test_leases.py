@@ -388,7 +388,7 @@ def test_100k_leases_through_the_engine(tmp_path, capsys):
     eng = Engine.open(EngineConfig(str(tmp_path / "data"), shards=1, shard_boundaries=[]))
     try:
         clock = FakeClock(time.monotonic())
-        eng._role.keeper._clock = clock
+        eng.committer.role.keeper._clock = clock
         t0 = time.perf_counter()
         futs = [eng.submit(LeaseGrantRequest(60, i)) for i in range(1, n + 1)]
         for f in futs:
@@ -401,14 +401,14 @@ def test_100k_leases_through_the_engine(tmp_path, capsys):
         t3 = time.perf_counter()
         rev = eng.committed_rev
         clock.advance(61)
-        with eng._role.keeper._cv:
-            eng._role.keeper._cv.notify()
+        with eng.committer.role.keeper._cv:
+            eng.committer.role.keeper._cv.notify()
         deadline = time.monotonic() + 60
-        while len(eng._role.keeper) and time.monotonic() < deadline:
-            eng._role.keeper.expire_due()
+        while len(eng.committer.role.keeper) and time.monotonic() < deadline:
+            eng.committer.role.keeper.expire_due()
             time.sleep(0.01)
         t4 = time.perf_counter()
-        assert len(eng.store.lessor) == 0 and len(eng._role.keeper) == 0
+        assert len(eng.store.lessor) == 0 and len(eng.committer.role.keeper) == 0
         assert eng.committed_rev == rev  # no keys: revokes make no revision
         with capsys.disabled():
             print(f"\n100k leases (engine): grant {(t1 - t0):.2f} s total, keepalive {(t2 - t1) / n * 1e6:.2f} us, "
@@ -430,15 +430,7 @@ def config(request, tmp_path):
 
 def crash(eng: Engine) -> None:
     """Drop an engine without a checkpoint (as kill -9 would)."""
-    eng._role.keeper.stop()
-    eng._role.compactor.stop()
-    eng._stopping = True
-    with eng._cv:
-        eng._cv.notify()
-    eng._committer.join(timeout=5)
-    eng.journal.close()
-    eng.backend.close()
-    os.close(eng._lock_fd)
+    eng.close(checkpoint=False)
 
 
 def wait_for(pred, timeout=10.0):
@@ -541,7 +533,7 @@ def test_expiry_deletes_keys_in_one_revision(config):
     eng = Engine.open(config)
     try:
         clock = FakeClock(time.monotonic())
-        eng._role.keeper._clock = clock
+        eng.committer.role.keeper._clock = clock
         eng.lease_grant(LeaseGrantRequest(5, 1))
         eng.lease_grant(LeaseGrantRequest(50, 2))
         for k in (b"a", b"n", b"z"):
@@ -549,10 +541,10 @@ def test_expiry_deletes_keys_in_one_revision(config):
         eng.put(PutRequest(b"keep", b"v", lease=2))
         rev = eng.committed_rev
         clock.advance(4)
-        eng._role.keeper.expire_due()
+        eng.committer.role.keeper.expire_due()
         assert eng.committed_rev == rev
         clock.advance(1)
-        eng._role.keeper.expire_due()
+        eng.committer.role.keeper.expire_due()
         assert wait_for(lambda: eng.committed_rev == rev + 1)
         assert [kv.key for kv in eng.range(RangeRequest(b"\0", b"\0")).kvs] == [b"keep"]
         assert eng.lease_leases().ids == [2]
@@ -584,19 +576,19 @@ def test_put_on_an_expired_but_not_yet_revoked_lease_is_accepted_then_deleted(co
     goes with the revoke."""
     eng = Engine.open(config)
     gate = threading.Event()
-    submit = eng._role.keeper._revoke
+    submit = eng.committer.role.keeper._revoke
 
     def gated(lease_id):
         gate.wait(10)
         return submit(lease_id)
 
-    eng._role.keeper._revoke = gated
+    eng.committer.role.keeper._revoke = gated
     try:
         clock = FakeClock(time.monotonic())
-        eng._role.keeper._clock = clock
+        eng.committer.role.keeper._clock = clock
         eng.lease_grant(LeaseGrantRequest(2, 1))
         clock.advance(3)
-        threading.Thread(target=eng._role.keeper.expire_due, daemon=True).start()
+        threading.Thread(target=eng.committer.role.keeper.expire_due, daemon=True).start()
         assert eng.put(PutRequest(b"late", b"v", lease=1)).revision == 2
         assert eng.lease_time_to_live(1).ttl == -1  # 3 s after a 2 s grant
         gate.set()
@@ -617,7 +609,7 @@ def test_leases_survive_close_and_get_their_ttl_again(config):
     try:
         r = eng.lease_time_to_live(1, keys=True)
         assert r.granted_ttl == 30 and r.ttl in (30, 29) and r.keys == [b"k"]
-        left, _ = eng._role.keeper.remaining(1)
+        left, _ = eng.committer.role.keeper.remaining(1)
         assert 30 < left <= 30 + RECOVERY_EXTEND_SECONDS
         assert eng.lease_leases().ids == [1, 2]
         assert eng.range(RangeRequest(b"k")).kvs[0].lease == 1
@@ -642,9 +634,9 @@ def test_leases_survive_a_crash_from_journal_and_from_checkpoint(config):
         assert eng.lease_time_to_live(2, keys=True).keys == [b"b"]
         # and they still expire
         clock = FakeClock(time.monotonic())
-        eng._role.keeper._clock = clock
+        eng.committer.role.keeper._clock = clock
         clock.advance(41 + RECOVERY_EXTEND_SECONDS)
-        eng._role.keeper.expire_due()
+        eng.committer.role.keeper.expire_due()
         assert wait_for(lambda: not eng.range(RangeRequest(b"\0", b"\0")).kvs)
         assert eng.lease_leases().ids == []
     finally:
@@ -663,7 +655,7 @@ def test_keepalive_on_a_leader_role_that_stepped_down_is_refused(config):
     eng = Engine.open(config)
     try:
         eng.lease_grant(LeaseGrantRequest(30, 1))
-        stale = eng._role
+        stale = eng.committer.role
         stale.stop(wait=True)  # what stepping down does to the role it gives up
         with pytest.raises(errors.EtcdError) as e:
             stale.lease_keepalive(1)

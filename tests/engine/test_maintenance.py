@@ -31,7 +31,7 @@ def test_pinned_compaction_waits(engines):
     eng = engines("e")
     for i in range(20):
         eng.put(PutRequest(b"k", b"%d" % i))
-    with eng._lock:
+    with eng.committer.lock:
         eng.pin_compaction()
     done = threading.Event()
 

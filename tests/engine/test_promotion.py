@@ -19,7 +19,9 @@ import pytest
 from brain.engine import Engine, EngineConfig
 from brain.mvcc import errors
 from brain.mvcc.requests import PutRequest, RangeRequest
-from tests.support.memory_journal import MemoryJournal, Stream, key_held
+from tests.support.memory_journal import ClusterStub, MemoryJournal, Stream, key_held
+
+STUBS: dict = {}  # each engine's cluster side
 
 
 class HookedJournal(MemoryJournal):
@@ -42,8 +44,10 @@ def replicas(tmp_path):
     opened: list[Engine] = []
 
     def open_replica(name: str) -> Engine:
+        stub = ClusterStub()
         eng = Engine.open(EngineConfig(data_dir=str(tmp_path / name), backend="memory"),
-                          journal=HookedJournal(stream), cluster_id=1)
+                          journal=HookedJournal(stream), cluster_id=1, cluster=stub.hooks())
+        STUBS[eng] = stub
         opened.append(eng)
         return eng
 
@@ -64,7 +68,7 @@ def test_a_replica_whose_hold_ended_appends_no_epoch_and_decides_no_write(replic
     stream, open_replica = replicas
     x, y = open_replica("x"), open_replica("y")
     assert y.promote(key_held)
-    y.read_lease = lambda: True  # Y renews its key: its lease holds throughout
+    STUBS[y].lease = True  # Y renews its key: its lease holds throughout
     first = y.put(PutRequest(b"k", b"y"))
     end = len(stream.records)
 

@@ -360,7 +360,7 @@ def test_a_snapshot_can_start_a_replica_at_its_journal_position(engines, tmp_pat
     snaps.restore(path, str(tmp_path / "plain"), shards=1, boundaries=[])
     from brain import backend as backend_mod
     from brain.engine.checkpoint_meta import META_CHECKPOINT
-    from brain.engine.engine import META_IDENTITY
+    from brain.engine.datadir import META_IDENTITY
 
     def meta(name):
         be = backend_mod.open_backend("lmdb", str(tmp_path / name / "values"), 1)

@@ -120,3 +120,19 @@ def key_held() -> bool:
     valid (brain.cluster.election.Election.holds_key): tests that promote an
     engine directly say so."""
     return True
+
+
+class ClusterStub:
+    """The cluster side of an engine opened on a MemoryJournal
+    (brain.engine.ClusterHooks): nobody to forward to, a leader always
+    known, and a read lease the test turns on (``lease``)."""
+
+    def __init__(self) -> None:
+        self.lease = False
+
+    def hooks(self):
+        from brain.engine import ClusterHooks
+
+        return ClusterHooks(forwarder=lambda: None, leader_hint=lambda: 0, has_leader=lambda: True,
+                            election_timeout=1.0, role_changed=lambda: None, read_lease=lambda: self.lease)
+

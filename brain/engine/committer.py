@@ -1,0 +1,598 @@
+"""The committer: the one thread that changes the store, and the order in
+which decisions become durable and visible.
+
+Callers queue writes (``enqueue``: ``Pending`` entries, brain.engine.pending)
+and other threads post typed items (``post``: brain.engine.items), one
+inbox per kind.  Each *turn* the committer takes everything that queued up
+and handles, in this order: records delivered to a follower, forwarded
+writes' answers, confirmations of answers decided without a record, the
+writes, maintenance (a compaction step, a merge step, checkpoint work),
+and controls last (they see the store as the turn's writes left it).
+
+A leader's writes (``commit``) go through four steps:
+
+1. *admit*: refuse what the state forbids (a failed engine, the CORRUPT
+   alarm, NOSPACE or an exceeded quota for requests that add data);
+2. *decide*: apply them to the store as one batch under the lock; the store
+   returns one journal payload of their effects (brain.mvcc.codec);
+3. *make durable*: append the payload as one record, fenced on the record
+   before it on a shared journal, and sync;
+4. *publish and settle*: move ``committed_rev`` and ``applied_index``
+   together, tell watchers and waiting reads, answer the callers.
+
+While a record syncs, the next writes queue: one sync serves every write
+of a turn (group commit).  A follower's turn applies delivered records and
+publishes them the same way (brain.engine.replication).
+
+Reads are served at ``committed_rev``: the store may hold a batch whose
+record is not durable yet, which every key's full history hides from a
+read at the committed revision.  A journal failure after a batch was
+applied cannot be rolled back, so the committer then refuses writes
+(``failed``) until restarted; reads go on at the committed revision.
+
+Lock order, written on the field below: a watch stream's lock (the
+WatchManager's) before ``lock``; ``lock`` is never held while waiting on
+the disk or the network; ``_cv`` (the queue's) is never taken while
+holding ``lock``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Callable
+
+from ..journal import JournalFencedError, JournalUnavailableError
+from ..mvcc import errors
+from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest
+from ..mvcc.store import Store
+from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
+from .checkpointing import Checkpointer
+from .config import EngineConfig
+from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
+from .memory import release_free_memory
+from .pending import BatchSink, Pending
+from .readindex import ReadBarrier
+from .replication import Replication
+from .roles import Follower, Leader
+from .timeouts import REQUEST_TIMEOUT
+from .watching import WatchManager
+
+log = logging.getLogger("brain.engine")
+
+# Read-index round trips a replica keeps in flight at once (each serves the
+# linearizable reads that began before it was sent).
+READ_INDEX_IN_FLIGHT = 4
+
+
+class Committer:
+    """Owns the store while it changes: the write queue and the inboxes,
+    the role deciding where writes go (Leader, Follower), a replica's
+    Replication, the checkpointer and the watch manager it drives, and the
+    committed view readers see (``store``, ``committed_rev``,
+    ``applied_index`` under ``lock``).
+
+    ``make_leader(commit)`` builds the leader's role (lease clocks,
+    auto-compaction) around ``commit``; ``cluster`` (brain.engine.engine.
+    ClusterHooks) is None on a single node, which leads its local journal
+    from the start and never follows."""
+
+    def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
+                 member_id: int, raft_term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
+                 make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
+                 load_store: Callable[[int], tuple[Store, int, int]]) -> None:
+        self.config = config
+        # Guards store, committed_rev and applied_index (readers take it to
+        # read a matching pair).  Order: a WatchManager's lock, then this one;
+        # never held while waiting on the disk or the network; _cv is never
+        # taken while holding it.
+        self.lock = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())  # guards _queue, _inboxes, _stopping
+        self._queue: deque[Pending] = deque()
+        self._inboxes: dict[type, list] = _empty_inboxes()
+        self._stopping = False
+        self.closing = False  # set by the engine before it stops the committer
+        self.store = store
+        self.committed_rev = store.revision
+        self.applied_index = applied_index
+        self.member_id = member_id
+        self.raft_term = raft_term
+        self.journal = journal
+        self._alarms = alarms
+        self._raise_nospace = raise_nospace
+        self._make_leader = make_leader
+        self.cluster = cluster
+        self._failed: errors.EtcdError | None = None
+        self.failed_reason: str | None = None
+        self._compact_waiters: list[tuple[int, Pending]] = []
+        self._dirty_sinks: list[BatchSink] = []  # settled outcomes not yet delivered
+        self.batches = 0
+        self.requests = 0
+        # While > 0, physical compaction waits (a snapshot or hash is reading
+        # history below a newer compaction revision).
+        self.compaction_pins = 0
+        # Duration observers (seconds) for metrics: every journal sync of a
+        # batch, every checkpoint write; called on engine threads.
+        self.journal_sync_hooks: list = []
+        self.checkpoint_hooks: list = []
+        # Called (on the committer) after the role or the leader changed.
+        self.role_hooks: list = []
+        self.leader_changes = 1  # terms seen (etcd_server_leader_changes_seen_total)
+        self.checkpointer = Checkpointer(backend, journal, self.lock, config, self.checkpoint_hooks,
+                                         journal_bytes=replayed_bytes,
+                                         on_full=lambda e: raise_nospace(f"a checkpoint found no space ({e})"))
+        self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
+                                    max_queued_events=config.watch_queue_events)
+        self.barrier: ReadBarrier | None = None
+        if cluster is not None:
+            self.barrier = ReadBarrier(self.journal_barrier, lambda: self.applied_index,
+                                       ahead=lambda index: self.replication.journal_ahead(index),
+                                       max_in_flight=READ_INDEX_IN_FLIGHT)
+        self.replication = Replication(self, self.lock, journal, self.barrier, self.checkpointer, load_store)
+        # a replica starts following; a single node leads from ``start``
+        self.role: Leader | Follower = self._new_follower()
+        self._thread = threading.Thread(target=self._run, name="brain-committer", daemon=True)
+
+    # ------------------------------------------------------------------
+    # life
+
+    def start(self) -> None:
+        if self.cluster is None:
+            self.lead()
+        else:
+            self.replication.follow()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop taking writes, finish what is queued, end the thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join()
+        self.replication.close()
+
+    @property
+    def stopping(self) -> bool:
+        with self._cv:
+            return self._stopping
+
+    # ------------------------------------------------------------------
+    # roles
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self.role, Leader)
+
+    @property
+    def failed(self) -> errors.EtcdError | None:
+        return self._failed
+
+    @property
+    def forwarder(self):
+        return self.cluster.forwarder() if self.cluster is not None else None
+
+    @property
+    def read_lease(self) -> Callable[[], bool] | None:
+        return self.cluster.read_lease if self.cluster is not None else None
+
+    def lead(self) -> None:
+        """Take the leader's role (a replica's promotion)."""
+        self.role = self._make_leader(self.commit)
+
+    def follow_leader(self) -> None:
+        """Give up the leader's role (on the committer thread: the
+        compactor, which may be waiting for a write, is not joined)."""
+        self.role.stop(wait=False)
+        self.role = self._new_follower()
+
+    def _new_follower(self) -> Follower:
+        return Follower(self.replication.forward, lambda: self.forwarder)
+
+    def role_changed(self) -> None:
+        self.leader_changes += 1
+        for hook in self.role_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                log.exception("role hook failed")
+        if self.cluster is not None:
+            try:
+                self.cluster.role_changed()
+            except Exception:  # noqa: BLE001
+                log.exception("the cluster's role hook failed")
+
+    # ------------------------------------------------------------------
+    # the queue and the inboxes
+
+    def enqueue(self, pending: list[Pending]) -> None:
+        with self._cv:
+            if self._stopping:  # settled here, on the caller's thread
+                for p in pending:
+                    p.settled = True
+                    p.sink.add(p.slot, None, errors.ErrStopped)
+                return
+            was_empty = not self._queue
+            self._queue.extend(pending)
+            if was_empty and pending:
+                self._cv.notify()
+
+    def requeue(self, pending: list[Pending]) -> None:
+        """Queue writes again, to be decided in the next turn."""
+        with self._cv:
+            self._queue.extend(pending)
+
+    def post(self, item) -> None:
+        """(any thread) Hand ``item`` (one of brain.engine.items) to the
+        next turn."""
+        with self._cv:
+            inbox = self._inboxes[type(item)]
+            inbox.append(item)
+            if len(inbox) == 1:
+                self._cv.notify()
+
+    def take_posted(self, kind: type) -> list:
+        """The items of ``kind`` posted since the turn began."""
+        with self._cv:
+            items, self._inboxes[kind] = self._inboxes[kind], []
+        return items
+
+    def has_posted(self, kind: type) -> bool:
+        with self._cv:
+            return bool(self._inboxes[kind])
+
+    def wake(self) -> None:
+        """(any thread) Wake the committer (a sync loop rechecks why it waits)."""
+        with self._cv:
+            self._cv.notify()
+
+    def on_committer(self, fn):
+        """Run fn() on the committer thread between batches, when the store
+        holds exactly the committed state, and return its result."""
+        fut: Future = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(e)
+
+        if self.stopping:
+            raise errors.ErrStopped.fresh()
+        self.post(Control(run))
+        return fut.result()
+
+    def journal_barrier(self, callback) -> None:
+        """(any thread; leading) A read index confirmed by the journal's
+        quorum: once a record appended after this call is acknowledged (the
+        next commit batch's, an empty one if it has nothing else to append),
+        ``callback(index, None)`` with the index of the record before it;
+        ``callback(None, EtcdError)`` if this replica does not lead or the
+        append failed.  The record is fenced on that index and a JetStream
+        ack means a quorum of the stream's replicas stored it there, which
+        a deposed leader, of brain or of the stream, cannot get: so every
+        record acknowledged, or visible anywhere, before this call is at or
+        below that index (docs/cluster.md, "Reads").  A follower has it
+        applied already unless it is behind: it needs no round trip of the
+        barrier record itself."""
+
+        def settled(items) -> None:  # on the committer
+            _, index, exc = items[0]
+            callback(None if exc is not None else index - 1, exc)
+
+        sink = BatchSink(settled)
+        self.enqueue([Pending(JournalBarrier(), sink, 0, local=True)])
+        sink.flush()  # settled already (stopping)
+
+    # ------------------------------------------------------------------
+    # settling
+
+    def settle(self, p: Pending, result, exc=None) -> None:
+        if p.settled:
+            return
+        p.settled = True
+        if p.sink.add(p.slot, result, exc):
+            self._dirty_sinks.append(p.sink)
+
+    def flush_sinks(self) -> None:
+        sinks, self._dirty_sinks = self._dirty_sinks, []
+        for sink in sinks:
+            sink.flush()
+
+    def settle_results(self, admitted: list[Pending], results: list) -> None:
+        for p, res in zip(admitted, results):
+            if isinstance(res, Exception):  # an EtcdError, or a refused Effects payload's ValueError
+                self.settle(p, None, res)
+            elif p.wait_compact:
+                self.await_compaction(p, res)
+            else:
+                self.settle(p, res)
+
+    def await_compaction(self, p: Pending, result) -> None:
+        """Answer ``result`` once physical compaction reached p.wait_compact."""
+        p.result = result
+        self._compact_waiters.append((p.wait_compact, p))
+
+    def release_compaction_waiters(self) -> None:
+        for _, p in self._compact_waiters:
+            self.settle(p, p.result)
+        self._compact_waiters = []
+
+    def fail(self, err: errors.EtcdError, reason: str) -> None:
+        """Refuse writes with ``err`` until restart."""
+        self._failed = err
+        self.failed_reason = reason
+
+    # ------------------------------------------------------------------
+    # the turn
+
+    def _run(self) -> None:
+        replication = self.replication
+        handlers = ((Delivered, replication.apply_records), (ForwardOutcome, replication.complete_forwarded),
+                    (Confirmation, replication.settle_confirmed))
+        while True:
+            with self._cv:
+                if not self._queue and not any(self._inboxes.values()) and not self._stopping:
+                    # background work (compaction, folding recent writes into
+                    # the packed index) goes on step by step while no write
+                    # waits, not one step per 0.2 s
+                    busy = self.store.compacting and not self.compaction_pins or self.store.merging
+                    if not busy:
+                        self._cv.wait(0.2)
+                batch = list(self._queue)
+                self._queue.clear()
+                posted, self._inboxes = self._inboxes, _empty_inboxes()
+                stopping = self._stopping
+            for kind, handle in handlers:
+                if posted[kind]:
+                    handle(posted[kind])
+            if batch:
+                try:
+                    self.role.writes(batch)
+                except BaseException as e:  # never leave callers hanging
+                    log.exception("commit failed")
+                    self.fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
+                    for p in batch:
+                        self.settle(p, None, errors.ErrStopped)
+            self._maintain()
+            self.flush_sinks()
+            for control in posted[Control]:
+                control.fn()
+            if stopping and not batch:
+                with self._cv:
+                    if not self._queue and not self._inboxes[Control]:
+                        return
+
+    def _maintain(self) -> None:
+        """Between batches: a bounded compaction step, a bounded merge of
+        recent writes into the packed index, checkpoint work."""
+        store, step = self.store, self.config.compaction_step_keys
+        if store.compacting and not self.compaction_pins:
+            with self.lock:
+                store.compaction_step(step)
+        if store.merging:
+            with self.lock:
+                store.merge_step(step)
+                if not store.merging:  # caught up: the overlay's objects are gone
+                    release_free_memory()
+        if self._compact_waiters:
+            done_rev = store.compact_done_rev
+            still = []
+            for rev, p in self._compact_waiters:
+                if done_rev >= rev:
+                    self.settle(p, p.result)
+                else:
+                    still.append((rev, p))
+            self._compact_waiters = still
+        if self.replication.maintain():
+            return  # no checkpoint of a store about to be replaced
+        self.checkpointer.maintain(self.store, self.applied_index, may_start=self._failed is None)
+
+    # ------------------------------------------------------------------
+    # a leader's commit: admit, decide, make durable, publish and settle
+
+    def commit(self, batch: list[Pending]) -> None:
+        admitted, barriers = self._admit(batch)
+        if not admitted and not barriers:
+            return
+        with self.lock:
+            results, payload = self._decide(admitted) if admitted else ([], b"")
+            new_rev = self.store.revision
+            events = self.store.take_changes()
+        index = self.applied_index
+        # A barrier needs a record even when nothing else is appended: an
+        # empty one, which every replica applies as nothing (brain.mvcc.codec).
+        appends = bool(payload) or (bool(barriers) and self.barrier is not None)
+        if appends:
+            # the append is fenced on this replica's last record: once it
+            # lands, every decision of the batch was made on the whole journal
+            index = self._make_durable(payload, admitted + barriers)
+            if index is None:
+                return
+        self.publish(new_rev, index, events)
+        for p in barriers:
+            self.settle(p, index)
+        if not admitted:
+            return
+        self.requests += len(admitted)
+        self.role.keeper.on_commit([p.request for p in admitted], results)  # the leader's lease clocks
+        if not appends and self.barrier is not None:
+            # Decided from this replica's store with nothing to append (a
+            # failed compare, a delete of nothing, a refused request): no
+            # fence vouches that no other replica leads and wrote meanwhile.
+            self.replication.confirm_unwritten(admitted, results)
+        else:
+            self.settle_results(admitted, results)
+
+    def _admit(self, batch: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+        """The writes to decide, and the barrier requests among them;
+        every other one is answered here."""
+        if self._failed is not None:
+            for p in batch:
+                self.settle(p, None, self._failed)
+            return [], []
+        admitted = []
+        barriers = []
+        quota = self.config.quota_backend_bytes
+        over = quota >= 0 and self.checkpointer.bytes_in_use > quota
+        capped = over or self._alarms.has(ALARM_NOSPACE)
+        corrupt = self._alarms.has(ALARM_CORRUPT)
+        for p in batch:
+            if corrupt:
+                self.settle(p, None, errors.ErrCorrupt)
+            elif capped and adds_data(p.request):
+                if over:
+                    over = False  # raise the alarm once per batch
+                    self._raise_nospace(f"backend quota of {quota} bytes exceeded "
+                                        f"({self.checkpointer.bytes_in_use} in use)")
+                self.settle(p, None, errors.ErrNoSpace)
+            elif type(p.request) is JournalBarrier:
+                barriers.append(p)
+            else:
+                admitted.append(p)
+        return admitted, barriers
+
+    def _decide(self, admitted: list[Pending]) -> tuple[list, bytes]:
+        """Apply a batch to the store (lock held): requests are decided,
+        effects payloads are replayed as they are.  Returns one result per
+        pending write and the journal payload of them all."""
+        store = self.store
+        if not any(type(p.request) is Effects for p in admitted):
+            return store.apply([p.request for p in admitted])
+        results: list = []
+        parts: list[bytes] = []
+        run: list = []
+
+        def flush_run() -> None:
+            if run:
+                res, payload = store.apply(run)
+                results.extend(res)
+                parts.append(payload)
+                run.clear()
+
+        for p in admitted:
+            if type(p.request) is not Effects:
+                run.append(p.request)
+                continue
+            flush_run()
+            payload = p.request.payload
+            try:
+                store.check_continues(payload)
+            except ValueError as e:
+                results.append(e)
+                continue
+            store.replay(payload, live=True)
+            results.append(store.revision)
+            parts.append(payload)
+        flush_run()
+        return results, b"".join(parts)
+
+    def _make_durable(self, payload: bytes, admitted: list[Pending]) -> int | None:
+        """Append and sync one batch's record; its journal index.  None: it
+        is not durable and every caller of the batch has been answered."""
+        journal = self.journal
+        try:
+            journal.append(payload)
+            synced = time.perf_counter()
+            self._sync_journal(admitted)
+            synced = time.perf_counter() - synced
+        except JournalFencedError as e:
+            log.warning("another replica wrote to the journal (%s); stepping down", e)
+            for p in admitted:
+                self.settle(p, None, errors.ErrLeaderChanged)
+            self.replication.step_down_now(rebuild=True)
+            return None
+        except JournalUnavailableError as e:
+            if not self.replication.abandoning_writes or self.closing:
+                raise
+            # lost the election while the journal could not say whether the
+            # batch landed: its callers cannot know either
+            log.warning("giving up an append whose outcome is unknown (%s); stepping down", e)
+            for p in admitted:
+                self.settle(p, None, errors.ErrTimeoutDueToLeaderFail)
+            self.replication.step_down_now(rebuild=True)
+            return None
+        except BaseException as e:
+            nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+            err = errors.ErrNoSpace if nospace else errors.ErrStopped
+            log.error("journal write failed (%r); refusing writes until restart", e)
+            self.fail(err, f"journal write failed: {e!r}")
+            if nospace:
+                self._raise_nospace(f"the journal found no space ({e})")
+            for p in admitted:
+                self.settle(p, None, err)
+            return None
+        self.checkpointer.journaled(len(payload))
+        for hook in self.journal_sync_hooks:
+            hook(synced)
+        return journal.last_index
+
+    def _sync_journal(self, admitted: list[Pending]) -> None:
+        """sync(), waiting out a shared journal that cannot be reached: its
+        appends are retried (de-duplicated) until it says whether they
+        landed.  Callers waiting longer than the request timeout are told
+        ErrTimeout meanwhile (they cannot know the outcome either)."""
+        started = time.monotonic()
+        while True:
+            try:
+                self.journal.sync()
+                return
+            except JournalUnavailableError as e:
+                if self.stopping or self.closing or self.replication.abandoning_writes:
+                    raise
+                if time.monotonic() - started > REQUEST_TIMEOUT:
+                    for p in admitted:
+                        self.settle(p, None, errors.ErrTimeout)
+                    self.flush_sinks()
+                log.warning("journal unavailable (%s); retrying the append", e)
+                time.sleep(0.2)
+
+    def publish(self, revision: int, index: int, events: list) -> None:
+        """Make a batch that is in the journal visible: readers see
+        ``revision`` and the journal ``index`` holding it, watchers get its
+        ``events``, reads waiting for ``index`` go ahead.  The leader's commit
+        and the follower's apply both end here."""
+        with self.lock:
+            # together, so that a reader of both sees a matching pair
+            self.committed_rev = revision
+            self.applied_index = index
+        if events:
+            self.watches.notify(events, revision)
+        self.batches += 1
+        if self.barrier is not None:
+            self.barrier.applied(index)
+
+    def apply_epoch(self, payload: bytes, index: int) -> None:
+        """Apply a new leader's epoch record (which holds no revision), at
+        journal ``index``."""
+        with self.lock:
+            self.store.replay(payload, live=True)
+            self.applied_index = index
+
+    def replace_store(self, store: Store) -> None:
+        """Serve from ``store`` from now on (reads and watches included)."""
+        with self.watches.lock:
+            with self.lock:
+                self.store = store
+            self.watches.hub.store = store
+
+
+def _empty_inboxes() -> dict[type, list]:
+    return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
+
+
+def adds_data(req) -> bool:
+    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
+    (its capped applier and quota refuse a request whose cost is above 0): a
+    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
+    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
+    puts only inside a nested Txn, is applied."""
+    if isinstance(req, (PutRequest, LeaseGrantRequest)):
+        return True
+    if isinstance(req, TxnRequest):
+        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
+    return False
+
