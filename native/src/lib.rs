@@ -35,6 +35,7 @@ mod calls;
 mod events;
 mod grpc;
 mod kvenc;
+mod passthrough;
 mod pings;
 mod server;
 mod shared;
