@@ -28,7 +28,7 @@ transport's id.  Each stream's send queue is bounded in the transport;
 when ``send`` reports it full, the front stops polling that stream until
 the transport says it is writable again.
 
-Errors keep etcd's codes and texts (brain.api.unary.status_of); an
+Errors keep etcd's codes and texts (brain.api.status.status_of); an
 oversized request gets grpc-go's text.
 """
 
@@ -48,7 +48,8 @@ from google.protobuf.message import DecodeError
 
 from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
 from brain.api.rpc_table import LINEARIZABLE, Rpc, ServiceTable
-from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes, status_of
+from brain.api.status import status_of
+from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes
 from brain.mvcc.errors import ErrNoLeader
 
 log = logging.getLogger("brain.api.native_front")
