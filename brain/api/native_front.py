@@ -37,7 +37,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -47,6 +46,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
+from brain.api.native_listeners import TlsFiles, reuse_port_socket
 from brain.api.rpc_table import LINEARIZABLE, Rpc, ServiceTable
 from brain.api.status import status_of
 from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes
@@ -206,16 +206,6 @@ class _PooledStream(_Session):
         self.context = _PoolContext()
 
 
-class TlsFiles:
-    """What an https:// or unixs:// listener needs, in the transport's
-    shape (see brain.config for the flags)."""
-
-    def __init__(self, cert_file: str, key_file: str, ca_file: str | None, client_auth: bool,
-                 cipher_suites=(), min_tls13: bool = False, max_tls12: bool = False) -> None:
-        self.args = (cert_file, key_file, ca_file or None, bool(client_auth), list(cipher_suites),
-                     bool(min_tls13), bool(max_tls12))
-
-
 def check_tls(tls: TlsFiles) -> None:
     """Load the TLS files as a listener would; ValueError says what is wrong."""
     _transport.check_tls(tls.args)
@@ -260,24 +250,12 @@ class NativeFront:
     # -- listeners and lifecycle -------------------------------------------
 
     def listen_tcp(self, host: str, port: int, tls: TlsFiles | None = None, *, reuse_port: bool = False) -> int:
-        """Bind now (a taken port fails here); the bound port.  ``reuse_port``
-        (etcd's --socket-reuse-port): SO_REUSEPORT, so several servers on one
-        machine (replicas of one cluster) share the port and the kernel
-        spreads connections over them."""
+        """Bind now (a taken port fails here); the bound port.  ``reuse_port``:
+        etcd's --socket-reuse-port (brain.api.native_listeners)."""
+        args = tls.args if tls else None
         if not reuse_port:
-            return self.transport.listen_tcp(host, port, tls.args if tls else None)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            s.bind((host, port))
-            s.listen(1024)
-            s.setblocking(False)
-        except BaseException:
-            s.close()
-            raise
-        return self.transport.listen_tcp_fd(s.detach(), tls.args if tls else None)
+            return self.transport.listen_tcp(host, port, args)
+        return self.transport.listen_tcp_fd(reuse_port_socket(host, port), args)
 
     def listen_unix(self, path: str, tls: TlsFiles | None = None) -> None:
         self.transport.listen_unix(path, tls.args if tls else None)
@@ -861,4 +839,4 @@ def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
     return Method(service, rpc.name, request_cls=rpc.request, call=call_on_bytes(rpc.call, rpc.request, recv_limit))
 
 
-__all__ = ["Method", "NativeFront", "TlsFiles", "available", "front_methods", "unavailable_message"]
+__all__ = ["Method", "NativeFront", "available", "check_tls", "front_methods", "unavailable_message"]

@@ -31,6 +31,7 @@ from concurrent import futures
 import grpc
 
 from brain.api import encoded, native_front
+from brain.api.native_listeners import TlsFiles
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.health import HealthService
 from brain.api.kv import KVService
@@ -90,9 +91,9 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     )
 
 
-def tls_files(config: ServerConfig) -> native_front.TlsFiles:
+def tls_files(config: ServerConfig) -> TlsFiles:
     """The native transport's TLS settings from etcd's flags."""
-    return native_front.TlsFiles(
+    return TlsFiles(
         config.cert_file, config.key_file, config.trusted_ca_file or None, config.client_cert_auth,
         cipher_suites=config.rustls_cipher_suites(), min_tls13=config.tls_min_version == "TLS1.3",
         max_tls12=config.tls_max_version == "TLS1.2")
