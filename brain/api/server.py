@@ -31,13 +31,13 @@ from concurrent import futures
 import grpc
 
 from brain.api import encoded, native_front
-from brain.api.native_listeners import TlsFiles
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.health import HealthService
 from brain.api.kv import KVService
 from brain.api.lease import LeaseService
 from brain.api.maintenance import MaintenanceService
 from brain.api.membership import ClusterService
+from brain.api.native_listeners import TlsFiles
 from brain.api.require_leader import LeaderMonitor, RequireLeaderInterceptor
 from brain.api.rpc_table import SERVER_STREAM, UNARY, ServiceTable
 from brain.api.unary import call_on_bytes
