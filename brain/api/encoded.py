@@ -29,10 +29,10 @@ else:
     _IMPORT_ERROR = ""
 
 from brain.mvcc.requests import RangeColumns
+from brain.protowire import varint
 
 RANGE_RESPONSE_KVS = 2  # RangeResponse: header = 1, kvs = 2, more = 3, count = 4
 RANGE_STREAM_RESPONSE_RANGE = 1  # RangeStreamResponse: range_response = 1
-_U64 = (1 << 64) - 1
 
 
 class Encoded:
@@ -61,17 +61,6 @@ def fallback_notice() -> str:
         return ""
     return (f"lists are encoded by protobuf, not by the native encoder: brain's transport module "
             f"brain._transport cannot be imported ({_IMPORT_ERROR})")
-
-
-def varint(v: int) -> bytes:
-    """A protobuf varint; a negative int64 takes ten bytes, as protobuf writes it."""
-    v &= _U64
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def length_delimited(field: int, data: bytes) -> bytes:

@@ -40,6 +40,7 @@ from google.protobuf.message import DecodeError
 
 from brain.api.pb.grpc.health.v1 import health_pb2
 from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
+from brain.api.status import unparsable
 from brain.api.unary import SHUTTING_DOWN, stepped_rpc
 from brain.mvcc.errors import EtcdError
 
@@ -197,7 +198,7 @@ class HealthService:
         try:
             request = health_pb2.HealthCheckRequest.FromString(raw)
         except DecodeError as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
+            context.abort(*unparsable(e))
         yield from self.Watch(request, context)
 
     def Watch(self, request, context):

@@ -21,12 +21,9 @@ from brain.api.range_stream import RangeStreamer
 from brain.api.rpc_table import LINEARIZABLE, SERIALIZABLE, SERVER_STREAM, Rpc, ServiceTable
 from brain.api.unary import Deferred, stepped_rpc
 from brain.mvcc.errors import ErrRequestTooLarge
+from brain.protowire import varint_size
 
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # etcd's --max-request-bytes default (1.5 MiB)
-
-
-def _varint_len(n: int) -> int:
-    return max(1, (n.bit_length() + 6) // 7)
 
 
 def raft_envelope_bytes(payload_len: int, member_id: int) -> int:
@@ -41,8 +38,8 @@ def raft_envelope_bytes(payload_len: int, member_id: int) -> int:
     timestamp/counter, which fixes the ID's varint length.
     """
     request_id = ((member_id & 0xFFFF) << 48) | (1 << 47)
-    header = 1 + _varint_len(request_id)
-    return 1 + _varint_len(payload_len) + 2 + 1 + header
+    header = 1 + varint_size(request_id)
+    return 1 + varint_size(payload_len) + 2 + 1 + header
 
 
 class KVService:

@@ -73,9 +73,9 @@ def alarm_text(member_id: int, alarm: int) -> str:
 class MaintenanceService:
     """Maintenance calls on top of an engine (see brain.engine.Engine)."""
 
-    def __init__(self, engine, cluster=None) -> None:
+    def __init__(self, engine, replica=None) -> None:
         self.engine = engine
-        self.cluster = cluster  # a brain.cluster.Replica on a cluster replica
+        self.replica = replica  # a brain.cluster.Replica on a cluster replica
         self.header = convert.Header.of(engine)
 
     # -- status and hashes -------------------------------------------------
@@ -197,8 +197,8 @@ class MaintenanceService:
 
     def MoveLeader(self, request, context):
         try:
-            cluster = self.cluster
-            if cluster is None:
+            replica = self.replica
+            if replica is None:
                 if request.targetID != self.engine.member_id:
                     raise ErrBadLeaderTransferee.fresh()
             else:
@@ -206,9 +206,9 @@ class MaintenanceService:
                 if not self.engine.is_leader:
                     raise ErrNotLeader.fresh()
                 if request.targetID != self.engine.member_id:
-                    if not any(m.id == request.targetID and m.updated for m in cluster.members()):
+                    if not any(m.id == request.targetID and m.updated for m in replica.members()):
                         raise ErrBadLeaderTransferee.fresh()
-                    cluster.move_leader(request.targetID)
+                    replica.move_leader(request.targetID)
             return rpc_pb2.MoveLeaderResponse()  # etcd answers without a header
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, "MoveLeader")

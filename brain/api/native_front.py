@@ -6,30 +6,27 @@ dispatch alone, three times what etcd spends on a whole durable Put, and
 its TLS path costs more still (benchmarks/README.md).  The transport runs
 sockets, TLS, HTTP/2 and gRPC framing on Rust threads outside the GIL and
 hands everything to Python as events, in batches.  One dispatch thread
-here takes a batch and
+here takes a batch (a *round*) and
 
 * answers serializable reads at once, at the committed revision;
 * answers linearizable reads (Range, read-only Txn, LeaseTimeToLive,
-  LeaseLeases) behind ONE ``engine.read_barrier`` per batch: at once when
+  LeaseLeases) behind ONE ``engine.read_barrier`` per round: at once when
   it says so, else when its callback fires (a clustered replica);
-* hands every write of the batch to the engine in ONE ``submit_batch``, so
-  they share one journal append and one fdatasync; the committer answers
-  each call when its write is durable (``Deferred.finish``);
-* feeds stream messages to their sessions: Watch (brain.api.watch
-  WatchStream, polled when the hub says it has responses) and
-  LeaseKeepAlive (the batch's renewals in ONE ``lease_keepalive_many``);
-* subscribes health Watch streams (grpc.health.v1) to the health
-  service, which sends each status change from whichever thread sees it;
-* passes rare calls (Maintenance, Cluster, the Snapshot stream) and HTTP
-  requests (/health, /version, /metrics, ...) to a small thread pool.
+* hands every write of the round to the engine in ONE ``submit_batch``, so
+  they share one journal append and one fdatasync; the committer hands the
+  outcomes back and this thread answers each call (``Deferred.finish``);
+* hands stream events to their sessions (brain.api.native_sessions: Watch,
+  LeaseKeepAlive with the round's renewals in ONE ``lease_keepalive_many``,
+  the health Watch subscribed to the health service);
+* passes rare calls (Maintenance, Cluster), generator-driven server streams
+  (Snapshot, RangeStream) and HTTP requests (/health, /version, /metrics,
+  ...) to a small thread pool (brain.api.native_pool);
+* refuses a call or stream that carries etcd's ``hasleader`` metadata when
+  there is no leader, and has the leader monitor end such a stream later.
 
-No thread per stream: a stream is a session object keyed by the
-transport's id.  Each stream's send queue is bounded in the transport;
-when ``send`` reports it full, the front stops polling that stream until
-the transport says it is writable again.
-
-Errors keep etcd's codes and texts (brain.api.unary.status_of); an
-oversized request gets grpc-go's text.
+Each unary call is a step (brain.api.unary) from its service's table
+(brain.api.rpc_table), found by the transport's method id.  Failures end
+with etcd's codes and texts (brain.api.status).
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -46,9 +42,13 @@ from concurrent import futures
 import grpc
 from google.protobuf.message import DecodeError
 
-from brain.api.grpc_stats import BIDI_STREAM, GO_CODE_NAMES, SERVER_STREAM, UNARY, GrpcStats
+from brain.api.grpc_stats import BIDI_STREAM, SERVER_STREAM, UNARY, GrpcStats
+from brain.api.native_listeners import TlsFiles, reuse_port_socket
+from brain.api.native_pool import Pool
+from brain.api.native_sessions import Sessions
 from brain.api.rpc_table import LINEARIZABLE, Rpc, ServiceTable
-from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes, status_of
+from brain.api.status import Status, fail_call, too_large, unparsable
+from brain.api.unary import SHUTTING_DOWN, Deferred, call_on_bytes
 from brain.mvcc.errors import ErrNoLeader
 
 log = logging.getLogger("brain.api.native_front")
@@ -63,16 +63,9 @@ else:
 
 BATCH_EVENTS = 1024  # events taken from the transport per dispatch round
 
-_OK = 0
-_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
-_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+SHUTTING_DOWN_STATUS = Status.of(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+NO_LEADER_STATUS = Status.of(grpc.StatusCode.UNAVAILABLE, ErrNoLeader.message)
 
-# etcd's client port allows every origin (--cors defaults to "*"), so every
-# HTTP answer there carries these (embed/serve.go's corsHandler).
-CORS_HEADERS = [("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE"),
-                ("Access-Control-Allow-Origin", "*"),
-                ("Access-Control-Allow-Headers", "accept, content-type, authorization")]
 
 def available() -> bool:
     return _transport is not None
@@ -94,27 +87,9 @@ def io_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
-class _Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-class _PoolContext:
-    """Just enough of grpc.ServicerContext for the servicer methods that
-    run in the pool: they only ever abort (or ask whether to go on)."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def abort(self, code, details):
-        raise _Abort(code, details)
-
-    def is_active(self) -> bool:
-        return not self.cancelled
+def check_tls(tls: TlsFiles) -> None:
+    """Load the TLS files as a listener would; ValueError says what is wrong."""
+    _transport.check_tls(tls.args)
 
 
 class Method:
@@ -159,65 +134,47 @@ class Method:
             raise ValueError("a step or a subscription needs its request class")
 
 
-class _Session:
-    """A stream served by the front: its transport id and method;
-    ``unwatch`` unregisters a require-leader stream from the leader monitor."""
+class InFlight:
+    """Calls taken and not answered yet: what a graceful stop waits for."""
 
-    __slots__ = ("sid", "method", "writable", "received", "sent", "unwatch")
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = threading.Condition(threading.Lock())
 
-    def __init__(self, sid: int, method: Method) -> None:
-        self.sid = sid
-        self.method = method
-        self.writable = True
-        self.received = 0
-        self.sent = 0
-        self.unwatch = None
+    def begin(self, n: int = 1) -> None:
+        with self.idle:
+            self.count += n
 
+    def end(self, n: int) -> None:
+        with self.idle:
+            self.count -= n
+            if not self.count:
+                self.idle.notify_all()
 
-class _WatchSession(_Session):
-    __slots__ = ("watch",)
-
-
-class _KeepAliveSession(_Session):
-    __slots__ = ("outstanding", "half_closed", "done")
-
-    def __init__(self, sid: int, method: Method) -> None:
-        super().__init__(sid, method)
-        self.outstanding = 0
-        self.half_closed = False
-        self.done = False
-
-
-class _SubscribedStream(_Session):
-    __slots__ = ("cancel",)
-
-    def __init__(self, sid: int, method: Method) -> None:
-        super().__init__(sid, method)
-        self.cancel = None
+    def wait(self, grace: float | None) -> None:
+        """Until none is left, for at most ``grace`` seconds (None or 0: not at all)."""
+        deadline = time.monotonic() + (grace or 0.0)
+        with self.idle:
+            while self.count and grace:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.idle.wait(left)
 
 
-class _PooledStream(_Session):
-    __slots__ = ("ready", "context")
+class _Round:
+    """What one batch of events gathers before it is answered: replies for
+    one respond_many, writes for one submit_batch, linearizable reads for
+    one read barrier, and the calls started and answered per method."""
 
-    def __init__(self, sid: int, method: Method) -> None:
-        super().__init__(sid, method)
-        self.ready = threading.Event()
-        self.context = _PoolContext()
+    __slots__ = ("replies", "writes", "reads", "started", "answered")
 
-
-class TlsFiles:
-    """What an https:// or unixs:// listener needs, in the transport's
-    shape (see brain.config for the flags)."""
-
-    def __init__(self, cert_file: str, key_file: str, ca_file: str | None, client_auth: bool,
-                 cipher_suites=(), min_tls13: bool = False, max_tls12: bool = False) -> None:
-        self.args = (cert_file, key_file, ca_file or None, bool(client_auth), list(cipher_suites),
-                     bool(min_tls13), bool(max_tls12))
-
-
-def check_tls(tls: TlsFiles) -> None:
-    """Load the TLS files as a listener would; ValueError says what is wrong."""
-    _transport.check_tls(tls.args)
+    def __init__(self) -> None:
+        self.replies: list = []  # (id, response bytes)
+        self.writes: list = []  # (id, Method, Deferred)
+        self.reads: list = []  # (id, Method, request)
+        self.started: dict = {}
+        self.answered: dict = {}
 
 
 class NativeFront:
@@ -234,10 +191,6 @@ class NativeFront:
         self.methods = methods
         self.recv_limit = recv_limit
         self.stats = stats
-        self.pool = pool
-        self.http = http
-        self.watch_service = watch_service
-        self.lease_service = lease_service
         self.leader_monitor = leader_monitor  # brain.api.require_leader.LeaderMonitor
         self.transport = _transport.Transport(
             [(m.path, m.kind) for m in methods], io_threads=io_threads(),
@@ -245,38 +198,24 @@ class NativeFront:
             max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
             keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
             keepalive_min_time_ms=keepalive_min_time_ms)
-        self._sessions: dict[int, _Session] = {}
-        self._ready: deque[int] = deque()  # streams with responses to poll
-        self._wake_pending = False
+        self.inflight = InFlight()
+        self.sessions = Sessions(self.transport, stats, engine=engine, watch_service=watch_service,
+                                 lease_service=lease_service, on_dispatch_thread=self._on_dispatch_thread)
+        self.pool = Pool(pool, self.transport, stats, self.sessions, self.inflight, http)
         self._later: deque = deque()  # engine callbacks to finish on the dispatch thread
         self._dispatch_ident = 0
         self._thread: threading.Thread | None = None
-        self._inflight = 0
-        self._inflight_lock = threading.Lock()
-        self._idle = threading.Condition(self._inflight_lock)
         self._stopping = False
 
     # -- listeners and lifecycle -------------------------------------------
 
     def listen_tcp(self, host: str, port: int, tls: TlsFiles | None = None, *, reuse_port: bool = False) -> int:
-        """Bind now (a taken port fails here); the bound port.  ``reuse_port``
-        (etcd's --socket-reuse-port): SO_REUSEPORT, so several servers on one
-        machine (replicas of one cluster) share the port and the kernel
-        spreads connections over them."""
+        """Bind now (a taken port fails here); the bound port.  ``reuse_port``:
+        etcd's --socket-reuse-port (brain.api.native_listeners)."""
+        args = tls.args if tls else None
         if not reuse_port:
-            return self.transport.listen_tcp(host, port, tls.args if tls else None)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            s.bind((host, port))
-            s.listen(1024)
-            s.setblocking(False)
-        except BaseException:
-            s.close()
-            raise
-        return self.transport.listen_tcp_fd(s.detach(), tls.args if tls else None)
+            return self.transport.listen_tcp(host, port, args)
+        return self.transport.listen_tcp_fd(reuse_port_socket(host, port), args)
 
     def listen_unix(self, path: str, tls: TlsFiles | None = None) -> None:
         self.transport.listen_unix(path, tls.args if tls else None)
@@ -290,34 +229,22 @@ class NativeFront:
         """Refuse new calls, wait up to ``grace`` seconds for calls in
         flight (writes waiting for their fdatasync), end the streams, close."""
         self._stopping = True
-        # Subscribed streams (health Watch) never end on their own, and the
-        # grace is for calls that do: end them now, on the dispatch thread,
-        # which owns the sessions (they were told NOT_SERVING already).
-        self._run_on_dispatch(self._end_subscriptions, _UNAVAILABLE, "Unavailable", SHUTTING_DOWN)
-        deadline = time.monotonic() + (grace or 0.0)
-        with self._idle:
-            while self._inflight and grace:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._idle.wait(left)
+        # The grace is for calls that end on their own: streams that never
+        # do (health Watch) end now, on the dispatch thread, which owns the
+        # sessions (they were told NOT_SERVING already).
+        self._run_on_dispatch(self.sessions.stop, SHUTTING_DOWN_STATUS)
+        self.inflight.wait(grace)
         if grace:
             time.sleep(0.05)  # let the I/O thread write the last answers
         self.transport.close()
         if self._thread is not None:
             self._thread.join(5)
-        for s in list(self._sessions.values()):
-            if isinstance(s, _WatchSession):
-                s.watch.close()
-            elif isinstance(s, _PooledStream):
-                s.context.cancelled = True
-                s.ready.set()
-        self._sessions.clear()
+        self.sessions.release_all()
 
     def transport_stats(self) -> dict:
         return self.transport.stats()
 
-    # -- dispatch ------------------------------------------------------------
+    # -- the dispatch thread -------------------------------------------------
 
     def _on_dispatch_thread(self, fn, *args) -> None:
         """Run ``fn(*args)`` now when called on the dispatch thread (the
@@ -350,159 +277,174 @@ class NativeFront:
     def _dispatch(self) -> None:
         self._dispatch_ident = threading.get_ident()
         t = self.transport
-        EV_CALL, EV_OPEN, EV_MESSAGE = _transport.EV_CALL, _transport.EV_OPEN, _transport.EV_MESSAGE
-        REQUIRE_LEADER = _transport.REQUIRE_LEADER
+        sessions = self.sessions
         while (events := t.recv_batch(BATCH_EVENTS)) is not None:
             try:
                 if events:
-                    self._round(events, EV_CALL, EV_OPEN, EV_MESSAGE, REQUIRE_LEADER)
-                self._wake_pending = False
+                    self._round(events)
+                sessions.wake_pending = False
                 while self._later:
                     fn, args = self._later.popleft()
                     fn(*args)
-                self._pump()
+                sessions.pump()
             except Exception:  # noqa: BLE001 - the dispatch thread must survive a bug
                 log.exception("front dispatch round failed")
 
-    def _round(self, events, EV_CALL, EV_OPEN, EV_MESSAGE, REQUIRE_LEADER) -> None:
+    def _round(self, events) -> None:
+        T = _transport
+        EV_CALL, EV_OPEN, EV_MESSAGE, REQUIRE_LEADER = T.EV_CALL, T.EV_OPEN, T.EV_MESSAGE, T.REQUIRE_LEADER
         methods = self.methods
-        stats = self.stats
-        replies = []  # (id, response bytes): sent in one respond_many
-        reply = replies.append
-        writes = []
-        reads = []
-        renewals = []
-        started: dict = {}
-        answered: dict = {}
-        for kind, cid, mid, payload, _cn in events:
+        sessions = self.sessions.by_id
+        r = _Round()
+        for kind, cid, mid, payload, last in events:
             if kind == EV_CALL:
-                m = methods[mid]
-                started[m.stats_key] = started.get(m.stats_key, 0) + 1
-                if self._stopping:
-                    self._fail(cid, m, _UNAVAILABLE, "Unavailable", SHUTTING_DOWN)
-                    continue
-                if m.subscribe is not None:
-                    self._subscribe(cid, m, payload)
-                    continue
-                if m.step is None:
-                    self._begin()
-                    if m.kind == _transport.KIND_SERVER_STREAM:
-                        s = self._sessions[cid] = _PooledStream(cid, m)
-                        self.pool.submit(self._run_server_stream, s, payload)
-                    else:
-                        self.pool.submit(self._run_pooled, cid, m, payload)
-                    continue
-                try:
-                    request = m.parse(payload)
-                except DecodeError as e:
-                    self._fail(cid, m, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
-                    continue
-                try:
-                    if m.read is not None and m.read(request) == LINEARIZABLE:
-                        reads.append((cid, m, request))
-                        continue
-                    out = m.step(request)
-                    if type(out) is Deferred:
-                        writes.append((cid, m, out))
-                        continue
-                    reply((cid, out.SerializeToString()))
-                    answered[m.stats_key] = answered.get(m.stats_key, 0) + 1
-                except Exception as e:  # noqa: BLE001 - every failure becomes a status
-                    self._fail_with(cid, m, e)
+                self._call(r, cid, methods[mid], payload)
             elif kind == EV_MESSAGE:
-                s = self._sessions.get(cid)
-                if s is None:
-                    continue
-                s.received += 1
-                if type(s) is _KeepAliveSession:
-                    try:
-                        renewals.append((s, self.lease_service.parse_keepalive(payload)))
-                        # counted now: a half-close later in this batch must
-                        # not end the stream before this renewal is answered
-                        s.outstanding += 1
-                    except DecodeError as e:
-                        self._finish(s, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
-                elif type(s) is _WatchSession:
-                    try:
-                        s.watch.on_message(payload)
-                    except DecodeError as e:
-                        self._finish(s, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
-                    except Exception as e:  # noqa: BLE001
-                        code, message = status_of(e, "Watch")
-                        self._finish(s, code.value[0], GO_CODE_NAMES.get(code, "Unknown"), message)
+                s = sessions.get(cid)
+                if s is not None:
+                    s.received += 1
+                    s.on_message(payload)
             elif kind == EV_OPEN:
-                m = methods[mid]
-                stats.on_start(m.stats_key)
-                if self._stopping:
-                    self.transport.finish(cid, _UNAVAILABLE, SHUTTING_DOWN)
-                    stats.on_handled(m.stats_key, "Unavailable")
-                    continue
-                self._open(cid, m)
+                self._open(cid, methods[mid])
             elif kind & REQUIRE_LEADER:  # after the common kinds: calls without it pay nothing
-                self._require_leader(kind ^ REQUIRE_LEADER, cid, mid, payload, _cn)
+                self._require_leader(r, kind ^ REQUIRE_LEADER, cid, methods[mid], payload)
             else:
-                self._other(kind, cid, mid, payload, _cn)
+                self._other(kind, cid, mid, payload, last)
+        self._answer(r)
+
+    def _call(self, r: _Round, cid: int, m: Method, payload: bytes) -> None:
+        """A call: a step's answer, write or linearizable read joins the
+        round; anything else starts here."""
+        r.started[m.stats_key] = r.started.get(m.stats_key, 0) + 1
+        if self._stopping:
+            self._fail(cid, m, SHUTTING_DOWN_STATUS)
+        elif m.subscribe is not None:
+            self.sessions.subscribe(cid, m, payload)
+        elif m.step is None:
+            if m.kind == _transport.KIND_SERVER_STREAM:
+                self.pool.server_stream(cid, m, payload)
+            else:
+                self.pool.unary(cid, m, payload)
+        else:
+            try:
+                request = m.parse(payload)
+            except DecodeError as e:
+                self._fail(cid, m, Status.of(*unparsable(e)))
+                return
+            try:
+                if m.read is not None and m.read(request) == LINEARIZABLE:
+                    r.reads.append((cid, m, request))
+                    return
+                out = m.step(request)
+                if type(out) is Deferred:
+                    r.writes.append((cid, m, out))
+                    return
+                r.replies.append((cid, out.SerializeToString()))
+                r.answered[m.stats_key] = r.answered.get(m.stats_key, 0) + 1
+            except Exception as e:  # noqa: BLE001 - every failure becomes a status
+                self._fail(cid, m, Status.of_error(e, m.name))
+
+    def _answer(self, r: _Round) -> None:
+        """The round's calls, answered or handed on, once every event is in."""
+        stats = self.stats
         # Counted before anything is answered: a client that has its answer
         # sees its call in the metrics.
-        for key, n in started.items():
+        for key, n in r.started.items():
             stats.on_start(key, n)
-        if writes:
-            self._submit(writes)
-        if reads:
-            self._read_barrier(reads, replies)
-        for key, n in answered.items():
+        if r.writes:
+            self._submit(r.writes)
+        if r.reads:
+            self._read_barrier(r.reads, r.replies)
+        for key, n in r.answered.items():
             stats.on_handled(key, "OK", n, n, calls=n)
-        if replies:
-            self.transport.respond_many(replies)
-        if renewals:
-            self._renew(renewals)
+        if r.replies:
+            self.transport.respond_many(r.replies)
+        if self.sessions.renewals:
+            self.sessions.renew()
+
+    def _open(self, cid: int, m: Method) -> None:
+        self.stats.on_start(m.stats_key)
+        if self._stopping:
+            self.transport.finish(cid, SHUTTING_DOWN_STATUS.code, SHUTTING_DOWN)
+            self.stats.on_handled(m.stats_key, SHUTTING_DOWN_STATUS.name)
+            return
+        self.sessions.open(cid, m)
 
     def _other(self, kind, cid, mid, payload, last) -> None:
         T = _transport
         if kind == T.EV_WRITABLE:
-            s = self._sessions.get(cid)
+            s = self.sessions.get(cid)
             if s is not None:
-                s.writable = True
-                if isinstance(s, _PooledStream):
-                    s.ready.set()
-                else:
-                    self._ready.append(cid)
+                s.on_writable()
         elif kind == T.EV_HALF_CLOSED:
-            s = self._sessions.get(cid)
-            if type(s) is _KeepAliveSession:
-                # etcd ends LeaseKeepAlive when the client is done sending,
-                # once every renewal asked for has been answered.
-                s.half_closed = True
-                if not s.outstanding:
-                    self._finish(s, _OK, "OK", "")
-            # A Watch client that half-closes keeps receiving, as with etcd.
-        elif kind == T.EV_CANCELLED:
-            s = self._sessions.pop(cid, None)
+            s = self.sessions.get(cid)
             if s is not None:
-                self._closed(s, "Canceled")
+                s.on_half_close()
+        elif kind == T.EV_CANCELLED:
+            s = self.sessions.pop(cid)
+            if s is not None:
+                s.on_cancel()
         elif kind == T.EV_OVERSIZED:
             m = self.methods[mid]
-            text = f"grpc: received message larger than max ({payload} vs. {self.recv_limit})"
-            s = self._sessions.get(cid)
+            status = Status.of(*too_large(payload, self.recv_limit))
+            s = self.sessions.get(cid)
             if s is not None:
-                self._finish(s, _RESOURCE_EXHAUSTED, "ResourceExhausted", text)
+                s.finish(status)
             else:
                 self.stats.on_start(m.stats_key)
-                self._fail(cid, m, _RESOURCE_EXHAUSTED, "ResourceExhausted", text)
+                self._fail(cid, m, status)
         elif kind == T.EV_HTTP:
-            self.pool.submit(self._run_http, cid, mid, payload)
+            self.pool.http_request(cid, mid, payload)
         elif kind == T.EV_REJECTED:
             # etcd's line for a refused handshake (its embed/config_logging.go): a
             # warning, or debug for a peer that closed or never spoke (cid 1).
             log.log(logging.DEBUG if cid else logging.WARNING, "rejected connection on client endpoint",
                     extra={"fields": {"remote-addr": mid, "server-name": payload, "error": last}})
 
+    # -- require-leader (brain.api.require_leader) ----------------------------
+
+    def _require_leader(self, r: _Round, kind: int, cid: int, m: Method, payload) -> None:
+        """A call or stream opened with ``hasleader: true`` (``kind``
+        without the flag): refused without a leader; else served in its
+        place in the round (a stream's messages later in the batch find its
+        session), and a stream is watched by the monitor."""
+        if not self.engine.has_leader:
+            self._refuse_no_leader(kind, cid, m, payload)
+            return
+        if kind == _transport.EV_CALL:
+            self._call(r, cid, m, payload)
+        else:
+            self._open(cid, m)
+        s = self.sessions.get(cid)
+        if s is not None and self.leader_monitor is not None:
+            s.unwatch = self.leader_monitor.watch(lambda: self._on_dispatch_thread(self._end_no_leader, cid))
+
+    def _refuse_no_leader(self, kind: int, cid: int, m: Method, payload) -> None:
+        """A call that requires a leader, on a server without one.  As in
+        grpc-go under etcd's interceptors: a unary request is parsed first
+        (a malformed one gets the parse error), a stream is refused before
+        its first message is read."""
+        self.stats.on_start(m.stats_key)
+        if kind == _transport.EV_CALL and m.kind == _transport.KIND_UNARY:
+            try:
+                m.parse(payload)
+            except DecodeError as e:
+                self._fail(cid, m, Status.of(*unparsable(e)))
+                return
+        self._fail(cid, m, NO_LEADER_STATUS)
+
+    def _end_no_leader(self, cid: int) -> None:
+        s = self.sessions.get(cid)
+        if s is not None:
+            s.unwatch = None  # the monitor has let go of it already
+            s.finish(NO_LEADER_STATUS)
+
     # -- reads -------------------------------------------------------------
 
     def _read_barrier(self, reads: list, replies: list) -> None:
         """One barrier for every linearizable read of the round; answers
         go to ``replies`` when it passes at once."""
-        self._begin(len(reads))
+        self.inflight.begin(len(reads))
         try:
             now = self.engine.read_barrier(lambda exc: self._barrier_passed(reads, exc))
         except Exception as e:  # noqa: BLE001
@@ -521,31 +463,31 @@ class NativeFront:
         try:
             for cid, m, request in reads:
                 if exc is not None:
-                    self._fail_with(cid, m, exc)
+                    self._fail(cid, m, Status.of_error(exc, m.name))
                     continue
                 try:
                     out.append((cid, m.step(request).SerializeToString()))
                     ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                 except Exception as e:  # noqa: BLE001
-                    self._fail_with(cid, m, e)
+                    self._fail(cid, m, Status.of_error(e, m.name))
             for key, n in ok.items():
                 self.stats.on_handled(key, "OK", n, n, calls=n)
             if replies is None and out:
                 self.transport.respond_many(out)
         finally:
             if waited:
-                self._end(len(reads))
+                self.inflight.end(len(reads))
 
     # -- writes ------------------------------------------------------------
 
     def _submit(self, writes: list) -> None:
-        self._begin(len(writes))
+        self.inflight.begin(len(writes))
         try:
             self.engine.submit_batch([w[2].request for w in writes], self._completer(writes))
         except Exception as e:  # noqa: BLE001
             for cid, m, _ in writes:
-                self._fail_with(cid, m, e)
-            self._end(len(writes))
+                self._fail(cid, m, Status.of_error(e, m.name))
+            self.inflight.end(len(writes))
 
     def _completer(self, writes: list):
         """Answers the calls of one dispatch round as the engine settles
@@ -574,7 +516,7 @@ class NativeFront:
                             replies.append((cid, data))
                             ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                             continue
-                    self._fail_with(cid, m, exc)
+                    self._fail(cid, m, Status.of_error(exc, m.name))
                 for key, n in ok.items():
                     stats.on_handled(key, "OK", n, n, calls=n)
                 ok = {}
@@ -583,261 +525,12 @@ class NativeFront:
             finally:
                 for key, n in ok.items():  # only if answering failed midway
                     stats.on_handled(key, "OK", n, n, calls=n)
-                self._end(len(items))
+                self.inflight.end(len(items))
 
         return settled
 
-    # -- require-leader (brain.api.require_leader) ----------------------------
-
-    def _require_leader(self, kind: int, cid: int, mid: int, payload, cn) -> None:
-        """A call or stream opened with ``hasleader: true`` (``kind``
-        without the flag): refused without a leader; else served as a round
-        of its own, in its place in the batch (a stream's messages later in
-        the batch find its session), and a stream is watched by the monitor."""
-        if not self.engine.has_leader:
-            self._refuse_no_leader(kind, cid, self.methods[mid], payload)
-            return
-        T = _transport
-        self._round([(kind, cid, mid, payload, cn)], T.EV_CALL, T.EV_OPEN, T.EV_MESSAGE, T.REQUIRE_LEADER)
-        s = self._sessions.get(cid)
-        if s is not None and self.leader_monitor is not None:
-            s.unwatch = self.leader_monitor.watch(lambda: self._on_dispatch_thread(self._end_no_leader, cid))
-
-    def _refuse_no_leader(self, kind: int, cid: int, m: Method, payload) -> None:
-        """A call that requires a leader, on a server without one.  As in
-        grpc-go under etcd's interceptors: a unary request is parsed first
-        (a malformed one gets the parse error), a stream is refused before
-        its first message is read."""
-        self.stats.on_start(m.stats_key)
-        if kind == _transport.EV_CALL and m.kind == _transport.KIND_UNARY:
-            try:
-                m.parse(payload)
-            except DecodeError as e:
-                self._fail(cid, m, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
-                return
-        self._fail(cid, m, _UNAVAILABLE, "Unavailable", ErrNoLeader.message)
-
-    def _end_no_leader(self, cid: int) -> None:
-        s = self._sessions.get(cid)
-        if s is not None:
-            s.unwatch = None  # the monitor has let go of it already
-            self._finish(s, _UNAVAILABLE, "Unavailable", ErrNoLeader.message)
-
-    # -- streams -------------------------------------------------------------
-
-    def _open(self, cid: int, m: Method) -> None:
-        if m.stream == "watch":
-            s = _WatchSession(cid, m)
-            s.watch = self.watch_service.open_stream(lambda: self._schedule(cid))
-        elif m.stream == "keepalive":
-            s = _KeepAliveSession(cid, m)
-        else:  # pragma: no cover - a method table bug
-            raise ValueError(f"unknown stream kind {m.stream!r}")
-        self._sessions[cid] = s
-
-    def _subscribe(self, cid: int, m: Method, payload: bytes) -> None:
-        """A subscribed stream: its first message is sent now, the others
-        by the service as they happen (transport.send takes any thread).
-        Not counted in flight: like Watch, it must not hold up a shutdown."""
-        try:
-            request = m.parse(payload)
-        except DecodeError as e:
-            self._fail(cid, m, _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}")
-            return
-        s = self._sessions[cid] = _SubscribedStream(cid, m)
-        send, encode = self.transport.send, m.encode
-
-        def deliver(item) -> None:
-            s.sent += 1
-            send(cid, [encode(item)])  # tiny and rare: a full queue still keeps them
-
-        s.received = 1
-        s.cancel = m.subscribe(request, deliver)
-
-    def _end_subscriptions(self, code: int, code_name: str, message: str) -> None:
-        for s in list(self._sessions.values()):
-            if type(s) is _SubscribedStream:
-                self._finish(s, code, code_name, message)
-
-    def _schedule(self, cid: int) -> None:
-        """The hub has responses for stream ``cid`` (hub lock held, any
-        thread): poll it on the dispatch thread."""
-        self._ready.append(cid)
-        if not self._wake_pending:
-            self._wake_pending = True
-            self.transport.wake()
-
-    def _pump(self) -> None:
-        """Poll every watch stream that has responses and may send."""
-        ready = self._ready
-        seen = set()
-        send = self.transport.send
-        # Only what is queued now: a stream scheduled again while this runs
-        # (the hub routed more) stays queued for the next round, which its
-        # wake() guarantees; dropping it as a duplicate would lose events.
-        for _ in range(len(ready)):
-            cid = ready.popleft()
-            if cid in seen:
-                continue
-            seen.add(cid)
-            s = self._sessions.get(cid)
-            if type(s) is not _WatchSession or not s.writable:
-                continue
-            try:
-                frames = s.watch.poll()
-            except Exception as e:  # noqa: BLE001
-                code, message = status_of(e, "Watch")
-                self._finish(s, code.value[0], GO_CODE_NAMES.get(code, "Unknown"), message)
-                continue
-            if frames is None:  # closed by the server (shutdown)
-                self._finish(s, _OK, "OK", "")
-                continue
-            if frames:
-                s.sent += len(frames)
-                if not send(cid, frames):
-                    s.writable = False
-
-    def _renew(self, renewals: list) -> None:
-        """Every LeaseKeepAlive request of the round in one engine call."""
-        revision = self.engine.committed_rev  # etcd reads the header before renewing
-        try:
-            self.engine.lease_keepalive_many(
-                [lid for _, lid in renewals],
-                lambda out: self._on_dispatch_thread(self._renewed, renewals, revision, out))
-        except Exception as e:  # noqa: BLE001
-            self._renewed(renewals, revision, [(lid, e) for _, lid in renewals])
-
-    def _renewed(self, renewals: list, revision: int, outcomes) -> None:
-        per: dict = {}
-        failed: dict = {}
-        for (s, _), (lid, outcome) in zip(renewals, outcomes):
-            s.outstanding -= 1
-            if isinstance(outcome, BaseException):
-                failed.setdefault(s, outcome)
-            elif s not in failed:
-                per.setdefault(s, []).append((lid, outcome))
-        for s, items in per.items():
-            if s.done:
-                continue
-            frames = self.lease_service.keepalive_responses(revision, items)
-            s.sent += len(frames)
-            self.transport.send(s.sid, frames)  # a full queue stops the transport reading it
-        for s, exc in failed.items():
-            if not s.done:
-                code, message = status_of(exc, "LeaseKeepAlive")
-                self._finish(s, code.value[0], GO_CODE_NAMES.get(code, "Unknown"), message)
-        for s, _ in renewals:
-            if s.half_closed and not s.outstanding and not s.done:
-                self._finish(s, _OK, "OK", "")
-
-    def _finish(self, s: _Session, code: int, code_name: str, message: str) -> None:
-        if isinstance(s, _KeepAliveSession):
-            if s.done:
-                return
-            s.done = True
-        self.transport.finish(s.sid, code, message)
-        if self._sessions.pop(s.sid, None) is not None:
-            self._closed(s, code_name)
-
-    def _closed(self, s: _Session, code_name: str) -> None:
-        if s.unwatch is not None:
-            s.unwatch()
-            s.unwatch = None
-        if isinstance(s, _WatchSession):
-            s.watch.close()
-        elif isinstance(s, _SubscribedStream):
-            if s.cancel is not None:
-                s.cancel()
-        elif isinstance(s, _KeepAliveSession):
-            s.done = True
-        elif isinstance(s, _PooledStream):
-            s.context.cancelled = True
-            s.ready.set()
-            return  # counted by its pool thread
-        self.stats.on_handled(s.method.stats_key, code_name, s.received, s.sent)
-
-    # -- the pool: rare unary calls, Snapshot, HTTP -----------------------------
-
-    def _run_pooled(self, cid: int, m: Method, payload: bytes) -> None:
-        try:
-            data = m.call(payload, _PoolContext()).SerializeToString()
-            self.stats.on_handled(m.stats_key, "OK", 1, 1)
-            self.transport.respond(cid, data)
-        except _Abort as a:
-            self._fail(cid, m, a.code.value[0], GO_CODE_NAMES.get(a.code, "Unknown"), a.details)
-        except Exception as e:  # noqa: BLE001
-            self._fail_with(cid, m, e)
-        finally:
-            self._end(1)
-
-    def _run_server_stream(self, s: _PooledStream, payload: bytes) -> None:
-        m = s.method
-        code, code_name, message = _OK, "OK", ""
-        gen = None
-        try:
-            request = m.parse(payload)
-            gen = m.call(request, s.context)
-            for resp in gen:
-                if s.context.cancelled:
-                    code_name = "Canceled"
-                    break
-                s.sent += 1
-                if not self.transport.send(s.sid, [resp.SerializeToString()]):
-                    s.writable = False
-                    while not s.writable and not s.context.cancelled:
-                        s.ready.wait(1.0)
-                        s.ready.clear()
-        except DecodeError as e:
-            code, code_name, message = _INTERNAL, "Internal", f"grpc: error unmarshalling request: {e}"
-        except _Abort as a:
-            code, code_name, message = a.code.value[0], GO_CODE_NAMES.get(a.code, "Unknown"), a.details
-        except Exception as e:  # noqa: BLE001
-            c, message = status_of(e, m.name)
-            code, code_name = c.value[0], GO_CODE_NAMES.get(c, "Unknown")
-        finally:
-            if gen is not None:
-                gen.close()
-            if not s.context.cancelled:
-                self.transport.finish(s.sid, code, message)
-            self._sessions.pop(s.sid, None)
-            if s.unwatch is not None:
-                s.unwatch()
-            self.stats.on_handled(m.stats_key, code_name, 1, s.sent)
-            self._end(1)
-
-    def _run_http(self, rid: int, method: str, target: str) -> None:
-        try:
-            if method == "OPTIONS":  # etcd's CORS handler answers every preflight itself
-                a = (200, [], b"")
-            elif self.http is None:
-                a = (404, [("Content-Type", "text/plain; charset=utf-8")], b"404 page not found\n")
-            else:
-                ans = self.http.answer(method, target)
-                a = (ans.status, ans.header_list(), ans.body)
-        except Exception:  # noqa: BLE001
-            log.exception("HTTP %s %s failed", method, target)
-            a = (500, [("Content-Type", "text/plain; charset=utf-8")], b"Internal Server Error\n")
-        self.transport.http_respond(rid, a[0], CORS_HEADERS + a[1], a[2])
-
-    # -- bookkeeping ---------------------------------------------------------
-
-    def _begin(self, n: int = 1) -> None:
-        with self._inflight_lock:
-            self._inflight += n
-
-    def _end(self, n: int) -> None:
-        with self._idle:
-            self._inflight -= n
-            if not self._inflight:
-                self._idle.notify_all()
-
-    def _fail_with(self, cid: int, m: Method, exc: BaseException) -> None:
-        code, message = status_of(exc, m.name)
-        self._fail(cid, m, code.value[0], GO_CODE_NAMES.get(code, "Unknown"), message)
-
-    def _fail(self, cid: int, m: Method, code: int, code_name: str, message: str) -> None:
-        self.stats.on_handled(m.stats_key, code_name, 1, 0)
-        self.transport.fail(cid, code, message)
+    def _fail(self, cid: int, m: Method, status: Status) -> None:
+        fail_call(self.transport, self.stats, cid, m.stats_key, status)
 
 
 def front_methods(tables: list[ServiceTable], recv_limit: int) -> list[Method]:
@@ -860,4 +553,4 @@ def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
     return Method(service, rpc.name, request_cls=rpc.request, call=call_on_bytes(rpc.call, rpc.request, recv_limit))
 
 
-__all__ = ["Method", "NativeFront", "TlsFiles", "available", "front_methods", "unavailable_message"]
+__all__ = ["InFlight", "Method", "NativeFront", "available", "check_tls", "front_methods", "unavailable_message"]

@@ -39,6 +39,7 @@ from brain.api.unary import abort_with, wait_read_barrier
 from brain.mvcc import validation
 from brain.mvcc.errors import EtcdError
 from brain.mvcc.requests import SORT_ASCEND, SORT_NONE, TARGET_KEY, RangeRequest
+from brain.protowire import varint_size
 
 FIRST_CHUNK_LIMIT = 10  # etcd's initialStreamChunkLimit
 UNBOUNDED = 2**63 - 1  # a limit of 0: etcd's math.MaxInt64
@@ -73,21 +74,17 @@ def next_limit(limit: int, size: int, target: int) -> int:
     return max(limit, 1)
 
 
-def _varint_len(n: int) -> int:
-    return max(1, (n.bit_length() + 6) // 7)
-
-
 def measured_size(kvs_bytes: int, revision: int, more: bool, count: int) -> int:
     """proto.Size of the RangeResponse etcd's range code built for a chunk,
     which is what etcd's sizing rule measures: a header holding only the
     revision, the chunk's kvs (``kvs_bytes``, their fields encoded), more
     and count."""
-    header = 1 + _varint_len(revision) if revision else 0
-    size = 1 + _varint_len(header) + header + kvs_bytes
+    header = 1 + varint_size(revision) if revision else 0
+    size = 1 + varint_size(header) + header + kvs_bytes
     if more:
         size += 2
     if count:
-        size += 1 + _varint_len(count)
+        size += 1 + varint_size(count)
     return size
 
 

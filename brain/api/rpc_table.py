@@ -12,7 +12,8 @@ What a row's fields mean, by shape:
 * unary with a ``step`` (brain.api.unary): the native front runs the step on
   its dispatch thread (a linearizable read, as ``read`` classifies it, behind
   one read barrier per batch; a write in one commit batch); ``call``, the
-  grpcio handler, runs the same step (brain.api.unary.step_call);
+  grpcio handler, runs the same step (brain.api.unary.run_step, the row made
+  by brain.api.unary.stepped_rpc);
 * unary without a step: ``call(request, context)``, a servicer method; the
   native front runs it in its pool;
 * server stream: ``call(request, context)`` yields responses (the native

@@ -31,12 +31,13 @@ from concurrent import futures
 import grpc
 
 from brain.api import encoded, native_front
-from brain.api.cluster import ClusterService
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.health import HealthService
 from brain.api.kv import KVService
 from brain.api.lease import LeaseService
 from brain.api.maintenance import MaintenanceService
+from brain.api.membership import ClusterService
+from brain.api.native_listeners import TlsFiles
 from brain.api.require_leader import LeaderMonitor, RequireLeaderInterceptor
 from brain.api.rpc_table import SERVER_STREAM, UNARY, ServiceTable
 from brain.api.unary import call_on_bytes
@@ -90,9 +91,9 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     )
 
 
-def tls_files(config: ServerConfig) -> native_front.TlsFiles:
+def tls_files(config: ServerConfig) -> TlsFiles:
     """The native transport's TLS settings from etcd's flags."""
-    return native_front.TlsFiles(
+    return TlsFiles(
         config.cert_file, config.key_file, config.trusted_ca_file or None, config.client_cert_auth,
         cipher_suites=config.rustls_cipher_suites(), min_tls13=config.tls_min_version == "TLS1.3",
         max_tls12=config.tls_max_version == "TLS1.2")
@@ -179,10 +180,10 @@ def check_front(config: ServerConfig) -> None:
 class ApiServer:
     """The etcd v3 gRPC services of one engine, on the configured listeners."""
 
-    def __init__(self, engine, config: ServerConfig, cluster=None) -> None:
+    def __init__(self, engine, config: ServerConfig, replica=None) -> None:
         self.engine = engine
         self.config = config
-        self.cluster = cluster  # a brain.cluster.Replica, or None on a single node
+        self.replica = replica  # a brain.cluster.Replica, or None on a single node
         self.endpoints: list[str] = []  # resolved URLs, after start()
         self.front_kind = ""  # after start(): "native" or "grpcio", whichever serves
         self._server: grpc.Server | None = None
@@ -208,10 +209,10 @@ class ApiServer:
         kv = KVService(engine, max_request_bytes=config.max_request_bytes)
         self._lease = LeaseService(engine)
         self._watch = WatchService(engine, max_request_bytes=config.max_request_bytes)
-        cluster = self.cluster
-        self.health = HealthService(None if cluster is None else cluster.serving_problem)
-        self._tables = [kv.rpc_table(), MaintenanceService(engine, cluster).rpc_table(),
-                        ClusterService(engine, config.name, self.client_urls, cluster).rpc_table(),
+        replica = self.replica
+        self.health = HealthService(None if replica is None else replica.serving_problem)
+        self._tables = [kv.rpc_table(), MaintenanceService(engine, replica).rpc_table(),
+                        ClusterService(engine, config.name, self.client_urls, replica).rpc_table(),
                         self._lease.rpc_table(), self._watch.rpc_table(), self.health.rpc_table()]
 
     def _add_services(self, server: grpc.Server) -> None:

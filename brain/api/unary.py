@@ -11,15 +11,13 @@ The split lets the native front (brain.api.native_front) hand a whole batch
 of writes to the engine without a thread per call, while grpcio runs the
 same steps (``stepped_rpc``'s handler) and simply waits on the write's future.
 
-Errors: the engine and the steps raise EtcdError; ``status_of`` turns one
-into the gRPC status etcd would send, with etcd's exact text.  Any other
-exception is a bug: it is logged with its traceback and answered with
-UNKNOWN, and the server goes on serving.
+Errors: the engine and the steps raise EtcdError; brain.api.status turns
+one into the gRPC status etcd would send, with etcd's exact text (any other
+exception is a bug, answered with UNKNOWN).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Callable, NamedTuple, NoReturn
 
 import grpc
@@ -27,16 +25,11 @@ from google.protobuf.message import DecodeError
 
 from brain.api.require_leader import requires_leader
 from brain.api.rpc_table import LINEARIZABLE, Rpc
-from brain.mvcc.errors import EtcdError, ErrNoLeader
-
-log = logging.getLogger("brain.api")
+from brain.api.status import status_of, too_large, unparsable
+from brain.mvcc.errors import ErrNoLeader
 
 # What a call refused during the shutdown grace period ends with (UNAVAILABLE).
 SHUTTING_DOWN = "brain: server is shutting down"
-
-# The gRPC status code for each EtcdError.code name.
-_STATUS = {c.name: c for c in grpc.StatusCode}
-
 
 class Deferred(NamedTuple):
     """A write the call must wait for: ``finish(result)`` builds the
@@ -44,18 +37,6 @@ class Deferred(NamedTuple):
 
     request: object
     finish: Callable[[object], object]
-
-
-def status_of(exc: BaseException, method: str) -> tuple[grpc.StatusCode, str]:
-    """The (status, message) a failed call ends with."""
-    if isinstance(exc, EtcdError):
-        code = _STATUS.get(exc.code)
-        if code is not None:
-            return code, exc.message
-        log.error("%s: EtcdError with unknown status code %r: %s", method, exc.code, exc.message)
-        return grpc.StatusCode.UNKNOWN, exc.message
-    log.error("%s failed unexpectedly", method, exc_info=exc)
-    return grpc.StatusCode.UNKNOWN, f"brain: internal error in {method}: {type(exc).__name__}: {exc}"
 
 
 def abort_with(context: grpc.ServicerContext, exc: BaseException, method: str) -> NoReturn:
@@ -110,14 +91,11 @@ def call_on_bytes(call, request_cls, recv_limit: int, has_leader=None):
 
     def handle(raw: bytes, context: grpc.ServicerContext):
         if len(raw) > recv_limit:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"grpc: received message larger than max ({len(raw)} vs. {recv_limit})",
-            )
+            context.abort(*too_large(len(raw), recv_limit))
         try:
             request = parse(raw)
         except DecodeError as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {e}")
+            context.abort(*unparsable(e))
         if has_leader is not None and requires_leader(context.invocation_metadata()) and not has_leader():
             abort_with(context, ErrNoLeader, "")
         return call(request, context)

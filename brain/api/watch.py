@@ -19,6 +19,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.pb.mvccpb import kv_pb2
 from brain.api.rpc_table import BIDI_STREAM, Rpc, ServiceTable
 from brain.mvcc.requests import EVENT_DELETE
+from brain.protowire import varint
 
 log = logging.getLogger("brain.api.watch")
 
@@ -26,18 +27,6 @@ _EVENTS_TAG = b"\x5a"  # WatchResponse.events: field 11, length-delimited
 _NOPUT = rpc_pb2.WatchCreateRequest.NOPUT
 _NODELETE = rpc_pb2.WatchCreateRequest.NODELETE
 GRPC_OVERHEAD_BYTES = 512 * 1024  # etcd's allowance on top of --max-request-bytes
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def event_bytes(ev, with_prev: bool) -> bytes:
@@ -89,7 +78,7 @@ class WatchService:
         parts = []
         for ev in resp.events:
             data = event_bytes(ev, with_prev)
-            parts.append(_EVENTS_TAG + _varint(len(data)) + data)
+            parts.append(_EVENTS_TAG + varint(len(data)) + data)
         head = self._head(resp)
         total = len(head) + sum(len(p) for p in parts)
         if not resp.fragment or total < self.fragment_limit or len(parts) < 2:

@@ -150,7 +150,7 @@ def run(config: ServerConfig) -> int:
         if stop.is_set():  # told to stop while recovering
             close()
             return 0
-        api = ApiServer(engine, config, cluster=replica)
+        api = ApiServer(engine, config, replica=replica)
         # Metrics and health listen before the client port: whoever sees the
         # client port accept can rely on /health being there too.
         metrics = None

@@ -1,7 +1,7 @@
 //! gRPC over HTTP/2: message framing, statuses, and the per-call tasks.
 //!
 //! A unary (or server-streaming) call's task reads its one request message,
-//! files the call's `SendResponse` in the registry and hands the call to
+//! files the call's `SendResponse` in the registry (calls.rs) and hands the call to
 //! Python; Python's answer is written straight from the thread that gives
 //! it (h2's send side is thread-safe), so a unary call costs one short task
 //! and no channel.  A streaming call keeps a task for its life: it reads
@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -21,8 +21,9 @@ use h2::RecvStream;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use tokio::sync::mpsc;
 
+use crate::calls::{Cmd, Pending, StreamHandle, StreamState};
 use crate::events::{Event, Peer};
-use crate::server::{Pending, Shared};
+use crate::shared::Shared;
 
 pub const KIND_UNARY: u8 = 0;
 pub const KIND_SERVER_STREAM: u8 = 1;
@@ -161,26 +162,6 @@ fn requires_leader(headers: &http::HeaderMap) -> bool {
 
 fn compressed_text(req_encoding: &str) -> String {
     format!("grpc: Decompressor is not installed for grpc-encoding \"{req_encoding}\"")
-}
-
-// -- streams: what Python's send() and finish() hand to a stream's task ------
-
-pub enum Cmd {
-    Data(Vec<Bytes>),
-    Finish(u32, String),
-}
-
-#[derive(Default)]
-pub struct StreamState {
-    /// Bytes handed over by Python and not yet given to h2 with window.
-    pub queued: AtomicUsize,
-    /// Python was told the queue is full: tell it when it drains.
-    pub want_writable: AtomicBool,
-}
-
-pub struct StreamHandle {
-    pub tx: mpsc::UnboundedSender<Cmd>,
-    pub state: Arc<StreamState>,
 }
 
 // -- the call tasks ----------------------------------------------------------

@@ -31,15 +31,20 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod authority;
+mod calls;
 mod events;
 mod grpc;
 mod kvenc;
+mod passthrough;
 mod pings;
 mod server;
+mod shared;
 mod tls;
 
+use calls::{Cmd, HttpReply, Pending};
 use events::*;
-use server::{Config, HttpReply, Listener, Pending, Shared};
+use server::Listener;
+use shared::{Config, Shared, HANDSHAKE_REASONS};
 
 type TlsArgs = (String, String, Option<String>, bool, Vec<String>, bool, bool);
 
@@ -229,7 +234,7 @@ impl Transport {
 
     fn finish(&self, id: u64, code: u32, message: &str) {
         if let Some((tx, _)) = self.shared.calls.stream(id) {
-            let _ = tx.send(grpc::Cmd::Finish(code, message.to_string()));
+            let _ = tx.send(Cmd::Finish(code, message.to_string()));
             return;
         }
         match self.shared.calls.remove(id) {
@@ -252,7 +257,7 @@ impl Transport {
         let n: usize = frames.iter().map(|f| f.len()).sum();
         use std::sync::atomic::Ordering::SeqCst;
         let queued = state.queued.fetch_add(n, SeqCst) + n;
-        if tx.send(grpc::Cmd::Data(frames)).is_err() {
+        if tx.send(Cmd::Data(frames)).is_err() {
             return true;
         }
         if queued > self.shared.send_queue_bytes {
@@ -294,7 +299,7 @@ impl Transport {
         d.set_item("keepalive_timeouts", s.keepalive_timeouts.load(Relaxed))?;
         d.set_item("too_many_pings", s.too_many_pings.load(Relaxed))?;
         let f = PyDict::new(py);
-        for (i, r) in server::HANDSHAKE_REASONS.iter().enumerate() {
+        for (i, r) in HANDSHAKE_REASONS.iter().enumerate() {
             f.set_item(*r, s.handshake_failures[i].load(Relaxed))?;
         }
         d.set_item("tls_handshake_failures", f)?;

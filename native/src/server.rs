@@ -2,10 +2,9 @@
 //! HTTP/2 (gRPC, and plain HTTP requests over h2) or HTTP/1.1 on the same
 //! port, told apart by the first bytes (or ALPN), as etcd's cmux does.
 
-use std::collections::{HashMap, HashSet};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -14,130 +13,18 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::{Request, Response, StatusCode};
-use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::authority::AuthorityFix;
+use crate::calls::{HttpReply, Pending};
+use crate::events::{Event, Peer};
+use crate::grpc;
 use crate::pings::{PingGuard, PingPolicy};
-use crate::events::{Event, EventQueue, Peer};
-use crate::grpc::{self, StreamHandle};
+use crate::shared::{Shared, HANDSHAKE_REASONS};
 use crate::tls::{self, TlsState};
-
-pub struct HttpReply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-}
-
-pub enum Pending {
-    Unary(SendResponse<Bytes>),
-    Stream(StreamHandle),
-    Http(oneshot::Sender<HttpReply>),
-}
-
-/// Calls waiting for Python, by id; sharded so I/O threads and Python
-/// rarely meet on one lock.
-pub struct Calls {
-    shards: Vec<Mutex<HashMap<u64, Pending>>>,
-}
-
-const SHARDS: usize = 16;
-
-impl Calls {
-    fn new() -> Self {
-        Calls { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
-    }
-    pub fn insert(&self, id: u64, p: Pending) {
-        self.shards[id as usize % SHARDS].lock().insert(id, p);
-    }
-    pub fn remove(&self, id: u64) -> Option<Pending> {
-        self.shards[id as usize % SHARDS].lock().remove(&id)
-    }
-    /// The stream's command channel and state (streams stay registered
-    /// until their task ends).
-    pub fn stream(&self, id: u64) -> Option<(tokio::sync::mpsc::UnboundedSender<grpc::Cmd>, Arc<grpc::StreamState>)> {
-        match self.shards[id as usize % SHARDS].lock().get(&id) {
-            Some(Pending::Stream(h)) => Some((h.tx.clone(), h.state.clone())),
-            _ => None,
-        }
-    }
-    pub fn is_stream(&self, id: u64) -> bool {
-        matches!(self.shards[id as usize % SHARDS].lock().get(&id), Some(Pending::Stream(_)))
-    }
-    pub fn clear(&self) {
-        for s in &self.shards {
-            s.lock().clear();
-        }
-    }
-}
-
-pub const HANDSHAKE_REASONS: [&str; 8] =
-    ["no_client_certificate", "bad_certificate", "not_tls", "incompatible", "alert_received", "closed", "timeout", "other"];
-
-#[derive(Default)]
-pub struct Stats {
-    pub connections_accepted: AtomicU64,
-    pub connections_open: AtomicU64,
-    pub http_requests: AtomicU64,
-    pub bad_requests: AtomicU64,
-    pub keepalive_timeouts: AtomicU64,
-    pub too_many_pings: AtomicU64,
-    pub handshake_failures: [AtomicU64; 8],
-}
-
-pub struct Config {
-    pub keepalive_min_time: Duration,
-    pub max_recv: usize,
-    pub send_queue_bytes: usize,
-    pub keepalive_interval: Duration,
-    pub keepalive_timeout: Duration,
-    pub handshake_timeout: Duration,
-    pub max_concurrent_streams: u32,
-}
-
-pub struct Shared {
-    pub methods: HashMap<String, (u32, u8)>,
-    pub services: HashSet<String>,
-    pub queue: EventQueue,
-    pub calls: Calls,
-    pub next: AtomicU64,
-    pub max_recv: usize,
-    pub send_queue_bytes: usize,
-    pub cfg: Config,
-    pub stats: Stats,
-    pub shutdown: watch::Sender<bool>,
-    /// BRAIN_TRANSPORT_DEBUG set: failures are also printed to stderr.
-    pub debug: bool,
-}
-
-impl Shared {
-    pub fn new(methods: Vec<(String, u8)>, cfg: Config) -> Self {
-        let services = methods
-            .iter()
-            .filter_map(|(p, _)| p.trim_start_matches('/').rsplit_once('/').map(|(s, _)| s.to_string()))
-            .collect();
-        let methods = methods.into_iter().enumerate().map(|(i, (p, k))| (p, (i as u32, k))).collect();
-        Shared {
-            methods,
-            services,
-            queue: EventQueue::new(),
-            calls: Calls::new(),
-            next: AtomicU64::new(1),
-            max_recv: cfg.max_recv,
-            send_queue_bytes: cfg.send_queue_bytes,
-            cfg,
-            stats: Stats::default(),
-            shutdown: watch::channel(false).0,
-            debug: std::env::var_os("BRAIN_TRANSPORT_DEBUG").is_some(),
-        }
-    }
-    pub fn next_id(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::Relaxed)
-    }
-}
 
 pub enum Listener {
     Tcp(std::net::TcpListener),
@@ -550,19 +437,5 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    crate::passthrough::forward_writes!();
 }

@@ -83,7 +83,7 @@ def serve(engine, front, pki, tmp_path):
     started = []
 
     def make(cluster=None, **kw):
-        api = ApiServer(engine, _config(front, pki, tmp_path, **kw), cluster=cluster)
+        api = ApiServer(engine, _config(front, pki, tmp_path, **kw), replica=cluster)
         api.start()
         ch = _channel(api, pki)
         started.append((api, ch))

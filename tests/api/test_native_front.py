@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from brain.api import native_front
+from brain.api.native_sessions import WatchSession
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer
@@ -330,14 +331,13 @@ def test_a_stream_scheduled_while_it_is_polled_is_polled_again():
         def poll(self):
             polls.append(1)
             if len(polls) == 1:
-                front._schedule(7)  # the hub routes more events while the front polls
+                front.sessions.schedule(7)  # the hub routes more events while the front polls
             return []
 
-    s = native_front._WatchSession(7, native_front.Method("s", "Watch", stream="watch"))
-    s.watch = RoutedDuringPoll()
-    front._sessions[7] = s
-    front._schedule(7)
-    front._pump()
-    front._pump()
+    front.sessions.add(WatchSession(front.sessions, 7, native_front.Method("s", "Watch", stream="watch"),
+                                    RoutedDuringPoll()))
+    front.sessions.schedule(7)
+    front.sessions.pump()
+    front.sessions.pump()
     front.transport.close()
     assert len(polls) == 2

@@ -25,6 +25,7 @@ import grpc
 import pytest
 
 from brain.api import native_front
+from brain.api.native_listeners import TlsFiles
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
 from brain.api.server import ApiServer
@@ -46,7 +47,7 @@ def pki(tmp_path_factory):
 
 
 def _tls_args(pki, **kw):
-    return native_front.TlsFiles(str(pki.server.cert), str(pki.server.key), str(pki.ca.cert), True, **kw).args
+    return TlsFiles(str(pki.server.cert), str(pki.server.key), str(pki.ca.cert), True, **kw).args
 
 
 class _Echo:

@@ -7,7 +7,8 @@
 Encoding writes the fields in number order and leaves zero values out, as
 etcd's gogoproto marshalling does, so a KeyValue we write is byte for byte
 the one etcd would write.  Decoding skips fields it does not know (a newer
-etcd may add some).  A negative int64 is a 10-byte varint (two's complement).
+etcd may add some).  A negative int64 is a 10-byte varint (two's complement;
+the varint itself: brain.protowire).
 
 Written by hand rather than with the generated code: this layer sits below
 brain/api, the only user of the generated protobuf modules, and these two
@@ -18,11 +19,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from brain.protowire import ProtoError, read_varint, varint
+
 _MASK64 = (1 << 64) - 1
-
-
-class ProtoError(ValueError):
-    """Bytes that are not a valid encoding of the expected message."""
 
 
 class KeyValue(NamedTuple):
@@ -40,22 +39,12 @@ class Lease(NamedTuple):
     remaining_ttl: int = 0
 
 
-def _uvarint(n: int) -> bytes:
-    n &= _MASK64
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _int_field(tag: int, n: int) -> bytes:
-    return bytes((tag << 3,)) + _uvarint(n) if n else b""
+    return bytes((tag << 3,)) + varint(n) if n else b""
 
 
 def _bytes_field(tag: int, b: bytes) -> bytes:
-    return bytes((tag << 3 | 2,)) + _uvarint(len(b)) + b if b else b""
+    return bytes((tag << 3 | 2,)) + varint(len(b)) + b if b else b""
 
 
 def encode_key_value(kv: KeyValue) -> bytes:
@@ -73,21 +62,6 @@ def encode_lease(lease: Lease) -> bytes:
     return _int_field(1, lease.id) + _int_field(2, lease.ttl) + _int_field(3, lease.remaining_ttl)
 
 
-def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
-    """(value, next position) of the varint at `pos`."""
-    v = 0
-    shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, pos
-        shift += 7
-        if shift > 63:
-            raise ProtoError(f"{what}: varint too long")
-
-
 def _fields(data: bytes, what: str) -> dict[int, int | bytes]:
     """Field number -> last value (ints as signed int64, length-delimited as
     bytes); unknown wire types 1 and 5 (fixed64/fixed32) are skipped."""
@@ -95,14 +69,14 @@ def _fields(data: bytes, what: str) -> dict[int, int | bytes]:
     pos, n = 0, len(data)
     try:
         while pos < n:
-            tag, pos = _varint(data, pos, what)
+            tag, pos = read_varint(data, pos, what)
             field, wire = tag >> 3, tag & 7
             if wire == 0:
-                v, pos = _varint(data, pos, what)
+                v, pos = read_varint(data, pos, what)
                 v &= _MASK64
                 out[field] = v - (1 << 64) if v >> 63 else v
             elif wire == 2:
-                size, pos = _varint(data, pos, what)
+                size, pos = read_varint(data, pos, what)
                 if pos + size > n:
                     raise ProtoError(f"{what}: field {field} runs past the end")
                 out[field] = data[pos: pos + size]
@@ -136,7 +110,7 @@ def decode_key_value(data: bytes) -> KeyValue:
                 if size < 0x80:
                     pos += 1
                 else:
-                    size, pos = _varint(data, pos, "mvccpb.KeyValue")
+                    size, pos = read_varint(data, pos, "mvccpb.KeyValue")
                 end = pos + size
                 if end > n:
                     raise ProtoError("mvccpb.KeyValue: a field runs past the end")
@@ -146,17 +120,7 @@ def decode_key_value(data: bytes) -> KeyValue:
                     value = data[pos:end]
                 pos = end
             elif tag in (0x10, 0x18, 0x20, 0x30):  # create, mod, version, lease
-                v = 0
-                shift = 0
-                while True:
-                    b = data[pos]
-                    pos += 1
-                    v |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise ProtoError("mvccpb.KeyValue: varint too long")
+                v, pos = read_varint(data, pos, "mvccpb.KeyValue")
                 if v >> 63:
                     v = (v & _MASK64) - (1 << 64)
                 ints[tag >> 3] = v

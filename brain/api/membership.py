@@ -1,4 +1,5 @@
-"""The etcdserverpb.Cluster service.
+"""The etcdserverpb.Cluster service: who the members are.  (Named for what
+it serves: brain/cluster is the package of a replica's NATS side.)
 
 On a cluster replica, the members are the cluster's replicas (see
 ClusterService); on a single node, as follows.
@@ -27,7 +28,7 @@ from brain.api.rpc_table import Rpc, ServiceTable
 from brain.api.unary import abort_with
 from brain.mvcc.errors import EtcdError
 
-log = logging.getLogger("brain.api.cluster")
+log = logging.getLogger("brain.api.membership")
 
 ErrMemberNotFound = EtcdError("NOT_FOUND", "etcdserver: member not found")
 ErrMemberNotLearner = EtcdError("FAILED_PRECONDITION", "etcdserver: can only promote a learner member")
@@ -37,14 +38,14 @@ ErrLearnersUnsupported = EtcdError("FAILED_PRECONDITION", "brain: learner member
 
 class ClusterService:
     """MemberList and friends: one member on a single node; on a cluster
-    replica (``cluster``: a brain.cluster.Replica) every replica in the
+    replica (``replica``: a brain.cluster.Replica) every replica in the
     cluster's membership bucket, and MemberAdd/MemberRemove change it."""
 
-    def __init__(self, engine, name: str, client_urls: Callable[[], Sequence[str]], cluster=None) -> None:
+    def __init__(self, engine, name: str, client_urls: Callable[[], Sequence[str]], replica=None) -> None:
         self.engine = engine
         self.name = name
         self.client_urls = client_urls
-        self.cluster = cluster
+        self.replica = replica
 
     def _header(self, h) -> None:
         # etcd's Cluster responses carry no revision
@@ -56,10 +57,10 @@ class ClusterService:
         m.clientURLs.extend(self.client_urls())
 
     def _fill_members(self, resp) -> None:
-        if self.cluster is None:
+        if self.replica is None:
             self._me(resp.members.add())
             return
-        for member in self.cluster.members():
+        for member in self.replica.members():
             m = resp.members.add()
             m.ID = member.id
             m.name = member.name
@@ -67,9 +68,9 @@ class ClusterService:
             m.clientURLs.extend(member.client_urls)
 
     def _known(self, member_id: int) -> bool:
-        if self.cluster is None:
+        if self.replica is None:
             return member_id == self.engine.member_id
-        return any(m.id == member_id for m in self.cluster.members())
+        return any(m.id == member_id for m in self.replica.members())
 
     def MemberList(self, request, context):
         try:
@@ -81,12 +82,12 @@ class ClusterService:
             abort_with(context, e, "MemberList")
 
     def MemberAdd(self, request, context):
-        if self.cluster is None:
+        if self.replica is None:
             abort_with(context, ErrMembershipFixed, "MemberAdd")
         if request.isLearner:
             abort_with(context, ErrLearnersUnsupported, "MemberAdd")
         try:
-            added = self.cluster.add_member("", list(request.peerURLs))
+            added = self.replica.add_member("", list(request.peerURLs))
             resp = rpc_pb2.MemberAddResponse()
             self._header(resp.header)
             resp.member.ID = added.id
@@ -97,11 +98,11 @@ class ClusterService:
             abort_with(context, e, "MemberAdd")
 
     def MemberRemove(self, request, context):
-        if self.cluster is None:
+        if self.replica is None:
             err = ErrMembershipFixed if request.ID == self.engine.member_id else ErrMemberNotFound
             abort_with(context, err, "MemberRemove")
         try:
-            if not self.cluster.remove_member(request.ID):
+            if not self.replica.remove_member(request.ID):
                 raise ErrMemberNotFound.fresh()
             resp = rpc_pb2.MemberRemoveResponse()
             self._header(resp.header)
@@ -111,7 +112,7 @@ class ClusterService:
             abort_with(context, e, "MemberRemove")
 
     def MemberUpdate(self, request, context):
-        if self.cluster is None or not self._known(request.ID):
+        if self.replica is None or not self._known(request.ID):
             err = ErrMembershipFixed if request.ID == self.engine.member_id else ErrMemberNotFound
             abort_with(context, err, "MemberUpdate")
         # brain has no peer URLs to move: the update is accepted as a no-op
