@@ -408,7 +408,7 @@ class TieredIndex:
 
     # --- merges ---------------------------------------------------------
 
-    def merge(self, budget: int, floor: int) -> int:
+    def merge(self, budget: int, floor: int, compacting: bytes | None = None) -> int:
         """Fold overlay and lifted keys into the blocks while more than
         `floor` entries wait (merge_due), for about `budget` keys of
         rebuilding; returns the keys rebuilt (a block passed over counts
@@ -420,12 +420,32 @@ class TieredIndex:
         the unmerged entries are within KEEP_REWRITTEN_WITHIN times the
         floor (second chance: a lease renewed every few seconds stays
         lifted instead of being folded and lifted again each cycle).  The
-        result is split into blocks of `block_size`."""
+        result is split into blocks of `block_size`.
+
+        ``compacting``: the cursor of a compaction walking this shard.  The
+        block it stopped inside is left as it is: the walk has compacted
+        the overlay keys up to the cursor but not the block, which it knows
+        is still to do because the block's last key is past the cursor.
+        Folded with those overlay keys, the block could end at or before
+        the cursor, and the walk would skip it with its keys uncompacted."""
         done = 0
+        pending = self._pending_block(compacting)
         while done < budget and self.merge_due(floor):
             keep = self.unmerged() <= KEEP_REWRITTEN_WITHIN * floor
-            done += self._merge_round(max(1, budget - done), keep)
+            rebuilt = self._merge_round(max(1, budget - done), keep, pending)
+            if not rebuilt:
+                break  # nothing to fold but the pending block
+            done += rebuilt
         return done
+
+    def _pending_block(self, cursor: bytes | None) -> Block | None:
+        """The block a compaction stopped inside at ``cursor`` (compact_keys
+        continues there: the block whose range holds the cursor, when its
+        last key is past it), or None."""
+        if cursor is None or not self.blocks:
+            return None
+        block = self.blocks[max(0, bisect_right(self.firsts, cursor) - 1)]
+        return block if block.last > cursor else None
 
     def unmerged(self) -> int:
         """Index entries out of the blocks: overlay keys, and lifted keys
@@ -440,10 +460,11 @@ class TieredIndex:
         return unmerged > floor and (unmerged - len(self.rewritten) > floor
                                      or unmerged > KEEP_REWRITTEN_WITHIN * floor)
 
-    def _merge_round(self, limit: int, keep_rewritten: bool) -> int:
+    def _merge_round(self, limit: int, keep_rewritten: bool, pending: Block | None = None) -> int:
         """Rebuild the next block with something to fold (at most one
-        round of the key space); returns the keys rebuilt plus the blocks
-        passed over."""
+        round of the key space), never ``pending`` (merge); returns the keys
+        rebuilt plus the blocks passed over, 0 when only ``pending`` had
+        something to fold."""
         overlay, blocks, firsts = self.overlay, self.blocks, self.firsts
         if not blocks:
             return self._fold(0, list(islice(overlay, limit)), False)
@@ -455,17 +476,18 @@ class TieredIndex:
                 b = (b + 1) % len(blocks)
         passed = 0
         while passed <= len(blocks):
-            lo = firsts[b] if b else None
-            hi = firsts[b + 1] if b + 1 < len(blocks) else None
-            taken = list(islice(overlay.irange(lo, hi, inclusive=(True, False)) if hi is not None
-                                else overlay.irange(lo), limit))
-            rebuilt = self._fold(b, taken, keep_rewritten)
-            if rebuilt:
-                return rebuilt + passed
+            if blocks[b] is not pending:
+                lo = firsts[b] if b else None
+                hi = firsts[b + 1] if b + 1 < len(blocks) else None
+                taken = list(islice(overlay.irange(lo, hi, inclusive=(True, False)) if hi is not None
+                                    else overlay.irange(lo), limit))
+                rebuilt = self._fold(b, taken, keep_rewritten)
+                if rebuilt:
+                    return rebuilt + passed
             passed += 1
             self.merge_after = blocks[b].last
             b = (b + 1) % len(blocks)
-        return passed
+        return 0 if pending is not None else passed
 
     def _fold(self, b: int, taken: list[bytes], keep_rewritten: bool) -> int:
         """Rebuild block `b` (none: there are no blocks) with the overlay
