@@ -30,12 +30,26 @@ from sortedcontainers import SortedDict, SortedList
 
 from .key_index import KeyIndex
 from .packed import Block, BlockBuilder, KeyHistory, PackedKey
-from .revision import last_of_main
+from .revision import SUB_BITS, last_of_main
 
 
 # A merge leaves rewritten lifted keys in place while a shard's unmerged
 # entries are within this many times its floor; past it, it folds them all.
 KEEP_REWRITTEN_WITHIN = 2
+# Hot keys: a block key written again within HOT_WINDOW_PER_KEY revisions per
+# key of its shard (at least HOT_WINDOW_MIN) of its last write is hot when it
+# is lifted, and stays lifted, off the merges, while it is written that
+# often, up to HOT_KEYS_MIN hot keys or one in HOT_KEYS_SHARE of the shard's
+# keys, whichever is more.  A node Lease renewed every 10 s is such a key:
+# 100k of them at 23k writes/s come back every 230k revisions, within a
+# window of 400k, and each renewal appends a revision to a KeyIndex instead
+# of lifting the key from its block and folding it back (measured: see
+# docs/architecture.md, "Hot keys").  A bulk load writes each key once and
+# makes none hot; past the cap a merge folds hot keys too, as before.
+HOT_WINDOW_PER_KEY = 4
+HOT_WINDOW_MIN = 1 << 16
+HOT_KEYS_MIN = 1 << 18
+HOT_KEYS_SHARE = 50
 
 
 class TieredIndex:
@@ -45,7 +59,7 @@ class TieredIndex:
     __slots__ = ()
     # The fields this part owns (Shard declares them as its slots).
     FIELDS = ("block_size", "overlay", "overlay_dead", "blocks", "firsts", "fingerprints", "block_keys", "lifted",
-              "lifted_died", "lifted_revived", "lifted_removed", "rewritten", "_prefix", "merge_after")
+              "lifted_died", "lifted_revived", "lifted_removed", "rewritten", "_prefix", "merge_after", "newest")
     # The records part's active memtable (brain.mvcc.memtable), which put
     # and delete append each write's record to.
     active: dict[int, tuple]
@@ -72,9 +86,10 @@ class TieredIndex:
         #   except for the keys in `lifted_died` (entry live, key dead or
         #   removed now) and `lifted_revived` (entry dead, key live now);
         #   a write that keeps a key live (a lease renewal) touches neither;
-        # - `rewritten` lists lifted keys written since they were lifted
-        #   or since a merge last passed their block: a merge leaves them
-        #   lifted once (merge_due).
+        # - `rewritten` marks the hot lifted keys: written again while
+        #   lifted, or lifted within the hot window of their last write; a
+        #   merge leaves them lifted while they are written that often
+        #   (merge, HOT_WINDOW_PER_KEY).
         # With these the live keys in a range are counted by bisection
         # (``live_count``).
         # For example: block entry "a" live; a put to "a" lifts it (nothing
@@ -99,6 +114,7 @@ class TieredIndex:
         self.rewritten: set[bytes] = set()
         self._prefix: list[int] | None = None  # live keys in blocks[:b], rebuilt when blocks change
         self.merge_after: bytes | None = None  # merge() goes round the key space from the block holding this key
+        self.newest = 0  # the revision of the newest write indexed (the hot window counts back from it)
 
     def put(self, rev: int, key: bytes, value: bytes, lease: int) -> tuple[int, int]:
         """Index and record a put at `rev`; returns the key's (created,
@@ -109,7 +125,7 @@ class TieredIndex:
             if ki is not None:
                 self.rewritten.add(key)
             elif self.blocks:
-                ki = self._lift(key)
+                ki = self._lift(key, rev)
             if ki is None:
                 ki = self.overlay[key] = KeyIndex(key)
             elif not ki.generations[-1].revs:  # a lifted key deleted (or removed), put again
@@ -123,6 +139,7 @@ class TieredIndex:
             self.overlay_dead.remove(key)
         created, version = ki.put(rev)
         ki.lease = lease
+        self.newest = rev
         self.active[rev] = (key, value, created, version, lease)
         self.active_order.append(rev)
         return created, version
@@ -137,25 +154,45 @@ class TieredIndex:
             if ki is not None:
                 self.rewritten.add(key)
             else:
-                ki = self._lift(key)
+                ki = self._lift(key, rev)
             if key in self.lifted_revived:
                 self.lifted_revived.remove(key)
             else:
                 self.lifted_died.add(key)
         ki.tombstone(rev)
+        self.newest = rev
         self.active[rev] = (key, None, 0, 0, 0)
         self.active_order.append(rev)
 
-    def _lift(self, key: bytes) -> KeyIndex | None:
+    def _lift(self, key: bytes, rev: int) -> KeyIndex | None:
         """Give block key `key` a KeyIndex in `lifted` before its first
-        write since the block was built; None when no block holds it.
-        Lifting changes no count: the key is as live as its entry until
-        the write the caller makes."""
+        write since the block was built (the write at `rev`); None when no
+        block holds it.  Lifting changes no count: the key is as live as
+        its entry until the write the caller makes.  A key whose last write
+        is within the hot window of this one is marked hot (``rewritten``):
+        merges leave it lifted while it stays hot."""
         found = self._find(key)
         if found is None:
             return None
         ki = self.lifted[key] = found[0].key_index(found[1], key)
+        if (rev >> SUB_BITS) - (_last_rev(ki) >> SUB_BITS) <= self._hot_window():
+            self.rewritten.add(key)
         return ki
+
+    def _hot_window(self) -> int:
+        """How many main revisions back a write makes a key hot."""
+        return max(HOT_WINDOW_MIN, HOT_WINDOW_PER_KEY * self.keys())
+
+    def _hot_cap(self, floor: int) -> int:
+        """How many unmerged entries a shard keeps while merges leave hot
+        keys lifted; past it they fold them too.  A floor of 0 keeps none
+        (a merge of everything, as before a repack)."""
+        if not floor:
+            return 0
+        return max(KEEP_REWRITTEN_WITHIN * floor, HOT_KEYS_MIN, self.keys() // HOT_KEYS_SHARE)
+
+    def _is_hot(self, ki: KeyIndex) -> bool:
+        return (self.newest >> SUB_BITS) - (_last_rev(ki) >> SUB_BITS) <= self._hot_window()
 
     def _find(self, key: bytes) -> tuple[Block, int] | None:
         """The block entry of `key`, lifted or not."""
@@ -408,7 +445,7 @@ class TieredIndex:
 
     # --- merges ---------------------------------------------------------
 
-    def merge(self, budget: int, floor: int) -> int:
+    def merge(self, budget: int, floor: int, compacting: bytes | None = None) -> int:
         """Fold overlay and lifted keys into the blocks while more than
         `floor` entries wait (merge_due), for about `budget` keys of
         rebuilding; returns the keys rebuilt (a block passed over counts
@@ -416,16 +453,36 @@ class TieredIndex:
         rounds go round the key space; the same block again while overlay
         keys remain in its range after the last round's end): up to the
         rest of the budget of the overlay keys in its range, and its
-        lifted keys, but those in `rewritten` it passes over once, while
-        the unmerged entries are within KEEP_REWRITTEN_WITHIN times the
-        floor (second chance: a lease renewed every few seconds stays
-        lifted instead of being folded and lifted again each cycle).  The
-        result is split into blocks of `block_size`."""
+        lifted keys, but not the hot ones (marked in `rewritten` and
+        written within the hot window) while the unmerged entries are
+        within the hot cap: a lease renewed every few seconds stays lifted
+        instead of being folded and lifted again each cycle.  The result is
+        split into blocks of `block_size`.
+
+        ``compacting``: the cursor of a compaction walking this shard.  The
+        block it stopped inside is left as it is: the walk has compacted
+        the overlay keys up to the cursor but not the block, which it knows
+        is still to do because the block's last key is past the cursor.
+        Folded with those overlay keys, the block could end at or before
+        the cursor, and the walk would skip it with its keys uncompacted."""
         done = 0
+        pending = self._pending_block(compacting)
         while done < budget and self.merge_due(floor):
-            keep = self.unmerged() <= KEEP_REWRITTEN_WITHIN * floor
-            done += self._merge_round(max(1, budget - done), keep)
+            keep = self.unmerged() <= self._hot_cap(floor)
+            rebuilt = self._merge_round(max(1, budget - done), keep, pending)
+            if not rebuilt:
+                break  # nothing to fold but the pending block
+            done += rebuilt
         return done
+
+    def _pending_block(self, cursor: bytes | None) -> Block | None:
+        """The block a compaction stopped inside at ``cursor`` (compact_keys
+        continues there: the block whose range holds the cursor, when its
+        last key is past it), or None."""
+        if cursor is None or not self.blocks:
+            return None
+        block = self.blocks[max(0, bisect_right(self.firsts, cursor) - 1)]
+        return block if block.last > cursor else None
 
     def unmerged(self) -> int:
         """Index entries out of the blocks: overlay keys, and lifted keys
@@ -434,16 +491,16 @@ class TieredIndex:
 
     def merge_due(self, floor: int) -> bool:
         """True when merge() has work: more than `floor` unmerged entries,
-        and more than `floor` of them not rewritten unless they pass
-        KEEP_REWRITTEN_WITHIN times the floor."""
+        and more than `floor` of them not marked hot unless they pass the
+        hot cap."""
         unmerged = self.unmerged()
-        return unmerged > floor and (unmerged - len(self.rewritten) > floor
-                                     or unmerged > KEEP_REWRITTEN_WITHIN * floor)
+        return unmerged > floor and (unmerged - len(self.rewritten) > floor or unmerged > self._hot_cap(floor))
 
-    def _merge_round(self, limit: int, keep_rewritten: bool) -> int:
+    def _merge_round(self, limit: int, keep_rewritten: bool, pending: Block | None = None) -> int:
         """Rebuild the next block with something to fold (at most one
-        round of the key space); returns the keys rebuilt plus the blocks
-        passed over."""
+        round of the key space), never ``pending`` (merge); returns the keys
+        rebuilt plus the blocks passed over, 0 when only ``pending`` had
+        something to fold."""
         overlay, blocks, firsts = self.overlay, self.blocks, self.firsts
         if not blocks:
             return self._fold(0, list(islice(overlay, limit)), False)
@@ -455,17 +512,18 @@ class TieredIndex:
                 b = (b + 1) % len(blocks)
         passed = 0
         while passed <= len(blocks):
-            lo = firsts[b] if b else None
-            hi = firsts[b + 1] if b + 1 < len(blocks) else None
-            taken = list(islice(overlay.irange(lo, hi, inclusive=(True, False)) if hi is not None
-                                else overlay.irange(lo), limit))
-            rebuilt = self._fold(b, taken, keep_rewritten)
-            if rebuilt:
-                return rebuilt + passed
+            if blocks[b] is not pending:
+                lo = firsts[b] if b else None
+                hi = firsts[b + 1] if b + 1 < len(blocks) else None
+                taken = list(islice(overlay.irange(lo, hi, inclusive=(True, False)) if hi is not None
+                                    else overlay.irange(lo), limit))
+                rebuilt = self._fold(b, taken, keep_rewritten)
+                if rebuilt:
+                    return rebuilt + passed
             passed += 1
             self.merge_after = blocks[b].last
             b = (b + 1) % len(blocks)
-        return passed
+        return 0 if pending is not None else passed
 
     def _fold(self, b: int, taken: list[bytes], keep_rewritten: bool) -> int:
         """Rebuild block `b` (none: there are no blocks) with the overlay
@@ -488,10 +546,8 @@ class TieredIndex:
                 k = keys[lo:hi]
                 lo = hi
                 if k in lifted:
-                    if keep_rewritten and k in rewritten:
-                        rewritten.discard(k)  # the entry stays, still lifted
-                    else:
-                        changes.append((i, 1, k))
+                    if not (keep_rewritten and k in rewritten and self._is_hot(lifted[k])):
+                        changes.append((i, 1, k))  # (a hot key's entry stays, still lifted)
         if not changes and not taken:
             return 0
         changes += [(block.bisect_left(k) if block is not None else 0, 0, k) for k in taken]
@@ -545,3 +601,12 @@ class TieredIndex:
         else:
             self.merge_after = self.blocks[b - 1].last if b else None
         return len(changes) + (n + 15) // 16
+
+
+def _last_rev(ki: KeyIndex) -> int:
+    """The revision of a key's last write (its tombstone's, when deleted;
+    0 for a key compaction emptied, which is never hot)."""
+    gens = ki.generations
+    if gens[-1].revs:
+        return gens[-1].revs[-1]
+    return gens[-2].revs[-1] if len(gens) > 1 else 0

@@ -271,15 +271,20 @@ class BlockBuilder:
         shift = self.live_rank[-1] - rank[i]
         self.live_rank.extend([r + shift for r in rank[i + 1:j + 1]])
         newest = max(block.mods[i:j])
-        pos, off = block.hist_pos, block.hist_off
-        for q in range(bisect_left(pos, i), bisect_left(pos, j)):  # the few keys with history
+        pos, off, flat = block.hist_pos, block.hist_off, block.hist
+        hist = self.hist
+        for q in range(bisect_left(pos, i), bisect_left(pos, j)):  # the keys with history
+            lo, hi = off[q], off[q + 1]
             self.hist_pos.append(pos[q] - i + base)
-            self.hist.extend(block.hist[off[q]:off[q + 1]])
-            self.hist_off.append(len(self.hist))
-            gens = block.generations(pos[q])
-            if gens[0].revs[0] < self.minhist:
-                self.minhist = gens[0].revs[0]
-            last = gens[-1].revs[-1] if gens[-1].revs else gens[-2].revs[-1]
+            hist.extend(flat[lo:hi])
+            self.hist_off.append(len(hist))
+            # read off the flat layout, no Generation built: the first
+            # generation's first revision, and the last revision (the
+            # tombstone's, when the last generation is empty: its count,
+            # the slice's last item, is 0, and revisions never are)
+            if flat[lo + 3] < self.minhist:
+                self.minhist = flat[lo + 3]
+            last = flat[hi - 1] or flat[hi - 4]
             if last > newest:
                 newest = last
         if newest > self.maxrev:

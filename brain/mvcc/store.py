@@ -255,10 +255,13 @@ class Store:
         pods) is not left behind the quieter ones that fill the budget
         every step."""
         floors = {shard.id: self.overlay_floor(shard) for shard in self.shards}
+        job = self._compaction
         for shard in sorted(self.shards, key=lambda sh: floors[sh.id] - sh.unmerged()):
             if budget <= 0:
                 return
-            budget -= shard.merge(budget, floors[shard.id])
+            # the shard a compaction is walking: its cursor's block is not rebuilt
+            cursor = job.cursor if job is not None and job.shard_pos == shard.id else None
+            budget -= shard.merge(budget, floors[shard.id], cursor)
 
     # ------------------------------------------------------------------
     # recovery (brain.mvcc.replay)

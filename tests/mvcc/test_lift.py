@@ -11,6 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brain.mvcc import index
 from brain.mvcc.packed import Block
 from brain.mvcc.revision import pack
 from brain.mvcc.shard import Shard
@@ -108,21 +109,34 @@ def packed_shard(keys: list[bytes], block_size: int) -> Shard:
     return shard
 
 
-def test_a_rewritten_key_stays_lifted_through_one_merge():
+def test_a_hot_key_stays_lifted_while_it_is_written_within_the_window():
+    """A key written twice close together (a lease renewed) is hot: merges
+    leave it lifted, and its writes append to its KeyIndex instead of
+    lifting it from a rebuilt block each time.  Keys written long after
+    their last write are not hot and fold; so does a hot key that has not
+    been written for the window, once its block is rebuilt."""
     keys = [b"k%d" % i for i in range(8)]
-    shard = packed_shard(keys, 4)
-    rev = 20
-    for key in [b"k0", b"k1", b"k2", b"k3", b"k0"]:  # k0 written again: a lease renewed
+    shard = packed_shard(keys, 4)  # written at main revisions 2..9
+    rev = index.HOT_WINDOW_MIN + 100
+    for key in [b"k1", b"k2", b"k3", b"k0", b"k0"]:  # k0 written again while lifted: a lease renewed
         rev += 1
         shard.put(pack(rev, 0), key, b"", 0)
-    assert shard.merge_due(2) and shard.unmerged() == 4
+    assert shard.rewritten == {b"k0"} and shard.merge_due(2) and shard.unmerged() == 4
     shard.merge(1000, 2)
-    assert list(shard.lifted) == [b"k0"] and not shard.rewritten  # its second chance spent
+    assert list(shard.lifted) == [b"k0"] and shard.rewritten == {b"k0"}
     assert shard.get(b"k0").get(rev) == (pack(rev, 0), pack(2, 0), 3)
-    assert shard.get(b"k1").get(rev) == (pack(22, 0), pack(3, 0), 2)
+    assert shard.get(b"k1").get(rev - 2) == (pack(rev - 4, 0), pack(3, 0), 2)
     assert shard.live_count(b"", None) == 8 and shard.keys() == 8
-    shard.merge(1000, 0)  # past its floor nothing stays
-    assert not shard.lifted and shard.get(b"k0").get(rev) == (pack(rev, 0), pack(2, 0), 3)
+    rev += index.HOT_WINDOW_MIN + 1  # k0 not written for longer than the window
+    for key in [b"k1", b"k2", b"k5"]:
+        rev += 1
+        shard.put(pack(rev, 0), key, b"", 0)
+    assert shard.rewritten == {b"k0"} and shard.merge_due(1)
+    shard.merge(1000, 1)  # rebuilds k0's block for k1 and k2, and k0, cold now, folds with them
+    assert b"k0" not in shard.lifted and not shard.rewritten
+    assert shard.get(b"k0").get(rev) == (pack(rev - 3 - index.HOT_WINDOW_MIN - 1, 0), pack(2, 0), 3)
+    shard.merge(1000, 0)  # a floor of 0: nothing stays
+    assert not shard.lifted and shard.live_count(b"", None) == 8
 
 
 def test_a_lifted_key_compaction_removed_is_gone_until_put_again():
