@@ -20,7 +20,8 @@ BRAIN = REPO / "brain"
 # one of its own rank or above.  A unit is a package under brain/ or a
 # top-level module.
 LAYERS: list[tuple[str, ...]] = [
-    ("etcd_version", "progress", "logging_setup", "clock", "failpoints", "thread_names", "protowire"),  # facts and helpers, no brain imports
+    ("etcd_version", "progress", "logging_setup", "clock", "failpoints", "thread_names", "protowire",
+     "go_duration"),  # facts and helpers, no brain imports
     ("journal", "backend"),                          # durability and value stores
     ("mvcc",),                                       # the core, no I/O
     ("engine",),                                     # threads, files, roles
