@@ -83,7 +83,7 @@ class Committer:
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
-                 member_id: int, raft_term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
+                 member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
                  make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
@@ -101,7 +101,7 @@ class Committer:
         self.committed_rev = store.revision
         self.applied_index = applied_index
         self.member_id = member_id
-        self.raft_term = raft_term
+        self.term = term
         self.journal = journal
         self._alarms = alarms
         self._raise_nospace = raise_nospace
@@ -563,7 +563,7 @@ class Committer:
             self.committed_rev = revision
             self.applied_index = index
         if events:
-            self.watches.notify(events, revision)
+            self.watches.publish_committed(events, revision)
         self.batches += 1
         if self.barrier is not None:
             self.barrier.applied(index)

@@ -197,8 +197,8 @@ class Replication:
             events = store.take_changes()
         self._checkpointer.journaled(nbytes)
         core.publish(store.revision, applied, events)
-        if store.epoch != core.raft_term:
-            core.raft_term = store.epoch
+        if store.epoch != core.term:
+            core.term = store.epoch
             core.role_changed()
         self._release_parked()
 
@@ -237,7 +237,7 @@ class Replication:
         if lease is not None and lease():
             core.settle_results(admitted, results)
             return
-        term = core.raft_term
+        term = core.term
         self.unwritten_confirmations += 1
 
         def passed(exc) -> None:  # on an engine or journal thread
@@ -252,7 +252,7 @@ class Replication:
             if c.exc is not None:
                 for p in admitted:
                     core.settle(p, None, c.exc)
-            elif core.is_leader and core.raft_term == term:
+            elif core.is_leader and core.term == term:
                 # the journal ended at or before this replica's own records
                 core.settle_results(admitted, c.results)
             else:
@@ -463,7 +463,7 @@ class Replication:
                 break
             core.apply_epoch(payload, journal.last_index)
             self._abandon_writes = False
-            core.raft_term = epoch
+            core.term = epoch
             core.lead()
             log.info("leading the journal from index %d, revision %d (term %d)",
                      core.applied_index, core.committed_rev, epoch)
@@ -489,7 +489,7 @@ class Replication:
         """Become a follower.  ``rebuild``: the store may hold a batch that
         is not in the journal; rebuild it from what is."""
         core = self._core
-        log.warning("stepping down from leading the journal (term %d)%s", core.raft_term,
+        log.warning("stepping down from leading the journal (term %d)%s", core.term,
                     "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
         core.follow_leader()
         self._journal.stop_writing()
