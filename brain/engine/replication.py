@@ -42,9 +42,9 @@ without a failed append, the store is exact and following resumes.
 The committer holds a Replication (a single node's holds one too, that
 never follows) and hands it the turns' delivered records, forwarded
 answers and confirmations; Replication works through the committer's
-public methods (brain.engine.committer: the queue and inboxes, settling,
-publishing, the role) and its lock, and runs on the committer thread
-unless a method says otherwise.
+public methods, as brain.engine.committer_core lists them (the queue and
+inboxes, settling, publishing, the role), and its lock, and runs on the
+committer thread unless a method says otherwise.
 
 Invariant: on a follower, everything in the store is in the journal
 (``committed_rev == store.revision``); on the leader, at most the batch
@@ -59,7 +59,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .. import failpoints
 from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
@@ -67,12 +67,10 @@ from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
 from ..mvcc.store import Store
 from .checkpointing import Checkpointer
+from .committer_core import CommitterCore
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .readindex import ReadBarrier
 from .timeouts import REQUEST_TIMEOUT
-
-if TYPE_CHECKING:
-    from .committer import Committer
 
 log = logging.getLogger("brain.engine.replication")
 
@@ -82,11 +80,11 @@ PROMOTE_ATTEMPTS = 20
 class Replication:
     """The replica's following, forwarding and changes of lead (see the
     module docstring), held by the committer (``_core``) and talking to it
-    through its public methods.  ``barrier`` is None on a single node,
+    through what brain.engine.committer_core lists.  ``barrier`` is None on a single node,
     which leads its local journal from the start and never follows.  Every
     method runs on the committer thread unless it says otherwise."""
 
-    def __init__(self, committer: "Committer", lock: threading.Lock, journal, barrier: ReadBarrier | None,
+    def __init__(self, committer: CommitterCore, lock: threading.Lock, journal, barrier: ReadBarrier | None,
                  checkpointer: Checkpointer, load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self._core = committer
         self._lock = lock  # the committer's: guards the store (see brain.engine.committer)
