@@ -37,8 +37,8 @@ from ..journal.jetstream import JetStreamJournal, stream_names
 from ..journal.natsio import NatsConnection, parse_journal_url
 from . import bootstrap, placement
 from .election import POLL_INTERVAL, Election
-from .election import bucket_name as election_bucket
 from .forwarding import Forwarder, ForwardingServer, ReadIndexAsker
+from .leader_key import bucket_name as election_bucket
 from .membership import HEARTBEAT_SECONDS, Member, Membership
 from .membership import bucket_name as members_bucket
 
