@@ -48,10 +48,9 @@ from typing import Callable
 
 from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
-from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
-from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
+from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
@@ -585,17 +584,3 @@ class Committer:
 
 def _empty_inboxes() -> dict[type, list]:
     return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
-
-
-def adds_data(req) -> bool:
-    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
-    (its capped applier and quota refuse a request whose cost is above 0): a
-    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
-    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
-    puts only inside a nested Txn, is applied."""
-    if isinstance(req, (PutRequest, LeaseGrantRequest)):
-        return True
-    if isinstance(req, TxnRequest):
-        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
-    return False
-
