@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from brain import go_duration
 from brain.engine import compactor
 from brain.mvcc.shard_map import layout_problem
 from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
@@ -347,49 +348,13 @@ def format_key(key: bytes) -> str:
     return repr(key)[2:-1]
 
 
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_go_duration(text: str) -> float:
-    """Seconds in a Go time.Duration string ("1h30m", "300ms", "-1.5h")."""
-    s = text.strip()
-    if not s:
-        raise ValueError("empty duration")
-    sign = 1.0
-    if s[0] in "+-":
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
-
-
 def parse_seconds(text: str) -> float:
     """A Go duration ("700ms", "1m") or a bare number of seconds."""
     t = text.strip()
     try:
         return float(t)
     except ValueError:
-        return parse_go_duration(t)
+        return go_duration.seconds(t)
 
 
 def parse_retention(mode: str, text: str) -> float | int:

@@ -48,10 +48,9 @@ from typing import Callable
 
 from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
-from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
-from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
+from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
@@ -83,7 +82,7 @@ class Committer:
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
-                 member_id: int, raft_term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
+                 member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
                  make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
@@ -101,7 +100,7 @@ class Committer:
         self.committed_rev = store.revision
         self.applied_index = applied_index
         self.member_id = member_id
-        self.raft_term = raft_term
+        self.term = term
         self.journal = journal
         self._alarms = alarms
         self._raise_nospace = raise_nospace
@@ -563,7 +562,7 @@ class Committer:
             self.committed_rev = revision
             self.applied_index = index
         if events:
-            self.watches.notify(events, revision)
+            self.watches.publish_committed(events, revision)
         self.batches += 1
         if self.barrier is not None:
             self.barrier.applied(index)
@@ -585,17 +584,3 @@ class Committer:
 
 def _empty_inboxes() -> dict[type, list]:
     return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
-
-
-def adds_data(req) -> bool:
-    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
-    (its capped applier and quota refuse a request whose cost is above 0): a
-    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
-    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
-    puts only inside a nested Txn, is applied."""
-    if isinstance(req, (PutRequest, LeaseGrantRequest)):
-        return True
-    if isinstance(req, TxnRequest):
-        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
-    return False
-

@@ -276,7 +276,7 @@ def build_registry(engine, grpc_stats=None, transport_stats=None) -> Registry:
 
 def _cluster_metrics(eng, st):
     """A replica's view of its cluster (brain.cluster)."""
-    yield _gauge("brain_cluster_term", "The term (epoch) of the journal's current leader.", eng.raft_term)
+    yield _gauge("brain_cluster_term", "The term (epoch) of the journal's current leader.", eng.term)
     yield _gauge("brain_journal_applied_index", "Index of the last journal record this replica applied.",
                  st.applied_index)
     fwd = eng.forwarder

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 
-from benchmarks import capacity_report, report
+from benchmarks import aggregation, capacity_report, render
 from benchmarks.capacity import Search, step_figures, step_line, summarise
 from benchmarks.servers import thread_cpu_seconds
 from brain.thread_names import name_os_thread
@@ -146,11 +146,11 @@ def test_the_report_gives_each_capacity_its_costs_ratios_and_every_step():
     assert "| brain cluster / etcd-3.6 cluster | 2.00 |" in text
     assert "### etcd-3.6 cluster: every step" in text and text.count("| fail: event p99 1200 ms > 1000 ms |") == 4
     # The summary table's cells and ratios say the same.
-    agg = report.aggregate(_data(runs))
-    assert report._value_cell(agg["node-capacity"]["etcd-3.7"], {}).startswith("≥ 30,000")
-    assert report._ratio_cell(report.compare(agg, "node-capacity", "etcd-3.6")) == "2.00"
-    assert report._ratio_cell(report.compare(agg, "node-capacity", "etcd-3.7")) == "≤ 1.33"
-    md = report.markdown(_data(runs), [])
+    agg = aggregation.aggregate(_data(runs))
+    assert render.value_cell(agg["node-capacity"]["etcd-3.7"], {}).startswith("≥ 30,000")
+    assert render.ratio_cell(aggregation.compare(agg, "node-capacity", "etcd-3.6")) == "2.00"
+    assert render.ratio_cell(aggregation.compare(agg, "node-capacity", "etcd-3.7")) == "≤ 1.33"
+    md = render.markdown(_data(runs), [])
     assert md.index("## Node capacity") < md.index("## Workloads")
 
 
@@ -159,8 +159,8 @@ def test_capacities_of_different_runs_or_open_on_both_sides_have_no_ratio():
     assert "| brain / etcd-3.6 | n/a (runs differ) |" in "\n".join(capacity_report.section(_data(runs)))
     runs = [_record("brain", 40_000, False), _record("etcd-3.6", 20_000, False)]
     assert "| brain / etcd-3.6 | n/a (no step failed on either) |" in "\n".join(capacity_report.section(_data(runs)))
-    agg = report.aggregate(_data(runs))
-    assert report._ratio_cell(report.compare(agg, "node-capacity", "etcd-3.6")) == "n/a (no step failed on either)"
+    agg = aggregation.aggregate(_data(runs))
+    assert render.ratio_cell(aggregation.compare(agg, "node-capacity", "etcd-3.6")) == "n/a (no step failed on either)"
 
 
 def test_the_plot_has_a_point_per_measured_step(tmp_path):

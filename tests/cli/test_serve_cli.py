@@ -18,7 +18,7 @@ from brain.cli import serve, serve_args
 from brain.config import (
     ConfigError,
     ServerConfig,
-    parse_go_duration,
+    parse_seconds,
     parse_listen_url,
     parse_retention,
     parse_shard_boundaries,
@@ -213,11 +213,12 @@ def test_retention_parsing_like_etcd():
     assert parse_retention("periodic", "1h30m") == 5400
     assert parse_retention("periodic", "1.5h") == 5400
     assert parse_retention("revision", "1000") == 1000
-    assert parse_go_duration("300ms") == pytest.approx(0.3)
-    assert parse_go_duration("-2s") == -2
+    assert parse_seconds("300ms") == pytest.approx(0.3)
+    assert parse_seconds("-2s") == -2
+    assert parse_seconds(" 1.5 ") == 1.5  # a bare number counts seconds
     for bad in ("", "h", "5 m", "1d"):
         with pytest.raises(ValueError):
-            parse_go_duration(bad)
+            parse_seconds(bad)
     with pytest.raises(ConfigError):
         parse_retention("periodic", "-1h")
 
