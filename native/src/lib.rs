@@ -40,6 +40,7 @@ mod pings;
 mod server;
 mod shared;
 mod tls;
+mod x509;
 
 use calls::{Cmd, HttpReply, Pending};
 use events::*;

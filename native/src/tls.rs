@@ -23,6 +23,8 @@ use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use crate::x509::subject_common_name;
+
 #[derive(Clone, Debug)]
 pub struct TlsSettings {
     pub cert_file: String,
@@ -176,70 +178,4 @@ pub fn failure_text(err: &std::io::Error) -> String {
         None if err.kind() == std::io::ErrorKind::UnexpectedEof => "EOF".into(),
         None => format!("tls: {err}"),
     }
-}
-
-// -- the certificate's common name -----------------------------------------
-
-fn der_header(b: &[u8]) -> Option<(u8, usize, usize)> {
-    // (tag, header length, content length)
-    let tag = *b.first()?;
-    let first = *b.get(1)? as usize;
-    if first < 0x80 {
-        return Some((tag, 2, first));
-    }
-    let n = first & 0x7f;
-    if n == 0 || n > 4 || b.len() < 2 + n {
-        return None;
-    }
-    let mut len = 0usize;
-    for i in 0..n {
-        len = (len << 8) | b[2 + i] as usize;
-    }
-    Some((tag, 2 + n, len))
-}
-
-/// The elements of a DER SEQUENCE/SET's content.
-fn der_children(mut b: &[u8]) -> Option<Vec<(u8, &[u8])>> {
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        let (tag, h, len) = der_header(b)?;
-        let end = h.checked_add(len)?;
-        if end > b.len() {
-            return None;
-        }
-        out.push((tag, &b[h..end]));
-        b = &b[end..];
-    }
-    Some(out)
-}
-
-const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
-
-/// The subject's common name of a DER certificate (already verified by
-/// webpki, so well formed; None if it has none).
-pub fn subject_common_name(cert: &[u8]) -> Option<String> {
-    let (_, h, len) = der_header(cert)?;
-    let top = der_children(cert.get(h..h + len)?)?;
-    let (_, tbs) = top.first()?;
-    let fields = der_children(tbs)?;
-    // [0] version (optional), serial, signature, issuer, validity, subject
-    let skip = if fields.first()?.0 == 0xa0 { 1 } else { 0 };
-    let (_, subject) = fields.get(skip + 4)?;
-    for (_, rdn) in der_children(subject)? {
-        for (_, atv) in der_children(rdn)? {
-            let parts = der_children(atv)?;
-            if parts.len() == 2 && parts[0].0 == 0x06 && parts[0].1 == OID_CN {
-                let (tag, value) = parts[1];
-                return match tag {
-                    0x1e => {
-                        // BMPString: UTF-16BE
-                        let units: Vec<u16> = value.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])).collect();
-                        Some(String::from_utf16_lossy(&units))
-                    }
-                    _ => Some(String::from_utf8_lossy(value).into_owned()),
-                };
-            }
-        }
-    }
-    None
 }

@@ -33,7 +33,7 @@ from brain.config import ConfigError, ServerConfig
 from brain.engine import Engine, EngineConfig
 from tests.k8s.pki import Issuer, save_pair
 from tests.support.servers import in_ci, unavailable
-from tests.support.tls import CLIENT_CN, channel, make_test_pki
+from tests.support.tls import CLIENT_CN, channel, issue_client, make_test_pki
 
 if not native_front.available():  # skipped outside CI only: under CI a missing build fails
     unavailable(native_front.unavailable_message(), module=True)
@@ -109,6 +109,19 @@ def test_common_name_reaches_python(echo_tls, pki):
         assert _unary(ch) == b"hi"
     ev = echo_tls.wait_for(lambda e: e[0] == T.EV_CALL)
     assert ev[4] == CLIENT_CN
+
+
+def test_the_common_name_is_the_last_cn_as_go_reads_it(tmp_path, pki):
+    """Go's Subject.CommonName is the subject's last CN attribute: etcd's
+    allowed CNs and its auth see that one, and so does brain."""
+    two = issue_client(pki.ca, tmp_path, "two", ["first-cn", "second-cn"])
+    e = _Echo(_tls_args(pki))
+    try:
+        with grpc.secure_channel(e.target, pki.channel_credentials(two)) as ch:
+            assert _unary(ch) == b"hi"
+        assert e.wait_for(lambda ev: ev[0] == T.EV_CALL)[4] == "second-cn"
+    finally:
+        e.close()
 
 
 def _failures(t) -> dict:

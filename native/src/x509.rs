@@ -1,0 +1,92 @@
+//! The few things brain reads out of a certificate itself, read as Go's
+//! crypto/x509 reads them (etcd decides with Go's values):
+//!
+//! * the subject's common name: the *last* CN attribute (Go's
+//!   `pkix.Name.FillFromRDNSequence` overwrites it with each one).
+//!
+//! Certificates reach here verified by webpki already, so well formed.
+
+/// (tag, header length, content length) of the DER element at `b`.
+fn der_header(b: &[u8]) -> Option<(u8, usize, usize)> {
+    let tag = *b.first()?;
+    let first = *b.get(1)? as usize;
+    if first < 0x80 {
+        return Some((tag, 2, first));
+    }
+    let n = first & 0x7f;
+    if n == 0 || n > 4 || b.len() < 2 + n {
+        return None;
+    }
+    let mut len = 0usize;
+    for i in 0..n {
+        len = (len << 8) | b[2 + i] as usize;
+    }
+    Some((tag, 2 + n, len))
+}
+
+/// The elements of a DER SEQUENCE/SET's content: (tag, content, whole element).
+fn der_children(mut b: &[u8]) -> Option<Vec<(u8, &[u8], &[u8])>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let (tag, h, len) = der_header(b)?;
+        let end = h.checked_add(len)?;
+        if end > b.len() {
+            return None;
+        }
+        out.push((tag, &b[h..end], &b[..end]));
+        b = &b[end..];
+    }
+    Some(out)
+}
+
+/// The content of the one DER element `b` holds, if it has tag `tag`
+/// (bytes after it are ignored, as Go's cryptobyte reads an element).
+fn der_element(b: &[u8], tag: u8) -> Option<&[u8]> {
+    let (t, h, len) = der_header(b)?;
+    if t != tag {
+        return None;
+    }
+    b.get(h..h.checked_add(len)?)
+}
+
+const SEQUENCE: u8 = 0x30;
+const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+
+/// The fields of a DER certificate's tbsCertificate, from the serial
+/// number on (the optional [0] version skipped).
+fn tbs_fields(cert: &[u8]) -> Option<Vec<(u8, &[u8], &[u8])>> {
+    let top = der_children(der_element(cert, SEQUENCE)?)?;
+    let (_, tbs, _) = top.first()?;
+    let mut fields = der_children(tbs)?;
+    if fields.first()?.0 == 0xa0 {
+        fields.remove(0);
+    }
+    Some(fields)
+}
+
+/// The subject's common name of a DER certificate, as Go's
+/// `Subject.CommonName` (the last CN attribute; None if it has none).
+pub fn subject_common_name(cert: &[u8]) -> Option<String> {
+    let fields = tbs_fields(cert)?;
+    // serial, signature, issuer, validity, subject
+    let (_, subject, _) = fields.get(4)?;
+    let mut found = None;
+    for (_, rdn, _) in der_children(subject)? {
+        for (_, atv, _) in der_children(rdn)? {
+            let parts = der_children(atv)?;
+            if parts.len() == 2 && parts[0].0 == 0x06 && parts[0].1 == OID_CN {
+                let (tag, value, _) = parts[1];
+                found = Some(match tag {
+                    0x1e => {
+                        // BMPString: UTF-16BE
+                        let units: Vec<u16> =
+                            value.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])).collect();
+                        String::from_utf16_lossy(&units)
+                    }
+                    _ => String::from_utf8_lossy(value).into_owned(),
+                });
+            }
+        }
+    }
+    found
+}
