@@ -22,6 +22,7 @@ use crate::authority::AuthorityFix;
 use crate::calls::{HttpReply, Pending};
 use crate::events::{Event, Peer};
 use crate::grpc;
+use crate::narrowing;
 use crate::pings::{PingGuard, PingPolicy};
 use crate::shared::{Shared, HANDSHAKE_REASONS};
 use crate::tls::{self, TlsState};
@@ -101,7 +102,8 @@ where
         let server_name = start.client_hello().server_name().unwrap_or("").to_string();
         start.into_stream(tls.config()).await.map_err(|e| (e, server_name))
     };
-    let stream = match tokio::time::timeout(shared.cfg.handshake_timeout, handshake).await {
+    let (stream, refused) = narrowing::capture(tokio::time::timeout(shared.cfg.handshake_timeout, handshake)).await;
+    let stream = match stream {
         Ok(Ok(s)) => s,
         Ok(Err((e, server_name))) => {
             let reason = tls::failure_reason(&e);
@@ -110,13 +112,14 @@ where
                 eprintln!("brain transport: TLS handshake failed ({reason}): {e}");
             }
             let quiet = reason == "closed";
-            shared.queue.push(Event::Rejected { remote, server_name, error: tls::failure_text(&e), quiet });
+            let error = tls::failure_text(&e);
+            shared.queue.push(Event::Rejected { remote, server_name, error, quiet, names: refused });
             return;
         }
         Err(_) => {
             count_handshake_failure(&shared, "timeout");
             let error = format!("tls: no handshake within {:?}", shared.cfg.handshake_timeout);
-            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true });
+            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true, names: None });
             return;
         }
     };

@@ -11,8 +11,19 @@ use tokio::sync::watch;
 use crate::calls::Calls;
 use crate::events::EventQueue;
 
-pub const HANDSHAKE_REASONS: [&str; 8] =
-    ["no_client_certificate", "bad_certificate", "not_tls", "incompatible", "alert_received", "closed", "timeout", "other"];
+/// Why a TLS handshake failed; `not_allowed` is etcd's narrowing by the
+/// allowed names (`narrowing`).
+pub const HANDSHAKE_REASONS: [&str; 9] = [
+    "no_client_certificate",
+    "bad_certificate",
+    "not_allowed",
+    "not_tls",
+    "incompatible",
+    "alert_received",
+    "closed",
+    "timeout",
+    "other",
+];
 
 #[derive(Default)]
 pub struct Stats {
@@ -22,7 +33,7 @@ pub struct Stats {
     pub bad_requests: AtomicU64,
     pub keepalive_timeouts: AtomicU64,
     pub too_many_pings: AtomicU64,
-    pub handshake_failures: [AtomicU64; 8],
+    pub handshake_failures: [AtomicU64; HANDSHAKE_REASONS.len()],
 }
 
 pub struct Config {

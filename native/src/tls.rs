@@ -6,7 +6,8 @@
 //!   logged and the previous config kept).
 //! * `--client-cert-auth` requires a client certificate chaining to the
 //!   trusted CA; without it no certificate is asked for (as Go's
-//!   tls.NoClientCert, etcd's setting then).
+//!   tls.NoClientCert, etcd's setting then).  The allowed names narrow
+//!   who may connect with one (`narrowing`).
 //! * Cipher suites restrict TLS 1.2 only; TLS 1.3 suites are not
 //!   configurable, as in Go.  Names arrive here already checked and mapped
 //!   by Python (brain.config), as rustls' names.
@@ -23,6 +24,7 @@ use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::narrowing::{self, Allowed, NarrowingVerifier};
 pub use crate::x509::subject_common_name;
 
 #[derive(Clone, Debug)]
@@ -34,6 +36,7 @@ pub struct TlsSettings {
     pub cipher_suites: Vec<String>,
     pub min_tls13: bool,
     pub max_tls12: bool,
+    pub allowed: Allowed,
 }
 
 type Stamp = Vec<Option<(SystemTime, u64)>>;
@@ -99,7 +102,11 @@ pub fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| format!("{ca}: {e}"))?;
-        builder.with_client_cert_verifier(verifier)
+        if settings.allowed.is_empty() {
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_client_cert_verifier(Arc::new(NarrowingVerifier { inner: verifier, allowed: settings.allowed.clone() }))
+        }
     } else {
         builder.with_no_client_auth()
     };
@@ -144,6 +151,7 @@ pub fn failure_reason(err: &std::io::Error) -> &'static str {
     if let Some(e) = err.get_ref().and_then(|e| e.downcast_ref::<E>()) {
         return match e {
             E::NoCertificatesPresented => "no_client_certificate",
+            E::InvalidCertificate(rustls::CertificateError::NotValidForName) => "not_allowed",
             E::InvalidCertificate(_) => "bad_certificate",
             E::InvalidMessage(_) => "not_tls",
             E::PeerIncompatible(_) => "incompatible",
@@ -166,6 +174,8 @@ pub fn failure_text(err: &std::io::Error) -> String {
     use rustls::{CertificateError as C, Error as E};
     match err.get_ref().and_then(|e| e.downcast_ref::<E>()) {
         Some(E::NoCertificatesPresented) => "tls: client didn't provide a certificate".into(),
+        // only the allowed names refuse a client certificate this way (narrowing)
+        Some(E::InvalidCertificate(C::NotValidForName)) => narrowing::NOT_ALLOWED.into(),
         Some(E::InvalidCertificate(C::UnknownIssuer)) => {
             "tls: failed to verify certificate: x509: certificate signed by unknown authority".into()
         }

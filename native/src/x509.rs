@@ -2,9 +2,12 @@
 //! crypto/x509 reads them (etcd decides with Go's values):
 //!
 //! * the subject's common name: the *last* CN attribute (Go's
-//!   `pkix.Name.FillFromRDNSequence` overwrites it with each one).
+//!   `pkix.Name.FillFromRDNSequence` overwrites it with each one);
+//! * the subject alternative names: DNS names and IP addresses.
 //!
 //! Certificates reach here verified by webpki already, so well formed.
+
+use std::net::IpAddr;
 
 /// (tag, header length, content length) of the DER element at `b`.
 fn der_header(b: &[u8]) -> Option<(u8, usize, usize)> {
@@ -51,6 +54,7 @@ fn der_element(b: &[u8], tag: u8) -> Option<&[u8]> {
 
 const SEQUENCE: u8 = 0x30;
 const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+const OID_SAN: &[u8] = &[0x55, 0x1d, 0x11];
 
 /// The fields of a DER certificate's tbsCertificate, from the serial
 /// number on (the optional [0] version skipped).
@@ -89,4 +93,60 @@ pub fn subject_common_name(cert: &[u8]) -> Option<String> {
         }
     }
     found
+}
+
+/// A certificate's subject alternative names: what Go puts in
+/// `Certificate.DNSNames` and `.IPAddresses`.
+#[derive(Debug, Default, Clone)]
+pub struct AltNames {
+    pub dns: Vec<String>,
+    pub ips: Vec<IpAddr>,
+}
+
+impl AltNames {
+    /// The IP addresses as Go's `net.IP.String()` prints them (an
+    /// IPv4-mapped IPv6 address as plain IPv4), for the log.
+    pub fn ip_strings(&self) -> Vec<String> {
+        self.ips
+            .iter()
+            .map(|ip| match ip {
+                IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                    Some(v4) => v4.to_string(),
+                    None => v6.to_string(),
+                },
+                IpAddr::V4(v4) => v4.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// The subject alternative names of a DER certificate (empty if none).
+pub fn alt_names(cert: &[u8]) -> AltNames {
+    let mut out = AltNames::default();
+    let Some(fields) = tbs_fields(cert) else { return out };
+    // extensions: [3] EXPLICIT SEQUENCE OF Extension
+    let Some((_, exts, _)) = fields.iter().find(|f| f.0 == 0xa3) else { return out };
+    let Some(list) = der_element(exts, SEQUENCE).and_then(der_children) else { return out };
+    for (_, ext, _) in list {
+        let Some(parts) = der_children(ext) else { continue };
+        if parts.first().map(|p| (p.0, p.1)) != Some((0x06, OID_SAN)) {
+            continue;
+        }
+        // extnValue: the last part, an OCTET STRING holding GeneralNames
+        let Some(names) = parts.last().and_then(|p| der_element(p.1, SEQUENCE)).and_then(der_children) else {
+            continue;
+        };
+        for (tag, value, _) in names {
+            match tag {
+                0x82 => out.dns.push(String::from_utf8_lossy(value).into_owned()),
+                0x87 => match value.len() {
+                    4 => out.ips.push(IpAddr::from(<[u8; 4]>::try_from(value).unwrap())),
+                    16 => out.ips.push(IpAddr::from(<[u8; 16]>::try_from(value).unwrap())),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+    }
+    out
 }

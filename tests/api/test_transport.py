@@ -234,6 +234,50 @@ def test_certificates_reload_when_the_files_change(tmp_path, pki):
         e.close()
 
 
+def _client_ctx(cafile, client) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    ctx.load_cert_chain(str(client.cert), str(client.key))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def _seen(port: int, ctx: ssl.SSLContext) -> str:
+    """What a client sees: "served" (an HTTP answer), the handshake's
+    alert, or "closed" (close_notify after the handshake)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = s.recv(12)
+        except ssl.SSLZeroReturnError:
+            return "closed"
+        except ssl.SSLError as e:
+            return f"alert {e.reason}"
+    return "served" if data.startswith(b"HTTP/1.1 ") else "closed" if data == b"" else repr(data)
+
+
+def _rejected(e: "_Echo", start: str):
+    return e.wait_for(lambda ev: ev[0] == T.EV_REJECTED and ev[4][0].startswith(start))
+
+
+def test_a_refused_certificate_is_logged_with_its_names(tmp_path, pki):
+    """The allowed names refuse in the handshake (bad_certificate, as Go);
+    the log gets the certificate's DNS names and IP addresses, as etcd's."""
+    named = issue_client(pki.ca, tmp_path, "named", ["named"], dns=("a.brain.test",), ips=("::ffff:10.1.2.3",))
+    e = _Echo(_tls_args(pki, allowed_cns=["someone-else"]))
+    try:
+        assert _seen(e.port, _client_ctx(pki.ca.cert, named)) == "alert SSLV3_ALERT_BAD_CERTIFICATE"
+        ev = _rejected(e, "client certificate")
+        assert ev[4] == ("client certificate authentication failed", ["10.1.2.3"], ["a.brain.test"])
+        assert _counted(e.t, "not_allowed") == 1
+        # no certificate: refused before the names are looked at, and logged without them
+        ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+        assert _seen(e.port, ctx) == "alert TLSV13_ALERT_CERTIFICATE_REQUIRED"
+        assert _rejected(e, "tls: client didn't")[4] == ("tls: client didn't provide a certificate", None, None)
+    finally:
+        e.close()
+
+
 def test_no_plaintext_on_an_https_listener(echo_tls):
     with grpc.insecure_channel(echo_tls.target) as ch:
         with pytest.raises(grpc.RpcError) as ei:

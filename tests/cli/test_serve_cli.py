@@ -243,7 +243,8 @@ def _log_line(fmt: str) -> str:
     buf = io.StringIO()
     logging_setup.configure("debug", fmt, stream=buf)
     try:
-        logging.getLogger("brain.test").info("hello %s", "world", extra={"fields": {"a": 1, "b": "x y"}})
+        logging.getLogger("brain.test").info("hello %s", "world", extra={"fields": {
+            "a": 1, "b": "x y", "ips": [], "dns": ["a.test", "b c"]}})
     finally:
         logging_setup.configure("info", "text")  # back to stderr
     return buf.getvalue().strip()
@@ -251,13 +252,14 @@ def _log_line(fmt: str) -> str:
 
 def test_text_log_format():
     line = _log_line("text")
-    assert line.endswith('INFO  brain.test: hello world a=1 b="x y"')
+    assert line.endswith('INFO  brain.test: hello world a=1 b="x y" ips=[] dns=["a.test","b c"]')
 
 
 def test_json_log_format():
     obj = json.loads(_log_line("json"))
     assert obj["level"] == "info" and obj["msg"] == "hello world" and obj["logger"] == "brain.test"
     assert obj["a"] == 1 and obj["b"] == "x y" and obj["ts"].endswith("Z")
+    assert obj["ips"] == [] and obj["dns"] == ["a.test", "b c"]
 
 
 def test_engine_tuning_flags():
