@@ -50,8 +50,8 @@ use server::Listener;
 use shared::{Config, Shared, HANDSHAKE_REASONS};
 
 /// (cert, key, ca or None, client_auth, tls12 cipher suites, tls13 only,
-/// tls12 only, allowed CNs, allowed hostnames).
-type TlsArgs = (String, String, Option<String>, bool, Vec<String>, bool, bool, Vec<String>, Vec<String>);
+/// tls12 only, allowed CNs, allowed hostnames, CRL file or None).
+type TlsArgs = (String, String, Option<String>, bool, Vec<String>, bool, bool, Vec<String>, Vec<String>, Option<String>);
 
 #[pyclass(module = "brain._transport", frozen)]
 struct Transport {
@@ -75,7 +75,8 @@ fn os_error(e: std::io::Error) -> PyErr {
 }
 
 fn tls_state(args: Option<TlsArgs>) -> PyResult<Option<Arc<tls::TlsState>>> {
-    let Some((cert_file, key_file, ca_file, client_auth, cipher_suites, min_tls13, max_tls12, cns, hostnames)) = args
+    let Some((cert_file, key_file, ca_file, client_auth, cipher_suites, min_tls13, max_tls12, cns, hostnames, crl_file)) =
+        args
     else {
         return Ok(None);
     };
@@ -89,6 +90,7 @@ fn tls_state(args: Option<TlsArgs>) -> PyResult<Option<Arc<tls::TlsState>>> {
         min_tls13,
         max_tls12,
         allowed,
+        crl_file,
     };
     tls::TlsState::new(s).map(|t| Some(Arc::new(t))).map_err(PyValueError::new_err)
 }
@@ -350,6 +352,13 @@ fn check_tls(tls: TlsArgs) -> PyResult<()> {
     tls_state(Some(tls)).map(|_| ())
 }
 
+/// How many serial numbers a DER CRL revokes, read as etcd reads a
+/// --client-crl-file (ValueError with Go's text when it cannot be).
+#[pyfunction]
+fn crl_revoked_count(der: &[u8]) -> PyResult<usize> {
+    x509::revoked_serials(der).map(|s| s.len()).map_err(PyValueError::new_err)
+}
+
 /// rustls' names of the cipher suites this transport implements.
 #[pyfunction]
 fn supported_cipher_suites() -> Vec<String> {
@@ -365,6 +374,7 @@ fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
     m.add_function(wrap_pyfunction!(supported_cipher_suites, m)?)?;
     m.add_function(wrap_pyfunction!(check_tls, m)?)?;
+    m.add_function(wrap_pyfunction!(crl_revoked_count, m)?)?;
     m.add_function(wrap_pyfunction!(kvenc::encode_key_values, m)?)?;
     m.add("EV_CALL", EV_CALL)?;
     m.add("EV_OPEN", EV_OPEN)?;

@@ -1,6 +1,7 @@
 //! Who may connect with a client certificate, narrowed as etcd narrows it
-//! (client/pkg/transport: listener.go's `VerifyPeerCertificate`), at the
-//! same moment and with the same outcome for the client:
+//! (client/pkg/transport: listener.go's `VerifyPeerCertificate`,
+//! listener_tls.go's CRL check), at the same moments and with the same
+//! outcome for the client:
 //!
 //! * `--client-cert-allowed-cn`: the certificate's common name must equal
 //!   one of the names; `--client-cert-allowed-hostname`: one of the names
@@ -9,16 +10,27 @@
 //!   DNS names case-insensitively with a left-most `*.` wildcard, never the
 //!   common name).  Checked in the handshake, after the chain verified; a
 //!   refusal fails it with a bad_certificate alert, as Go's server sends.
+//! * `--client-crl-file`: after a successful handshake, every certificate
+//!   the client sent is looked up by serial number in the CRL (DER); a
+//!   revoked one gets the connection closed (close_notify, then EOF), as
+//!   etcd's TLS listener closes it.  The file is re-read when it changes
+//!   (etcd reads it on every connection); one that cannot be read or parsed
+//!   refuses every client certificate until it can, as etcd's does.
 //!
 //! A refused certificate's DNS names and IP addresses go to the log line,
 //! as etcd logs them: the verifier leaves them in a task-local slot that
 //! the connection's handshake (`capture`) takes back.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
+use std::fs;
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
+use parking_lot::Mutex;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
@@ -208,3 +220,84 @@ impl ClientCertVerifier for NarrowingVerifier {
 
 /// etcd's text for a certificate the allowed names refuse.
 pub const NOT_ALLOWED: &str = "client certificate authentication failed";
+
+// -- the CRL ----------------------------------------------------------------------
+
+type FileStamp = Option<(SystemTime, u64, u64)>;
+
+/// (mtime, size, inode) of a file: a change of any means it was rewritten
+/// or replaced (a rename over it included).
+pub fn file_stamp(path: &str) -> FileStamp {
+    fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino())))
+}
+
+type Serials = Result<Arc<HashSet<Vec<u8>>>, String>;
+
+/// `--client-crl-file`, re-read when it changes.
+pub struct Revocations {
+    path: String,
+    current: Mutex<(FileStamp, Serials)>,
+}
+
+/// Go's words for an errno (os.PathError: "open PATH: no such file or directory").
+fn go_os_error(op: &str, path: &str, e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    let mut c = text.chars();
+    let text = match c.next() {
+        Some(f) => f.to_lowercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    };
+    format!("{op} {path}: {text}")
+}
+
+/// The serial numbers a CRL file revokes, or why it cannot be used (in
+/// the words etcd's check logs).
+fn read_crl(path: &str) -> Serials {
+    let data = fs::read(path).map_err(|e| {
+        // a directory opens, then its read fails (EISDIR), as in Go
+        let op = if e.raw_os_error() == Some(21) { "read" } else { "open" };
+        go_os_error(op, path, &e)
+    })?;
+    Ok(Arc::new(x509::revoked_serials(&data)?.into_iter().collect()))
+}
+
+impl Revocations {
+    /// Load the file (at start-up an unusable one is an error).
+    pub fn load(path: &str) -> Result<Self, String> {
+        let stamp = file_stamp(path);
+        let serials = read_crl(path).map_err(|e| format!("--client-crl-file {path}: {e}"))?;
+        Ok(Revocations { path: path.to_string(), current: Mutex::new((stamp, Ok(serials))) })
+    }
+
+    fn serials(&self) -> Serials {
+        let now = file_stamp(&self.path);
+        let mut cur = self.current.lock();
+        if now != cur.0 {
+            let next = read_crl(&self.path);
+            match &next {
+                Ok(s) => eprintln!("brain transport: --client-crl-file {} changed; reloaded ({} revoked)", self.path, s.len()),
+                Err(e) => eprintln!(
+                    "brain transport: --client-crl-file {} changed and cannot be used ({e}); client certificates are refused until it can",
+                    self.path
+                ),
+            }
+            *cur = (now, next);
+        }
+        cur.1.clone()
+    }
+
+    /// None when the client's certificates (as it sent them) may stay
+    /// connected; else the metric's reason and why not, as etcd says it.
+    pub fn refusal(&self, certs: &[CertificateDer<'_>]) -> Option<(&'static str, String)> {
+        if certs.is_empty() {
+            return None;
+        }
+        let revoked = match self.serials() {
+            Ok(s) => s,
+            Err(e) => return Some(("crl_unusable", e)),
+        };
+        let serial = certs.iter().filter_map(|c| x509::serial(c.as_ref())).find(|s| revoked.contains(s))?;
+        Some(("revoked", format!("transport: certificate serial {} revoked", x509::hex(&serial))))
+    }
+}

@@ -11,12 +11,15 @@ use tokio::sync::watch;
 use crate::calls::Calls;
 use crate::events::EventQueue;
 
-/// Why a TLS handshake failed; `not_allowed` is etcd's narrowing by the
-/// allowed names (`narrowing`).
-pub const HANDSHAKE_REASONS: [&str; 9] = [
+/// Why a TLS connection was refused; `not_allowed` (the allowed names),
+/// `revoked` and `crl_unusable` (the CRL) are etcd's narrowing
+/// (`narrowing`), the CRL's after the handshake.
+pub const HANDSHAKE_REASONS: [&str; 11] = [
     "no_client_certificate",
     "bad_certificate",
     "not_allowed",
+    "revoked",
+    "crl_unusable",
     "not_tls",
     "incompatible",
     "alert_received",

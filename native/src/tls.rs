@@ -1,13 +1,14 @@
 //! TLS for https:// and unixs:// listeners: rustls with the ring provider.
 //!
 //! * Certificates are re-read when their files change (etcd reads them on
-//!   every handshake): each accepted connection stats the three files, and
-//!   a changed mtime or size builds a new config (a broken new file is
-//!   logged and the previous config kept).
+//!   every handshake): each accepted connection stats the certificate, key
+//!   and CA bundle files, and a changed mtime, size or inode builds a new
+//!   config for the handshakes that follow (a broken new file is logged
+//!   and the previous config kept); connections already open keep theirs.
 //! * `--client-cert-auth` requires a client certificate chaining to the
 //!   trusted CA; without it no certificate is asked for (as Go's
-//!   tls.NoClientCert, etcd's setting then).  The allowed names narrow
-//!   who may connect with one (`narrowing`).
+//!   tls.NoClientCert, etcd's setting then).  The allowed names and the
+//!   CRL narrow who may connect with one (`narrowing`).
 //! * Cipher suites restrict TLS 1.2 only; TLS 1.3 suites are not
 //!   configurable, as in Go.  Names arrive here already checked and mapped
 //!   by Python (brain.config), as rustls' names.
@@ -15,7 +16,6 @@
 use std::fs;
 use std::io::BufReader;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use rustls::crypto::CryptoProvider;
@@ -24,7 +24,7 @@ use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::narrowing::{self, Allowed, NarrowingVerifier};
+use crate::narrowing::{self, Allowed, NarrowingVerifier, Revocations};
 pub use crate::x509::subject_common_name;
 
 #[derive(Clone, Debug)]
@@ -37,13 +37,15 @@ pub struct TlsSettings {
     pub min_tls13: bool,
     pub max_tls12: bool,
     pub allowed: Allowed,
+    pub crl_file: Option<String>,
 }
 
-type Stamp = Vec<Option<(SystemTime, u64)>>;
+type Stamp = Vec<Option<(std::time::SystemTime, u64, u64)>>;
 
 pub struct TlsState {
     settings: TlsSettings,
     current: Mutex<(Arc<ServerConfig>, Stamp)>,
+    crl: Option<Revocations>,
 }
 
 fn stamp(settings: &TlsSettings) -> Stamp {
@@ -51,10 +53,7 @@ fn stamp(settings: &TlsSettings) -> Stamp {
     if let Some(ca) = &settings.ca_file {
         files.push(ca.as_str());
     }
-    files
-        .into_iter()
-        .map(|f| fs::metadata(f).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
-        .collect()
+    files.into_iter().map(narrowing::file_stamp).collect()
 }
 
 fn provider(settings: &TlsSettings) -> Result<CryptoProvider, String> {
@@ -122,7 +121,15 @@ impl TlsState {
     pub fn new(settings: TlsSettings) -> Result<Self, String> {
         let st = stamp(&settings);
         let cfg = build(&settings)?;
-        Ok(TlsState { settings, current: Mutex::new((Arc::new(cfg), st)) })
+        let crl = settings.crl_file.as_deref().map(Revocations::load).transpose()?;
+        Ok(TlsState { settings, current: Mutex::new((Arc::new(cfg), st)), crl })
+    }
+
+    /// After a handshake: None when the client may stay, else the reason
+    /// and why it may not (a certificate it sent is revoked, or the CRL is
+    /// unusable).
+    pub fn refusal(&self, peer_certs: Option<&[CertificateDer<'_>]>) -> Option<(&'static str, String)> {
+        self.crl.as_ref()?.refusal(peer_certs?)
     }
 
     /// The config for a new handshake, rebuilt first if a file changed.

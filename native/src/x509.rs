@@ -1,11 +1,16 @@
-//! The few things brain reads out of a certificate itself, read as Go's
-//! crypto/x509 reads them (etcd decides with Go's values):
+//! The few things brain reads out of a certificate or a CRL itself, read
+//! as Go's crypto/x509 reads them (etcd decides with Go's values):
 //!
 //! * the subject's common name: the *last* CN attribute (Go's
 //!   `pkix.Name.FillFromRDNSequence` overwrites it with each one);
-//! * the subject alternative names: DNS names and IP addresses.
+//! * the subject alternative names: DNS names and IP addresses;
+//! * the serial number, as the magnitude `big.Int.Bytes()` gives;
+//! * a CRL's revoked serial numbers, from the structure
+//!   `x509.ParseRevocationList` requires (DER, version 2), with its
+//!   error texts.  Its signature is not checked: etcd does not either.
 //!
-//! Certificates reach here verified by webpki already, so well formed.
+//! Certificates reach here verified by webpki already, so well formed;
+//! a CRL comes from a file and may be anything.
 
 use std::net::IpAddr;
 
@@ -53,6 +58,10 @@ fn der_element(b: &[u8], tag: u8) -> Option<&[u8]> {
 }
 
 const SEQUENCE: u8 = 0x30;
+const INTEGER: u8 = 0x02;
+const BIT_STRING: u8 = 0x03;
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
 const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
 const OID_SAN: &[u8] = &[0x55, 0x1d, 0x11];
 
@@ -149,4 +158,116 @@ pub fn alt_names(cert: &[u8]) -> AltNames {
         }
     }
     out
+}
+
+/// An INTEGER's content as the magnitude Go's `big.Int.Bytes()` returns:
+/// big-endian, no leading zeros (a negative number's absolute value).
+fn magnitude(b: &[u8]) -> Vec<u8> {
+    let mut v = b.to_vec();
+    if v.first().is_some_and(|x| x & 0x80 != 0) {
+        // two's complement: invert and add one
+        for x in v.iter_mut() {
+            *x = !*x;
+        }
+        for x in v.iter_mut().rev() {
+            let (s, carry) = x.overflowing_add(1);
+            *x = s;
+            if !carry {
+                break;
+            }
+        }
+    }
+    let lead = v.iter().take_while(|x| **x == 0).count();
+    v.drain(..lead);
+    v
+}
+
+/// Go's `checkASN1Integer`: at least one byte, minimally encoded.
+fn minimal_integer(b: &[u8]) -> bool {
+    match b {
+        [] => false,
+        [_] => true,
+        [0, x, ..] => x & 0x80 != 0,
+        [0xff, x, ..] => x & 0x80 == 0,
+        _ => true,
+    }
+}
+
+/// A DER certificate's serial number as `big.Int.Bytes()` (None if unreadable).
+pub fn serial(cert: &[u8]) -> Option<Vec<u8>> {
+    let fields = tbs_fields(cert)?;
+    let (tag, value, _) = fields.first()?;
+    (*tag == INTEGER).then(|| magnitude(value))
+}
+
+/// Go's `%x` of a byte string: lower-case hex, two digits a byte.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The serial numbers a DER CRL revokes (as `big.Int.Bytes()`), or the
+/// error `x509.ParseRevocationList` gives for it.
+pub fn revoked_serials(der: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let err = |s: &str| Err(format!("x509: {s}"));
+    let Some(outer) = der_element(der, SEQUENCE).and_then(der_children) else {
+        return err("malformed crl");
+    };
+    let mut outer = outer.into_iter();
+    let Some(tbs) = outer.next().filter(|e| e.0 == SEQUENCE).and_then(|e| der_children(e.1)) else {
+        return err("malformed tbs crl");
+    };
+    let mut tbs = tbs.into_iter().peekable();
+    // version: required, and 1 (v2)
+    let Some(version) = tbs.next().filter(|e| e.0 == INTEGER) else {
+        return err("unsupported crl version");
+    };
+    if !minimal_integer(version.1) || version.1.len() > 8 {
+        return err("malformed crl");
+    }
+    let v = version.1.iter().fold(if version.1[0] & 0x80 != 0 { -1i64 } else { 0 }, |acc, b| (acc << 8) | *b as i64);
+    if v != 1 {
+        return Err(format!("x509: unsupported crl version: {v}"));
+    }
+    let Some(sig_ai) = tbs.next().filter(|e| e.0 == SEQUENCE) else {
+        return err("malformed signature algorithm identifier");
+    };
+    let Some(outer_ai) = outer.next().filter(|e| e.0 == SEQUENCE) else {
+        return err("malformed algorithm identifier");
+    };
+    if outer_ai.1 != sig_ai.1 {
+        return err("inner and outer signature algorithm identifiers don't match");
+    }
+    if outer.next().filter(|e| e.0 == BIT_STRING).is_none() {
+        return err("malformed signature");
+    }
+    if tbs.next().filter(|e| e.0 == SEQUENCE).is_none() {
+        return err("malformed issuer");
+    }
+    let is_time = |t: u8| t == UTC_TIME || t == GENERALIZED_TIME;
+    if tbs.next().filter(|e| is_time(e.0)).is_none() {
+        return err("unsupported time format");
+    }
+    if tbs.peek().is_some_and(|e| is_time(e.0)) {
+        tbs.next();
+    }
+    let mut serials = Vec::new();
+    if let Some(revoked) = tbs.next_if(|e| e.0 == SEQUENCE) {
+        let Some(entries) = der_children(revoked.1) else { return err("malformed crl") };
+        for (tag, entry, _) in entries {
+            let parts = if tag == SEQUENCE { der_children(entry) } else { None };
+            let Some(parts) = parts else { return err("malformed crl") };
+            let mut parts = parts.into_iter();
+            match parts.next() {
+                Some((INTEGER, s, _)) if minimal_integer(s) => serials.push(magnitude(s)),
+                _ => return err("malformed serial number"),
+            }
+            if !parts.next().is_some_and(|e| is_time(e.0)) {
+                return err("unsupported time format");
+            }
+            if parts.next().is_some_and(|e| e.0 != SEQUENCE) {
+                return err("malformed extensions");
+            }
+        }
+    }
+    Ok(serials)
 }
