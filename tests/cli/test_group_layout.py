@@ -222,3 +222,24 @@ def test_a_bad_layout_exits_2_with_the_reason(tmp_path):
     (tmp_path / "g.toml").write_text('[[group]]\nname = "main"\n')
     r = _brain_groups("--layout", "g.toml", "--group", "a=/pods", cwd=tmp_path)
     assert r.returncode == 2 and "give the groups in the file or as flags, not both" in r.stderr
+
+
+def test_the_docs_examples_print_what_the_docs_show(tmp_path):
+    import re
+    import shlex
+
+    text = (REPO / "docs" / "groups.md").read_text()
+    [(command, shown)] = re.findall(r"```sh\n(brain groups [^\n]*--print-flags)\n```\n+```\n(.*?)```", text, re.S)
+    r = _brain_groups(*shlex.split(command)[2:], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == shown
+    # the "up" banner the docs show carries the same flags
+    [banner] = re.findall(r"```\n(starting 2 groups.*?)```", text, re.S)
+    assert [line.strip() for line in banner.splitlines() if line.strip().startswith("--")] == shown.splitlines()
+    # the layout file the docs show runs, and moves what it says
+    [toml] = re.findall(r"```toml\n(.*?)```", text, re.S)
+    (tmp_path / "groups.toml").write_text(toml)
+    layout = L.load(tmp_path / "groups.toml")
+    assert layout.apiserver_flags() == [
+        "--etcd-servers=http://localhost:2379",
+        "--etcd-servers-overrides=coordination.k8s.io/leases#http://127.0.0.1:2479,/events#http://127.0.0.1:2479"]
