@@ -35,7 +35,7 @@ _ENV_SAFE = re.compile(r"[A-Za-z0-9_./:,@%+=-]*")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="brain groups", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="brain groups", allow_abbrev=False,
         description="Run brain as several groups, each an ordinary `brain serve` owning some Kubernetes "
                     "resources, and print kube-apiserver's --etcd-servers and --etcd-servers-overrides for them.",
         epilog="A layout comes from --layout or from the flags (docs/groups.md).  Without --print-flags, "
