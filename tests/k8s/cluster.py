@@ -527,8 +527,10 @@ class BrainGroups(Storage):
             resources = "" if name == self.MAIN else f"resources = {json.dumps(list(self.RESOURCES))}\n"
             groups.append(f'[[group]]\nname = "{name}"\n{resources}'
                           f'listen-client-urls = "http://127.0.0.1:{self.ports[name]}"\n'
-                          f'listen-metrics-urls = "http://127.0.0.1:{self.metrics_ports[name]}"\n')
-        self.layout.write_text(f'data-root = "{self.data_dir}"\n\n' + "\n".join(groups))
+                          f'listen-metrics-urls = "http://127.0.0.1:{self.metrics_ports[name]}"\n'
+                          f'data-dir = "{self.data_dir / name}"\n')
+        # the groups' logs in the work directory, kept with the others when the data is removed
+        self.layout.write_text(f'data-root = "{workdir}"\n\n' + "\n".join(groups))
         self.proc = Proc("brain-groups", [sys.executable, "-m", "brain", "groups", "--layout", str(self.layout),
                                           "--restart-delay", str(restart_delay)], workdir / "brain-groups.log")
         self._flags: list[str] | None = None
