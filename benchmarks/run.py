@@ -173,7 +173,9 @@ class Bench:
                               f"is bisected to {self.s.capacity_resolution:.0%}; a step passes when every kind's "
                               "p99 from its scheduled time is <= 1 s, >= 97% of the offered rate is achieved and "
                               "<= 0.1% of its operations fail; server CPU is read over the window and the drain, "
-                              "brain's committer as the brain-committer thread's (a cluster's leader's)"),
+                              "brain's committer as the brain-committer thread's (a cluster's leader's); "
+                              "brain-groups: `brain groups` with node Leases and Events in one brain and the pods "
+                              "in another, its CPU every process's, its committer the busier group's"),
             "read_lease_rule": ("cluster- groups run brain at `brain serve`'s default read lease ("
                                 + ("on" if self.brain_defaults["read_lease"] else "off") + "); the other setting "
                                 "runs as labelled rows: cluster-read-barrier (--read-lease=false, every "

@@ -165,6 +165,12 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
 _BOOL_DESTS = {"client_cert_auth", "socket_reuse_port", "read_lease"}
 
 
+def flag_names() -> list[str]:
+    """Every `brain serve` flag's name without its dashes: `brain groups`
+    refuses a layout key that is none of them before it starts anything."""
+    return [flag[2:] for flag, _dest, _typ, _help in _SERVE_FLAGS]
+
+
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     defaults = C.ServerConfig()
     for flag, dest, typ, help_ in _SERVE_FLAGS:
@@ -196,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("mirror", help="copy a running etcd, revisions kept, and follow it (brain mirror -h)",
                    add_help=False)
+    sub.add_parser("groups", help="run brain as several groups, each owning some Kubernetes resources, and "
+                                  "print kube-apiserver's flags for them (brain groups -h)", add_help=False)
     return parser
 
 
