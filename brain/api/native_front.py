@@ -87,6 +87,12 @@ def io_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
+def check_crl(data: bytes) -> int:
+    """The serials a DER CRL revokes, counted as the transport reads it;
+    ValueError for a CRL it cannot parse (brain.cli.preflight)."""
+    return _transport.crl_revoked_count(data)
+
+
 def check_tls(tls: TlsFiles) -> None:
     """Load the TLS files as a listener would; ValueError says what is wrong."""
     _transport.check_tls(tls.args)

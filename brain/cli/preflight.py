@@ -161,12 +161,12 @@ def check_crl_file(path: str) -> None:
     except OSError as e:
         detail = f" ({_whose(path)})" if e.errno in (errno.EACCES, errno.EPERM) else ""
         raise StartupError(f"{flag} {path}: {e.strerror or e}{detail}") from None
-    try:
-        from brain import _transport
-    except ImportError:
+    from brain.api import native_front
+
+    if not native_front.available():
         return  # the front's own check names the missing module
     try:
-        _transport.crl_revoked_count(data)
+        native_front.check_crl(data)
     except ValueError as e:
         hint = ""
         if data.lstrip().startswith(b"-----BEGIN"):
