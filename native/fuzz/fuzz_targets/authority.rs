@@ -31,6 +31,9 @@ fn blocks(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
         }
         let mut body = &bytes[p + 9..p + 9 + len];
         p += 9 + len;
+        if open.as_ref().is_some_and(|(s, _)| kind != 0x9 || *s != sid) {
+            return None; // the rewriter refuses a header block interrupted
+        }
         match kind {
             0x1 => {
                 if flags & 0x8 != 0 {
@@ -50,9 +53,7 @@ fn blocks(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
                 _ => return None,
             },
             _ => {
-                if open.is_none() {
-                    done = p;
-                }
+                done = p;
                 continue;
             }
         }

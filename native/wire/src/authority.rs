@@ -27,6 +27,8 @@ use std::fmt;
 
 use bytes::{BufMut, BytesMut};
 
+use crate::hpack_check::{self, MAX_TABLE_SIZE};
+
 const PREFACE_LEN: usize = 24;
 const HEADERS: u8 = 0x1;
 const CONTINUATION: u8 = 0x9;
@@ -35,6 +37,10 @@ const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 const OUT_FRAME: usize = 16_384; // the smallest max frame size a peer allows
+/// The largest header block taken in (h2's max_header_list_size in
+/// server.rs): a client sending CONTINUATION frames without end cannot
+/// make the rewriter hold more.
+pub const MAX_BLOCK: usize = 16 << 20;
 
 /// Why the client's bytes cannot be rewritten.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +149,13 @@ impl Rewriter {
             let len = ((self.inbuf[0] as usize) << 16) | ((self.inbuf[1] as usize) << 8) | self.inbuf[2] as usize;
             let kind = self.inbuf[3];
             let stream_id = u32::from_be_bytes([self.inbuf[5], self.inbuf[6], self.inbuf[7], self.inbuf[8]]) & 0x7fff_ffff;
+            if let Some(b) = &self.block {
+                // RFC 7540 6.10: nothing but the block's CONTINUATION until it ends
+                // (a frame let through here would reach h2 before the block)
+                if kind != CONTINUATION || stream_id != b.stream_id {
+                    return Err(bad("header block interrupted"));
+                }
+            }
             if kind != HEADERS && kind != CONTINUATION {
                 self.pass_left = 9 + len;
                 continue;
@@ -173,7 +186,10 @@ impl Rewriter {
             } else {
                 let inspecting = self.mode == Mode::Inspect;
                 match self.block.as_mut() {
-                    Some(b) if b.stream_id == stream_id => {
+                    Some(b) => {
+                        if b.data.len() + p.len() > MAX_BLOCK {
+                            return Err(bad("header block too large"));
+                        }
                         b.data.extend_from_slice(p);
                         if inspecting {
                             b.raw.extend_from_slice(&frame);
@@ -215,8 +231,10 @@ impl Rewriter {
         self.emit(headers, b.stream_id, b.end_stream)
     }
 
-    /// A header block's fields, through the client's dynamic table.
+    /// A header block's fields, through the client's dynamic table; checked
+    /// first (hpack_check: what hpack 0.3 would panic on or take wrongly).
     fn decode(&mut self, block: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+        hpack_check::check(block, MAX_TABLE_SIZE).map_err(|e| Error(format!("HPACK: {e}")))?;
         self.decoder.decode(block).map_err(|e| Error(format!("HPACK: {e:?}")))
     }
 
@@ -278,5 +296,74 @@ mod tests {
         let out = r.out.split();
         let got = hpack::Decoder::new().decode(&out[PREFACE.len() + 9..]).unwrap();
         assert_eq!(got[1], (b":authority".to_vec(), b"localhost".to_vec()));
+    }
+
+    /// Found by native/fuzz's `authority` target (its corpus keeps the input,
+    /// tests/fuzz/corpus/authority/regress-size-update-cut-short): a header
+    /// block ending inside a dynamic table size update made hpack 0.3 panic
+    /// (decoder.rs: `decode_integer(..).ok().unwrap()`), killing the
+    /// connection's task; it is now refused as bad HPACK.
+    #[test]
+    fn a_size_update_cut_short_is_an_error_not_a_panic() {
+        let mut input = PREFACE.to_vec();
+        input.extend_from_slice(&[0x00, 0x00, 0x02, 0x01, 0x04, 0x11, 0x30, 0x00, 0x3e, 0x35, 0x3f]);
+        input.extend_from_slice(&[0x3e, 0x0d, 0x04, 0x29, 0x0a]);
+        for mut r in [Rewriter::rewriting(), Rewriter::inspecting()] {
+            let e = r.push(&input).unwrap_err();
+            assert_eq!(e.0, "HPACK: integer cut short");
+        }
+    }
+
+    /// Found by native/fuzz's `authority` target (corpus:
+    /// regress-headers-interrupted): a HEADERS frame without END_HEADERS
+    /// followed by another HEADERS frame.  The rewriter dropped the first
+    /// (on TCP it then passed the connection on without it), so h2 never
+    /// saw the protocol error; a DATA frame inside a block was let through
+    /// ahead of it.  Both end the connection now, as RFC 7540 6.10 says.
+    #[test]
+    fn a_header_block_interrupted_is_an_error() {
+        let mut input = PREFACE.to_vec();
+        input.extend_from_slice(&[0, 0, 5, 1, 1, 0, 0, 0, 0, 0, 0, 79, 254, 0]);
+        input.extend_from_slice(&[0, 0, 0, 1, 212, 255, 178, 212, 10, 0, 0, 165, 0, 0, 0, 0]);
+        for mut r in [Rewriter::rewriting(), Rewriter::inspecting()] {
+            assert_eq!(r.push(&input).unwrap_err().0, "header block interrupted");
+            assert_eq!(&r.out[..], PREFACE, "nothing after the preface was given out");
+        }
+        let mut r = Rewriter::inspecting();
+        r.push(PREFACE).unwrap();
+        r.push(&frame(HEADERS, 0, 1, &[0x82])).unwrap();
+        assert_eq!(r.push(&frame(0x0, 0, 1, b"data")).unwrap_err().0, "header block interrupted");
+        assert_eq!(&r.out[..], PREFACE);
+    }
+
+    /// A client may not make the rewriter's table (which h2 never sees on a
+    /// rewritten connection) grow past the size HTTP/2's settings allow.
+    #[test]
+    fn a_table_size_over_the_settings_is_refused() {
+        let mut r = Rewriter::rewriting();
+        r.push(PREFACE).unwrap();
+        // size update to 2^20, then a literal field with incremental indexing
+        let block = [0x3f, 0xe1, 0xff, 0x3f, 0x40, 0x01, b'a', 0x01, b'b'];
+        let e = r.push(&frame(HEADERS, END_HEADERS, 1, &block)).unwrap_err();
+        assert_eq!(e.0, "HPACK: table size update over the limit");
+    }
+
+    /// CONTINUATION frames without END_HEADERS: held up to MAX_BLOCK, then refused.
+    #[test]
+    fn an_endless_header_block_is_refused() {
+        let mut r = Rewriter::rewriting();
+        r.push(PREFACE).unwrap();
+        r.push(&frame(HEADERS, 0, 1, &[0x82])).unwrap();
+        let chunk = frame(CONTINUATION, 0, 1, &vec![0x82; 1 << 20]);
+        let mut sent = 1;
+        let err = loop {
+            match r.push(&chunk) {
+                Ok(()) => sent += 1 << 20,
+                Err(e) => break e,
+            }
+            assert!(sent <= MAX_BLOCK, "held {sent} bytes of one header block");
+        };
+        assert_eq!(err.0, "header block too large");
+        assert!(r.out.len() <= PREFACE.len(), "nothing of the block was given out");
     }
 }

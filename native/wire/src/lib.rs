@@ -4,10 +4,12 @@
 //! code.
 //!
 //! * `framing`: gRPC's length-prefixed messages in HTTP/2 DATA chunks;
-//! * `authority`: the HPACK rewriter that mends unix-socket authorities;
+//! * `authority`: the HPACK rewriter that mends unix-socket authorities, and
+//!   `hpack_check`, what it checks of a header block before decoding it;
 //! * `http1`: telling HTTP/2 from HTTP/1.1 by the first bytes, and an
 //!   HTTP/1.1 request head.
 
 pub mod authority;
 pub mod framing;
+pub mod hpack_check;
 pub mod http1;
