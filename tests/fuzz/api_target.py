@@ -275,12 +275,13 @@ class FrontTarget:
                     response.FromString(msg)
                 except Exception as e:  # noqa: BLE001
                     raise Defect(f"{path}: answered bytes that are no {response.__name__}: {e}") from None
+        # a pool thread answers first, then lets go of its session and counts its call out
+        self.front.inflight.wait(DEADLINE)
+        if self.front.inflight.count:
+            raise Defect(f"{path}: {self.front.inflight.count} calls left in flight for {payload!r}")
         left = self.front.sessions.by_id
         if left:
             raise Defect(f"{path}: sessions left open after the input: {sorted(left)} for {payload!r}")
-        self.front.inflight.wait(DEADLINE)  # a pool thread counts its call out after answering it
-        if self.front.inflight.count:
-            raise Defect(f"{path}: {self.front.inflight.count} calls left in flight for {payload!r}")
 
 
 def split_messages(payload: bytes) -> list[bytes]:
