@@ -190,7 +190,7 @@ class NativeFront:
     def __init__(self, engine, methods: list[Method], *, recv_limit: int, stats: GrpcStats,
                  pool: futures.Executor, http=None, watch_service=None, lease_service=None, leader_monitor=None,
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
-                 send_queue_bytes: int = 4 << 20) -> None:
+                 send_queue_bytes: int = 4 << 20, transport=None) -> None:
         if _transport is None:
             raise RuntimeError(unavailable_message())
         self.engine = engine
@@ -198,12 +198,17 @@ class NativeFront:
         self.recv_limit = recv_limit
         self.stats = stats
         self.leader_monitor = leader_monitor  # brain.api.require_leader.LeaderMonitor
-        self.transport = _transport.Transport(
-            [(m.path, m.kind) for m in methods], io_threads=io_threads(),
-            # over the limit the transport passes the length, not the body
-            max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
-            keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
-            keepalive_min_time_ms=keepalive_min_time_ms)
+        # ``transport``: a stand-in with brain._transport.Transport's face
+        # (events out, answers in) serves the front without sockets
+        # (tests/fuzz drives it so); by default a new Transport.
+        if transport is None:
+            transport = _transport.Transport(
+                [(m.path, m.kind) for m in methods], io_threads=io_threads(),
+                # over the limit the transport passes the length, not the body
+                max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
+                keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
+                keepalive_min_time_ms=keepalive_min_time_ms)
+        self.transport = transport
         self.inflight = InFlight()
         self.sessions = Sessions(self.transport, stats, engine=engine, watch_service=watch_service,
                                  lease_service=lease_service, on_dispatch_thread=self._on_dispatch_thread)
