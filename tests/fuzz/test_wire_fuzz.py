@@ -68,6 +68,7 @@ def fuzz_built() -> str:
     return cargo
 
 
+@pytest.mark.fuzz_rust
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_target_finds_nothing_new(fuzz_built, target, tmp_path) -> None:
     corpus = CORPUS / target
