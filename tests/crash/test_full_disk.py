@@ -26,59 +26,19 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
-from tests.support.servers import REPO_ROOT, BrainServer, require_brain, require_tool, unavailable
+from tests.support.servers import REPO_ROOT, BrainServer, require_brain
+from tests.support.small_fs import SmallFilesystem
 
 pytestmark = pytest.mark.timeout(180)
 
 NOSPACE = "etcdserver: mvcc: database space exceeded"
 QUIET = ["--checkpoint-interval", "1h", "--checkpoint-journal-bytes", str(1 << 30),
          "--checkpoint-memtable-records", "10000000"]
-
-
-class SmallFilesystem:
-    """A size-limited tmpfs mounted at ``path``, and a file that fills it."""
-
-    def __init__(self, path: Path, size: str) -> None:
-        require_tool("mount", "mount")
-        if os.geteuid() != 0:
-            unavailable("mounting a tmpfs needs root")
-        path.mkdir(parents=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                           capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:
-            unavailable(f"cannot mount a tmpfs: {r.stderr.strip()}")
-        self.path = path
-        self.filler = path / "filler"
-
-    def free(self) -> int:
-        st = os.statvfs(self.path)
-        return st.f_bavail * st.f_frsize
-
-    def fill(self, leave: int) -> None:
-        """Take all the free space but ``leave`` bytes (page-rounded)."""
-        have = self.filler.stat().st_size if self.filler.exists() else 0
-        take = self.free() - leave
-        if take > 0:
-            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                os.posix_fallocate(fd, have, take)
-            finally:
-                os.close(fd)
-        assert self.free() <= leave, (self.free(), leave)
-
-    def release(self) -> None:
-        self.filler.unlink(missing_ok=True)
-
-    def unmount(self) -> None:
-        r = subprocess.run(["umount", str(self.path)], capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:  # still busy (a process of ours not yet reaped): detach it
-            subprocess.run(["umount", "-l", str(self.path)], capture_output=True, timeout=30)
 
 
 @pytest.fixture
