@@ -25,7 +25,7 @@ test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTEST)
 
-test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, 4 full-disk and lmdb-fault rounds, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server
 	BRAIN_CRASH_CYCLES=25 BRAIN_DISK_CYCLES=4 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 BRAIN_CLUSTER_KILLS=24 $(PYTEST)
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
