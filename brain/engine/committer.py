@@ -28,7 +28,10 @@ Reads are served at ``committed_rev``: the store may hold a batch whose
 record is not durable yet, which every key's full history hides from a
 read at the committed revision.  A journal failure after a batch was
 applied cannot be rolled back, so the committer then refuses writes
-(``failed``) until restarted; reads go on at the committed revision.
+(``failed``) until restarted; reads go on at the committed revision.  One
+exception: a local journal that refused a record for space is still
+whole, and the store is rebuilt without the batch
+(brain.engine.journal_space).
 
 Lock order, written on the field below: a watch stream's lock (the
 WatchManager's) before ``lock``; ``lock`` is never held while waiting on
@@ -54,6 +57,7 @@ from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
+from .journal_space import JournalSpace
 from .memory import release_free_memory
 from .pending import BatchSink, Pending
 from .readindex import ReadBarrier
@@ -125,6 +129,9 @@ class Committer:
         self.checkpointer = Checkpointer(backend, journal, self.lock, config, self.checkpoint_hooks,
                                          journal_bytes=replayed_bytes,
                                          on_full=lambda e: raise_nospace(f"a checkpoint found no space ({e})"))
+        # a single node's local journal: what a full disk under it does
+        self.space = (JournalSpace(self, journal, self.checkpointer, load_store, alarms, raise_nospace)
+                      if cluster is None else None)
         self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
                                     max_queued_events=config.watch_queue_events)
         self.barrier: ReadBarrier | None = None
@@ -389,6 +396,8 @@ class Committer:
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
+        if self.space is not None:
+            self.space.maintain()
         if self.replication.maintain():
             return  # no checkpoint of a store about to be replaced
         self.checkpointer.maintain(self.store, self.applied_index, may_start=self._failed is None)
@@ -432,9 +441,12 @@ class Committer:
     def _admit(self, batch: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """The writes to decide, and the barrier requests among them;
         every other one is answered here."""
-        if self._failed is not None:
+        refused = self._failed
+        if refused is None and self.space is not None and self.space.refusing:
+            refused = errors.ErrNoSpace
+        if refused is not None:
             for p in batch:
-                self.settle(p, None, self._failed)
+                self.settle(p, None, refused)
             return [], []
         admitted = []
         barriers = []
@@ -518,6 +530,12 @@ class Committer:
             self.replication.step_down_now(rebuild=True)
             return None
         except BaseException as e:
+            if self.space is not None and self.space.takes(e):
+                for p in admitted:
+                    self.settle(p, None, errors.ErrNoSpace)
+                self.flush_sinks()  # final: the rebuild below drops the batch
+                self.space.append_failed(e)
+                return None
             nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
             err = errors.ErrNoSpace if nospace else errors.ErrStopped
             log.error("journal write failed (%r); refusing writes until restart", e)

@@ -522,11 +522,19 @@ class Engine:
 
     def alarm_activate(self, member_id: int, alarm: int) -> bool:
         """Raise an alarm (stored with the data); False if already raised."""
-        return self.alarms.raise_alarm(member_id, alarm)
+        return self._store_alarms(lambda: self.alarms.raise_alarm(member_id, alarm))
 
     def alarm_deactivate(self, member_id: int, alarm: int) -> bool:
-        """Clear an alarm; False if it was not raised."""
-        return self.alarms.clear_alarm(member_id, alarm)
+        """Clear an alarm; False if it was not raised.  On a disk still
+        full it stays raised: etcd's NOSPACE error."""
+        return self._store_alarms(lambda: self.alarms.clear_alarm(member_id, alarm))
+
+    def _store_alarms(self, change) -> bool:
+        try:
+            return change()
+        except backend_mod.BackendFullError as e:
+            log.warning("the alarms could not be stored: %s", e)
+            raise errors.ErrNoSpace.fresh() from e
 
     def history(self) -> History:
         """The committed history, for readers that walk it while writes go
