@@ -235,7 +235,7 @@ class Replication:
         core = self._core
         lease = core.read_lease
         if lease is not None and lease():
-            core.settle_results(admitted, results)
+            core.settle_decided(admitted, results)
             return
         term = core.raft_term
         self.unwritten_confirmations += 1

@@ -10,11 +10,18 @@ never a message of its own, which would break the leader's fence.
 Writing (the leader only).  Each append is one publish carrying
 
     Nats-Expected-Last-Sequence: S     the message must land right after S
+    Nats-Expected-Last-Msg-Id: <id>    ... after this writer's previous message
+                                       (from the second publish after begin_writing)
     Nats-Msg-Id: <nonce>-<S+1>         a retry of it is de-duplicated
 
 so a writer that has been deposed (another replica appended meanwhile)
-is refused (API error 10071) instead of interleaving with the new leader,
-whatever the clocks say.  A record larger than the server's max_payload
+is refused (API error 10071, or 10070) instead of interleaving with the new
+leader, whatever the clocks say.  Appends are pipelined (several in flight
+while ``sync`` waits for earlier ones: brain.engine.pipeline), and the
+sequence alone would not do then: when a record of ours is refused because
+another writer's took its place, our next record expects exactly that
+place's sequence and would land after the other writer's; it also expects
+our previous message there, and is refused.  A record larger than the server's max_payload
 is split into parts, each its own fenced message with a header
 ``Brain-Part: k/n``; readers assemble them and drop a record whose parts
 were never all published (the writer died halfway; its clients were never
@@ -66,6 +73,7 @@ from .natsio import NatsConnection, when_answering
 log = logging.getLogger("brain.journal.jetstream")
 
 ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_WRONG_LAST_MSG_ID = 10070
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
 # JetStream errors that say "not now" rather than "never": the cluster or the
@@ -222,7 +230,15 @@ class _Assembler:
 
 
 class JetStreamJournal:
-    """A shared journal on a JetStream stream (see the module docstring)."""
+    """A shared journal on a JetStream stream (see the module docstring).
+
+    Pipelined: the writer may append while an earlier ``sync`` still waits
+    (the committer decides and publishes the next batches while a syncing
+    thread waits for the acknowledgements of the last ones); ``sync``
+    waits for what was appended before it was called.  ``_lock`` guards
+    the list of publishes not yet acknowledged between the two."""
+
+    pipelined = True
 
     def __init__(self, conn: NatsConnection, stream: str, subject: str, *, ack_timeout: float = ACK_TIMEOUT) -> None:
         self.conn = conn
@@ -233,7 +249,10 @@ class JetStreamJournal:
         self._writing = False
         self._last = 0  # writer: index of the last record appended
         self._nonce = ""
-        self._unacked: list[_Publish] = []
+        self._unacked: list[_Publish] = []  # in append order, under _lock
+        self._lock = threading.Lock()
+        self._fenced = False  # a sync found another writer: appends are refused as fenced too
+        self._last_msg_id: str | None = None  # of this writer's last publish (None: none since begin_writing)
         self._follower = None  # (subscription future, stop event)
         self._first = 1
         # brain.cluster sets this: ``on_release(index)`` records the
@@ -309,18 +328,32 @@ class JetStreamJournal:
         return self._last
 
     def begin_writing(self, last_index: int) -> None:
-        self._writing = True
-        self._last = last_index
-        self._nonce = secrets.token_hex(8)
-        self._unacked = []
+        with self._lock:
+            self._writing = True
+            self._fenced = False
+            self._last = last_index
+            self._nonce = secrets.token_hex(8)
+            self._unacked = []
+            self._last_msg_id = None
         self.acknowledged_at = -math.inf  # an earlier term's acknowledgements say nothing of this one
 
     def stop_writing(self) -> None:
-        self._writing = False
-        self._unacked = []
+        with self._lock:
+            self._writing = False
+            self._unacked = []
+
+    def _stop_fenced(self) -> None:
+        """Another writer appended: nothing more of ours can land."""
+        with self._lock:
+            self._writing = False
+            self._fenced = True
+            self._unacked = []
 
     def append(self, payload: bytes) -> int:
         if not self._writing:
+            if self._fenced:
+                raise JournalFencedError(f"{self.stream}: another writer appended (found by an earlier sync)",
+                                         self._last)
             raise JournalError(f"{self.stream}: not writing (only the leader appends)")
         chunk = self._chunk
         parts = [payload[i:i + chunk] for i in range(0, len(payload), chunk)] or [b""]
@@ -330,14 +363,22 @@ class JetStreamJournal:
         # its way another thread may see it stored, in the stream or on a
         # follower, while this one has not yet moved on.
         self._last = first + n - 1
-        for k, data in enumerate(parts, 1):
-            seq = first + k - 1
-            headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
-            if n > 1:
-                headers[PART_HEADER] = f"{k}/{n}"
-            pub = _Publish(seq, data, headers)
-            self._send(pub)
-            self._unacked.append(pub)
+        with self._lock:
+            for k, data in enumerate(parts, 1):
+                seq = first + k - 1
+                msg_id = f"{self._nonce}-{seq}"
+                headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": msg_id}
+                if self._last_msg_id is not None:
+                    # and right after this writer's previous message: with
+                    # several in flight, a sequence alone could be met by
+                    # another writer's message taking the place of ours
+                    headers["Nats-Expected-Last-Msg-Id"] = self._last_msg_id
+                self._last_msg_id = msg_id
+                if n > 1:
+                    headers[PART_HEADER] = f"{k}/{n}"
+                pub = _Publish(seq, data, headers)
+                self._send(pub)
+                self._unacked.append(pub)
         self.appended += 1
         return self._last
 
@@ -345,9 +386,14 @@ class JetStreamJournal:
         pub.future = self.conn.submit(_publish(self.conn, self.subject, pub, self.ack_timeout))
 
     def sync(self) -> None:
-        """Wait for every publish since the last sync (see the module
-        docstring for the outcomes)."""
-        pending = self._unacked
+        """Wait for every publish appended before this call and not yet
+        acknowledged (see the module docstring for the outcomes); appends
+        made meanwhile wait for the next sync."""
+        with self._lock:
+            if self._fenced:  # an earlier sync found another writer: what was appended since cannot land
+                raise JournalFencedError(f"{self.stream}: another writer appended (found by an earlier sync)",
+                                         self._last)
+            pending = list(self._unacked)
         retry = False
         for i, pub in enumerate(pending):
             ack = self._answer(pub)
@@ -357,20 +403,20 @@ class JetStreamJournal:
             err = api_error(ack)
             if err is None:
                 if int(ack.get("seq", 0)) != pub.seq:
-                    self._writing = False
+                    self._stop_fenced()
                     raise JournalFencedError(
                         f"{self.stream}: message stored at {ack.get('seq')}, expected {pub.seq}", int(ack["seq"]))
                 continue
-            if err[0] == ERR_WRONG_LAST_SEQUENCE:
+            if err[0] in (ERR_WRONG_LAST_SEQUENCE, ERR_WRONG_LAST_MSG_ID):
                 if self._landed(pub):
                     continue
-                if i > 0 and self._stream_last() == pub.seq - 1:
-                    # our previous message (acknowledged above) landed after
-                    # this one was judged: this one is not stored, resend it
+                if self._stream_last() == pub.seq - 1 and self._follows_ours(pub):
+                    # our previous message (acknowledged here or by an
+                    # earlier sync: appends are pipelined) landed after this
+                    # one was judged: this one is not stored, resend it
                     retry = True
                     break
-                self._writing = False
-                self._unacked = []
+                self._stop_fenced()
                 raise JournalFencedError(f"{self.stream}: {err[1]} (another writer appended after index "
                                          f"{pub.seq - 1})", pub.seq - 1)
             if err[0] in TRANSIENT_ERRORS:
@@ -380,21 +426,25 @@ class JetStreamJournal:
                 break
             # any other API error: the stream refused it for good (too large,
             # sealed, out of space): the batch is not durable
-            self._writing = False
-            self._unacked = []
+            self.stop_writing()
             raise JournalError(f"{self.stream}: publish refused: {err[1]} (code {err[0]})")
         if retry:
-            # resend the unresolved publishes (same ids and fences), in order
-            rest = pending[i:]
+            # resend the unresolved publishes (same ids and fences), in
+            # order, the ones appended since too
             self.retries += 1
-            for pub in rest:
-                self._send(pub)
-            self._unacked = rest
-            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {rest[0].seq} "
+            with self._lock:
+                if self._unacked[:len(pending)] == pending:  # (not cleared by stop_writing meanwhile)
+                    del self._unacked[:i]
+                rest = list(self._unacked)
+                for pub in rest:
+                    self._send(pub)
+            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {pending[i].seq} "
                                           f"within {self.ack_timeout:g}s; retrying")
         if pending:
             self.acknowledged_at = lease_clock.now()
-        self._unacked = []
+        with self._lock:
+            if self._unacked[:len(pending)] == pending:
+                del self._unacked[:len(pending)]
 
     def _answer(self, pub: _Publish) -> dict | None:
         """The first answer to ``pub`` that decides something (an ack, an
@@ -440,16 +490,26 @@ class JetStreamJournal:
 
     def _landed(self, pub: _Publish) -> bool:
         """After a refusal: is our message the one at its sequence?"""
-        body = json.dumps({"seq": pub.seq}).encode()
+        return self._msg_id_at(pub.seq) == pub.headers["Nats-Msg-Id"]
+
+    def _follows_ours(self, pub: _Publish) -> bool:
+        """Is the message before ``pub``'s place the one ``pub`` expects (our
+        previous one), or does ``pub`` expect no message of ours there (the
+        first publish after begin_writing, fenced on the sequence alone)?"""
+        expected = pub.headers.get("Nats-Expected-Last-Msg-Id")
+        return expected is None or self._msg_id_at(pub.seq - 1) == expected
+
+    def _msg_id_at(self, seq: int) -> str | None:
+        body = json.dumps({"seq": seq}).encode()
         try:
             resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
         except Exception as e:  # noqa: BLE001
-            raise JournalUnavailableError(f"{self.stream}: cannot read message {pub.seq}: {e!r}") from None
+            raise JournalUnavailableError(f"{self.stream}: cannot read message {seq}: {e!r}") from None
         msg = resp.get("message")
         if not msg:
-            return False
+            return None
         headers = _parse_headers(base64.b64decode(msg.get("hdrs", "") or b""))
-        return headers.get("Nats-Msg-Id") == pub.headers["Nats-Msg-Id"]
+        return headers.get("Nats-Msg-Id")
 
     def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
         """The records after ``after_index`` that exist now, in order."""

@@ -136,3 +136,57 @@ class ClusterStub:
         return ClusterHooks(forwarder=lambda: None, leader_hint=lambda: 0, has_leader=lambda: True,
                             election_timeout=1.0, role_changed=lambda: None, read_lease=lambda: self.lease)
 
+
+
+class PipelinedMemoryJournal(MemoryJournal):
+    """A MemoryJournal that takes appends while a sync waits, as JetStream
+    does (brain.engine.pipeline): each record fenced on the one before,
+    stored and acknowledged only while ``acks`` is set, so a test holds
+    batches in flight."""
+
+    pipelined = True
+
+    def __init__(self, stream: Stream) -> None:
+        super().__init__(stream)
+        self.acks = threading.Event()
+        self.acks.set()
+        self._lock = threading.Lock()
+        self._fenced = False
+
+    def begin_writing(self, last_index: int) -> None:
+        with self._lock:
+            super().begin_writing(last_index)
+            self._fenced = False
+
+    def stop_writing(self) -> None:
+        with self._lock:
+            super().stop_writing()
+
+    def append(self, payload: bytes) -> int:
+        with self._lock:
+            if self._fenced:
+                raise JournalFencedError("another writer appended", self._last)
+            return super().append(payload)
+
+    def sync(self) -> None:
+        with self._lock:
+            if self._fenced:
+                raise JournalFencedError("another writer appended", self._last)
+            pending = list(self._unsynced)
+        s = self.stream
+        while not self.acks.wait(0.05):
+            if not s.quorum.is_set():
+                raise JournalUnavailableError("no quorum")
+        if not s.quorum.is_set():
+            raise JournalUnavailableError("no quorum")
+        with s.cv:
+            for index, payload in pending:
+                if len(s.records) != index - 1:
+                    with self._lock:
+                        self._fenced, self._unsynced = True, []
+                    raise JournalFencedError("another writer appended", index - 1)
+                s.records.append(payload)
+            s.cv.notify_all()
+        with self._lock:
+            if self._unsynced[:len(pending)] == pending:
+                del self._unsynced[:len(pending)]
