@@ -87,6 +87,12 @@ def io_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
+def check_crl(data: bytes) -> int:
+    """The serials a DER CRL revokes, counted as the transport reads it;
+    ValueError for a CRL it cannot parse (brain.cli.preflight)."""
+    return _transport.crl_revoked_count(data)
+
+
 def check_tls(tls: TlsFiles) -> None:
     """Load the TLS files as a listener would; ValueError says what is wrong."""
     _transport.check_tls(tls.args)
@@ -396,10 +402,16 @@ class NativeFront:
         elif kind == T.EV_HTTP:
             self.pool.http_request(cid, mid, payload)
         elif kind == T.EV_REJECTED:
-            # etcd's line for a refused handshake (its embed/config_logging.go): a
-            # warning, or debug for a peer that closed or never spoke (cid 1).
+            # etcd's line for a refused connection (its embed/config_logging.go): a
+            # warning, or debug for a peer that closed or never spoke (cid 1); the
+            # client certificate's names when it was read and then refused
+            error, ips, dns = last
+            fields = {"remote-addr": mid, "server-name": payload}
+            if ips is not None:
+                fields.update({"ip-addresses": ips, "dns-names": dns})
+            fields["error"] = error
             log.log(logging.DEBUG if cid else logging.WARNING, "rejected connection on client endpoint",
-                    extra={"fields": {"remote-addr": mid, "server-name": payload, "error": last}})
+                    extra={"fields": fields})
 
     # -- require-leader (brain.api.require_leader) ----------------------------
 

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from .. import clock as lease_clock
 from ..engine import ClusterHooks, Engine, EngineConfig
 from ..journal import JournalError, JournalPurgedError
-from ..journal.jetstream import JetStreamJournal, stream_names
+from ..journal.jetstream import JetStreamJournal
+from ..journal.jetstream_stream import stream_names
 from ..journal.natsio import NatsConnection, parse_journal_url
 from . import bootstrap, placement
 from .election import POLL_INTERVAL, Election
-from .election import bucket_name as election_bucket
 from .forwarding import Forwarder, ForwardingServer, ReadIndexAsker
+from .leader_key import bucket_name as election_bucket
 from .membership import HEARTBEAT_SECONDS, Member, Membership
 from .membership import bucket_name as members_bucket
 
@@ -397,7 +398,7 @@ def _retrying(fn, what: str, deadline: float):
     another replica creating the same stream right now)."""
     import nats.errors
 
-    from ..journal.jetstream import StreamSettingsError
+    from ..journal.jetstream_stream import StreamSettingsError
 
     delay = 0.2
     while True:

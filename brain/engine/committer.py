@@ -50,7 +50,7 @@ from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
-from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
+from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import (
@@ -63,8 +63,8 @@ from .items import (
     SyncFailed,
     SyncOverdue,
 )
+from .decide import decide
 from .memory import release_free_memory
-from .decide import adds_data, decide
 from .pending import BatchSink, Pending
 from .pipeline import InFlight, Pipeline
 from .readindex import ReadBarrier
@@ -93,7 +93,7 @@ class Committer:
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
-                 member_id: int, raft_term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
+                 member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
                  make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
@@ -111,7 +111,7 @@ class Committer:
         self.committed_rev = store.revision
         self.applied_index = applied_index
         self.member_id = member_id
-        self.raft_term = raft_term
+        self.term = term
         self.journal = journal
         self._alarms = alarms
         self._raise_nospace = raise_nospace
@@ -607,7 +607,7 @@ class Committer:
             self.committed_rev = revision
             self.applied_index = index
         if events:
-            self.watches.notify(events, revision)
+            self.watches.publish_committed(events, revision)
         self.batches += 1
         if self.barrier is not None:
             self.barrier.applied(index)

@@ -1,10 +1,10 @@
-"""How a leader decides a batch of writes: which requests the NOSPACE
-alarm refuses, and the batch applied to the store, one journal payload of
-its effects (the committer runs it under its lock, brain.engine.committer)."""
+"""How a leader decides a batch of writes: the batch applied to the store,
+one journal payload of its effects (the committer runs it under its lock,
+brain.engine.committer; what the NOSPACE alarm refuses first is
+brain.engine.alarms.adds_data)."""
 
 from __future__ import annotations
 
-from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest
 from ..mvcc.store import Store
 from .items import Effects
 from .pending import Pending
@@ -43,17 +43,4 @@ def decide(store: Store, admitted: list[Pending]) -> tuple[list, bytes]:
         parts.append(payload)
     flush_run()
     return results, b"".join(parts)
-
-
-def adds_data(req) -> bool:
-    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
-    (its capped applier and quota refuse a request whose cost is above 0): a
-    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
-    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
-    puts only inside a nested Txn, is applied."""
-    if isinstance(req, (PutRequest, LeaseGrantRequest)):
-        return True
-    if isinstance(req, TxnRequest):
-        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
-    return False
 

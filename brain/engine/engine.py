@@ -166,7 +166,7 @@ class Engine:
         self._lease_ids = IdGenerator(self.member_id)
         self.committer = Committer(
             cfg, store=store, applied_index=applied_index, journal=self.journal, backend=self.backend,
-            member_id=self.member_id, raft_term=store.epoch if shared is not None else identity.term,
+            member_id=self.member_id, term=store.epoch if shared is not None else identity.term,
             alarms=self.alarms, raise_nospace=lambda why: self.alarms.raise_nospace(self.member_id, why),
             make_leader=self._make_leader,
             cluster=self.cluster, replayed_bytes=replayed_bytes,
@@ -249,10 +249,10 @@ class Engine:
         return self.committer.applied_index
 
     @property
-    def raft_term(self) -> int:
+    def term(self) -> int:
         """The epoch of the journal this replica last saw (a single node:
         how many times it started), etcd's raft term in response headers."""
-        return self.committer.raft_term
+        return self.committer.term
 
     @property
     def watches(self):

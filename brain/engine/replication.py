@@ -42,9 +42,9 @@ without a failed append, the store is exact and following resumes.
 The committer holds a Replication (a single node's holds one too, that
 never follows) and hands it the turns' delivered records, forwarded
 answers and confirmations; Replication works through the committer's
-public methods (brain.engine.committer: the queue and inboxes, settling,
-publishing, the role) and its lock, and runs on the committer thread
-unless a method says otherwise.
+public methods, as brain.engine.committer_core lists them (the queue and
+inboxes, settling, publishing, the role), and its lock, and runs on the
+committer thread unless a method says otherwise.
 
 Invariant: on a follower, everything in the store is in the journal
 (``committed_rev == store.revision``); on the leader, at most the batch
@@ -59,7 +59,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .. import failpoints
 from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
@@ -67,12 +67,10 @@ from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
 from ..mvcc.store import Store
 from .checkpointing import Checkpointer
+from .committer_core import CommitterCore
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .readindex import ReadBarrier
 from .timeouts import REQUEST_TIMEOUT
-
-if TYPE_CHECKING:
-    from .committer import Committer
 
 log = logging.getLogger("brain.engine.replication")
 
@@ -82,11 +80,11 @@ PROMOTE_ATTEMPTS = 20
 class Replication:
     """The replica's following, forwarding and changes of lead (see the
     module docstring), held by the committer (``_core``) and talking to it
-    through its public methods.  ``barrier`` is None on a single node,
+    through what brain.engine.committer_core lists.  ``barrier`` is None on a single node,
     which leads its local journal from the start and never follows.  Every
     method runs on the committer thread unless it says otherwise."""
 
-    def __init__(self, committer: "Committer", lock: threading.Lock, journal, barrier: ReadBarrier | None,
+    def __init__(self, committer: CommitterCore, lock: threading.Lock, journal, barrier: ReadBarrier | None,
                  checkpointer: Checkpointer, load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self._core = committer
         self._lock = lock  # the committer's: guards the store (see brain.engine.committer)
@@ -197,8 +195,8 @@ class Replication:
             events = store.take_changes()
         self._checkpointer.journaled(nbytes)
         core.publish(store.revision, applied, events)
-        if store.epoch != core.raft_term:
-            core.raft_term = store.epoch
+        if store.epoch != core.term:
+            core.term = store.epoch
             core.role_changed()
         self._release_parked()
 
@@ -237,7 +235,7 @@ class Replication:
         if lease is not None and lease():
             core.settle_decided(admitted, results)
             return
-        term = core.raft_term
+        term = core.term
         self.unwritten_confirmations += 1
 
         def passed(exc) -> None:  # on an engine or journal thread
@@ -252,7 +250,7 @@ class Replication:
             if c.exc is not None:
                 for p in admitted:
                     core.settle(p, None, c.exc)
-            elif core.is_leader and core.raft_term == term:
+            elif core.is_leader and core.term == term:
                 # the journal ended at or before this replica's own records
                 core.settle_results(admitted, c.results)
             else:
@@ -463,7 +461,7 @@ class Replication:
                 break
             core.apply_epoch(payload, journal.last_index)
             self._abandon_writes = False
-            core.raft_term = epoch
+            core.term = epoch
             core.lead()
             log.info("leading the journal from index %d, revision %d (term %d)",
                      core.applied_index, core.committed_rev, epoch)
@@ -489,7 +487,7 @@ class Replication:
         """Become a follower.  ``rebuild``: the store may hold a batch that
         is not in the journal; rebuild it from what is."""
         core = self._core
-        log.warning("stepping down from leading the journal (term %d)%s", core.raft_term,
+        log.warning("stepping down from leading the journal (term %d)%s", core.term,
                     "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
         core.follow_leader()
         self._journal.stop_writing()

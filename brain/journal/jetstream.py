@@ -1,8 +1,8 @@
 """The journal as a NATS JetStream stream, shared by a brain cluster.
 
-Layout: one stream ``<name>_journal`` with one subject ``<name>.journal``,
-file storage, replicated by the NATS cluster (R3 with three servers or
-more).  A record's index is the stream sequence of its (last) message.
+Layout: one stream ``<name>_journal`` with one subject ``<name>.journal``
+(brain.journal.jetstream_stream: its settings, provisioning, the JetStream
+API).  A record's index is the stream sequence of its (last) message.
 Only the leader publishes (every message fenced, below): a replica's read
 barrier is an empty record the leader appends (brain.engine.readindex),
 never a message of its own, which would break the leader's fence.
@@ -35,11 +35,11 @@ server checks the fence first, refused with 10071 while the message at
 S+1 carries our Nats-Msg-Id), or another message is at S+1 and the writer
 is fenced.  Meanwhile ``sync`` raises JournalUnavailableError.
 
-Reading: ``records`` pulls batches through an ephemeral pull consumer (the
-reader's pace sets the flow); ``follow`` tails the stream with an ordered
-push consumer (lowest latency, re-created by the client on any gap).
-``end_index`` asks the stream leader for its last sequence (a new
-leader's catch-up; see its docstring for why reads never use it).
+Reading (brain.journal.jetstream_reading): ``records`` pulls batches
+through an ephemeral pull consumer; ``follow`` tails the stream with an
+ordered push consumer.  ``end_index`` asks the stream leader for its last
+sequence (a new leader's catch-up; see its docstring for why reads never
+use it).
 
 Retention: ``release(upto)`` reports this replica's checkpoint through
 ``on_release`` (brain.cluster records it); the leader purges below the
@@ -58,7 +58,6 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as futures_wait
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .. import clock as lease_clock
@@ -68,13 +67,14 @@ from .errors import (
     JournalPurgedError,
     JournalUnavailableError,
 )
-from .natsio import NatsConnection, when_answering
+from .jetstream_reading import PART_HEADER, follow, pull
+from .jetstream_stream import StreamState, api_error, api_request, provision, stream_state
+from .natsio import NatsConnection
 
 log = logging.getLogger("brain.journal.jetstream")
 
 ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_WRONG_LAST_MSG_ID = 10070
-ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
 # JetStream errors that say "not now" rather than "never": the cluster or the
 # stream has no leader (10008 cluster not available, 10009 not the leader),
@@ -84,7 +84,6 @@ ERR_NO_MESSAGE_FOUND = 10037
 # Out of space (10023) is not among them: like a full local disk, it stops
 # writes until an operator acts.
 TRANSIENT_ERRORS = {10008, 10009, 10158}
-PART_HEADER = "Brain-Part"
 HEADER_ROOM = 512  # bytes of a message left for headers
 ACK_TIMEOUT = 2.0
 # Seconds without an answer before the same publish goes again, beside the
@@ -96,81 +95,6 @@ ACK_TIMEOUT = 2.0
 # answered 10158 and ignored; the de-duplication makes either harmless.
 HEDGE_AFTER = 0.25
 ERR_DUPLICATE_IN_PROCESS = 10158
-FETCH_BATCH = 512
-PULL_WAIT = 30.0  # seconds a read of records the stream has waits for the next of them
-DUPLICATE_WINDOW_SECONDS = 120
-
-
-def stream_names(name: str) -> tuple[str, str]:
-    """(stream, subject) of cluster ``name``'s journal."""
-    return f"{name}_journal", f"{name}.journal"
-
-
-@dataclass(frozen=True)
-class StreamState:
-    first_seq: int
-    last_seq: int
-    messages: int
-    bytes: int
-    replicas: int
-    leader: str | None
-
-
-class StreamSettingsError(JournalError):
-    """The stream exists with settings a journal cannot live with."""
-
-
-def api_error(resp: dict) -> tuple[int, str] | None:
-    err = resp.get("error")
-    if not err:
-        return None
-    return int(err.get("err_code") or 0), str(err.get("description") or err)
-
-
-def required_config(stream: str, subject: str, replicas: int) -> dict:
-    """The stream configuration brain creates (and checks on open)."""
-    return {
-        "name": stream,
-        "subjects": [subject],
-        "retention": "limits",
-        "storage": "file",
-        "num_replicas": replicas,
-        "max_msgs": -1,
-        "max_bytes": -1,
-        "max_age": 0,
-        "max_msgs_per_subject": -1,
-        "max_msg_size": -1,
-        "discard": "old",
-        "duplicate_window": DUPLICATE_WINDOW_SECONDS * 1_000_000_000,
-        "deny_delete": True,
-        "deny_purge": False,
-        "allow_rollup_hdrs": False,
-        "allow_direct": False,
-    }
-
-
-def check_config(stream: str, config: dict) -> None:
-    """Refuse a stream whose settings would lose journal records."""
-    problems = []
-    if config.get("storage") != "file":
-        problems.append(f"storage is {config.get('storage')!r} (a journal needs file storage)")
-    if config.get("retention") not in (None, "limits"):
-        problems.append(f"retention is {config.get('retention')!r} (it must be 'limits')")
-    for limit in ("max_msgs", "max_bytes", "max_msgs_per_subject"):
-        value = config.get(limit, -1)
-        if value not in (-1, 0, None):
-            problems.append(f"{limit} is {value} (records past it would be dropped)")
-    if config.get("max_age"):
-        problems.append(f"max_age is {config['max_age'] / 1e9:g}s (old records would be dropped)")
-    if config.get("allow_rollup_hdrs"):
-        problems.append("allow_rollup_hdrs is on (a rollup would erase records)")
-    if config.get("sealed"):
-        problems.append("the stream is sealed")
-    if problems:
-        raise StreamSettingsError(
-            f"JetStream stream {stream} exists with settings a brain journal cannot use: "
-            + "; ".join(problems)
-            + ". Delete it (nats stream rm) or choose another cluster name in --journal-url.")
 
 
 def _parse_headers(raw: bytes) -> dict[str, str]:
@@ -190,43 +114,6 @@ class _Publish:
         self.data = data
         self.headers = headers
         self.future = None
-
-
-class _Assembler:
-    """Puts records back together from their messages, in stream order."""
-
-    __slots__ = ("parts", "expect")
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.expect = 0  # parts of the record being assembled
-
-    def add(self, seq: int, data: bytes, part: str | None) -> bytes | None:
-        """The record completed by this message, or None."""
-        if part is None:
-            if self.parts:
-                log.warning("dropping a record whose %d of %d parts were published before message %d",
-                            len(self.parts), self.expect, seq)
-                self.parts = []
-            return data
-        k, _, n = part.partition("/")
-        k, n = int(k), int(n)
-        if k == 1:
-            if self.parts:
-                log.warning("dropping an incomplete record before message %d", seq)
-            self.parts, self.expect = [data], n
-        elif self.parts and k == len(self.parts) + 1 and n == self.expect:
-            self.parts.append(data)
-        else:
-            if self.parts:
-                log.warning("dropping an incomplete record at message %d", seq)
-            self.parts = []
-            return None
-        if len(self.parts) == self.expect:
-            record = b"".join(self.parts)
-            self.parts = []
-            return record
-        return None
 
 
 class JetStreamJournal:
@@ -275,42 +162,16 @@ class JetStreamJournal:
         """The journal of cluster ``name``: the stream is created with
         ``replicas`` replicas when missing, and refused when it exists
         with settings that would lose records."""
-        stream, subject = stream_names(name)
-        info = conn.run(_api(conn, f"$JS.API.STREAM.INFO.{stream}", b""), timeout)
-        err = api_error(info)
-        if err and err[0] == ERR_STREAM_NOT_FOUND:
-            if not create:
-                raise JournalError(f"JetStream stream {stream} does not exist")
-            body = json.dumps(required_config(stream, subject, replicas)).encode()
-            info = conn.run(_api(conn, f"$JS.API.STREAM.CREATE.{stream}", body), timeout)
-            err = api_error(info)
-            if err:
-                raise JournalError(f"cannot create JetStream stream {stream}: {err[1]} (code {err[0]})")
-            log.info("created JetStream stream %s (R%d)", stream, replicas)
-        elif err:
-            raise JournalError(f"cannot read JetStream stream {stream}: {err[1]} (code {err[0]})")
-        else:
-            config = info.get("config", {})
-            if config.get("subjects") != [subject]:
-                raise StreamSettingsError(
-                    f"JetStream stream {stream} exists with subjects {config.get('subjects')}, not [{subject}]; "
-                    "it is not a brain journal. Choose another cluster name in --journal-url.")
-            check_config(stream, config)
+        stream, subject, info = provision(conn, name, replicas=replicas, create=create, timeout=timeout)
         journal = cls(conn, stream, subject)
         journal._first = max(1, int(info.get("state", {}).get("first_seq", 1) or 1))
         return journal
 
     def state(self, timeout: float = 5.0) -> StreamState:
-        info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), timeout)
-        err = api_error(info)
-        if err:
-            raise JournalUnavailableError(f"stream info: {err[1]}")
-        st = info.get("state", {})
-        cluster = info.get("cluster", {}) or {}
-        self._first = max(1, int(st.get("first_seq", 1) or 1))
-        return StreamState(self._first, int(st.get("last_seq", 0)), int(st.get("messages", 0)),
-                           int(st.get("bytes", 0)), int(info.get("config", {}).get("num_replicas", 1)),
-                           cluster.get("leader"))
+        state = stream_state(self.conn.run(api_request(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""),
+                                           timeout))
+        self._first = state.first_seq
+        return state
 
     # ------------------------------------------------------------------
     # the Journal contract
@@ -483,7 +344,7 @@ class JetStreamJournal:
 
     def _stream_last(self) -> int:
         try:
-            info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), 5)
+            info = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), 5)
         except Exception as e:  # noqa: BLE001
             raise JournalUnavailableError(f"{self.stream}: cannot read the stream's state: {e!r}") from None
         return int((info.get("state") or {}).get("last_seq", -1))
@@ -502,7 +363,7 @@ class JetStreamJournal:
     def _msg_id_at(self, seq: int) -> str | None:
         body = json.dumps({"seq": seq}).encode()
         try:
-            resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
+            resp = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
         except Exception as e:  # noqa: BLE001
             raise JournalUnavailableError(f"{self.stream}: cannot read message {seq}: {e!r}") from None
         msg = resp.get("message")
@@ -520,48 +381,7 @@ class JetStreamJournal:
             raise JournalPurgedError(
                 f"{self.stream}: records {after_index + 1}..{st.first_seq - 1} were purged; the stream "
                 f"starts at {st.first_seq}", st.first_seq)
-        yield from self._pull(after_index + 1, st.last_seq)
-
-    def _pull(self, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
-        """Records from ``start`` to ``stop``, which the stream said it has.
-        A fetch that brings nothing or fails (a consumer lost with its
-        server, a NATS cluster still placing it) is retried on a new
-        consumer from the next sequence; after PULL_WAIT seconds without a
-        message, JournalUnavailableError."""
-        conn = self.conn
-        assembler = _Assembler()  # kept across consumers: a record may span them
-        seq = start - 1
-        deadline = time.monotonic() + PULL_WAIT
-        while seq < stop:
-            psub = conn.run(when_answering(
-                lambda: _pull_subscribe(conn, self.stream, self.subject, seq + 1),
-                f"{self.stream}: reading from {seq + 1}", PULL_WAIT), PULL_WAIT + 10)
-            try:
-                while seq < stop:
-                    msgs = conn.run(_fetch(psub, min(FETCH_BATCH, stop - seq)), 30)
-                    if not msgs:
-                        break
-                    deadline = time.monotonic() + PULL_WAIT
-                    for m_seq, data, part in msgs:
-                        if m_seq != seq + 1 and seq + 1 < self._first:
-                            raise JournalPurgedError(f"{self.stream}: message {seq + 1} was purged", m_seq)
-                        seq = m_seq
-                        record = assembler.add(m_seq, data, part)
-                        if record is not None:
-                            yield m_seq, record
-                        if seq >= stop:
-                            break
-            finally:
-                try:
-                    conn.run(psub.unsubscribe(), 5)
-                except Exception:  # noqa: BLE001 - the consumer expires on its own
-                    pass
-            if seq < stop:
-                if time.monotonic() >= deadline:
-                    raise JournalUnavailableError(
-                        f"{self.stream}: no messages after {seq} (expected up to {stop}) for {PULL_WAIT:g}s")
-                log.info("%s: reading after %d brought nothing; reading again on a new consumer", self.stream, seq)
-                time.sleep(0.25)
+        yield from pull(self.conn, self.stream, self.subject, after_index + 1, st.last_seq, lambda: self._first)
 
     def release(self, upto_index: int) -> int:
         hook = self.on_release
@@ -573,7 +393,7 @@ class JetStreamJournal:
         """Drop every message with a sequence below ``below`` (leader's
         retention); returns how many were purged."""
         body = json.dumps({"seq": below}).encode()
-        resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.PURGE.{self.stream}", body), 10)
+        resp = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.PURGE.{self.stream}", body), 10)
         err = api_error(resp)
         if err:
             raise JournalError(f"{self.stream}: purge below {below}: {err[1]}")
@@ -592,7 +412,7 @@ class JetStreamJournal:
         from its own copy without asking its peers, so a stream leader cut
         off from its quorum, until it notices (NATS's lost-quorum interval,
         10 s), reports an end a newer stream leader has already passed."""
-        fut = self.conn.submit(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.ack_timeout))
+        fut = self.conn.submit(api_request(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.ack_timeout))
 
         def done(f) -> None:
             try:
@@ -626,7 +446,8 @@ class JetStreamJournal:
                 first))
             return
         stop = threading.Event()
-        fut = self.conn.submit(_follow(self, after_index, deliver, failed, stop))
+        fut = self.conn.submit(follow(self.conn, self.stream, self.subject, after_index, deliver, failed, stop,
+                                      lambda: self._first))
         self._follower = (fut, stop)
 
     def stop_following(self) -> None:
@@ -650,23 +471,6 @@ class JetStreamJournal:
 # coroutines (run on the connection's loop)
 
 
-def jetstream_api(conn: NatsConnection, subject: str, payload: dict | None = None, timeout: float = 5.0) -> dict:
-    """(any thread but the connection's) One JetStream API request, its
-    decoded reply; an error reply (``api_error``) is returned, not raised."""
-    body = json.dumps(payload).encode() if payload is not None else b""
-    return conn.run(_api(conn, subject, body, timeout), timeout + 1)
-
-
-async def _api(conn: NatsConnection, subject: str, body: bytes, timeout: float = 5.0) -> dict:
-    import nats.errors
-
-    try:
-        msg = await conn.request(subject, body, timeout=timeout)
-    except nats.errors.NoRespondersError:
-        return {"error": {"err_code": 0, "description": "no responders (JetStream has no leader for this stream)"}}
-    return json.loads(msg.data or b"{}")
-
-
 async def _publish(conn: NatsConnection, subject: str, pub: _Publish, timeout: float) -> dict | None:
     """The ack (or API error) as a dict; None when no answer came."""
     import nats.errors
@@ -680,63 +484,3 @@ async def _publish(conn: NatsConnection, subject: str, pub: _Publish, timeout: f
         log.debug("publish error: %r", e)
         return None
     return json.loads(msg.data or b"{}")
-
-
-async def _pull_subscribe(conn: NatsConnection, stream: str, subject: str, start: int):
-    from nats.js import api
-
-    config = api.ConsumerConfig(
-        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start,
-        ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True, num_replicas=1)
-    return await conn.js.pull_subscribe(subject, durable=None, stream=stream, config=config)
-
-
-async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None]]:
-    import nats.errors
-
-    try:
-        msgs = await psub.fetch(batch=want, timeout=5)
-    except (nats.errors.Error, asyncio.TimeoutError) as e:
-        # nothing within the wait, no responders, the consumer gone with its
-        # server (nats.js.errors.APIError is a nats.errors.Error): the caller
-        # reads again on a new consumer
-        log.debug("fetch: %r", e)
-        return []
-    out = []
-    for m in msgs:
-        headers = m.headers or {}
-        out.append((m.metadata.sequence.stream, m.data, headers.get(PART_HEADER)))
-    return out
-
-
-async def _follow(journal: JetStreamJournal, after_index: int, deliver, failed, stop: threading.Event):
-    from nats.js import api
-
-    assembler = _Assembler()
-    expected = [after_index + 1]
-
-    async def on_msg(m) -> None:
-        if stop.is_set():
-            return
-        seq = m.metadata.sequence.stream
-        if seq < expected[0]:
-            return  # redelivered after a consumer reset
-        if seq > expected[0] and expected[0] < journal._first:
-            stop.set()
-            failed(JournalPurgedError(f"{journal.stream}: message {expected[0]} was purged before this "
-                                      f"replica read it", seq))
-            return
-        expected[0] = seq + 1
-        headers = m.headers or {}
-        record = assembler.add(seq, m.data, headers.get(PART_HEADER))
-        if record is not None:
-            deliver(seq, record)
-
-    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_index + 1)
-    try:
-        return await journal.conn.js.subscribe(journal.subject, stream=journal.stream, cb=on_msg,
-                                               ordered_consumer=True, config=config, idle_heartbeat=1.0,
-                                               pending_msgs_limit=-1, pending_bytes_limit=-1)
-    except Exception as e:  # noqa: BLE001 - reported to the engine
-        failed(JournalUnavailableError(f"{journal.stream}: cannot follow from {after_index + 1}: {e!r}"))
-        return None

@@ -22,9 +22,11 @@ use crate::authority::AuthorityFix;
 use crate::calls::{HttpReply, Pending};
 use crate::events::{Event, Peer};
 use crate::grpc;
+use crate::narrowing;
 use crate::pings::{PingGuard, PingPolicy};
 use crate::shared::{Shared, HANDSHAKE_REASONS};
 use crate::tls::{self, TlsState};
+use crate::x509;
 
 pub enum Listener {
     Tcp(std::net::TcpListener),
@@ -101,7 +103,8 @@ where
         let server_name = start.client_hello().server_name().unwrap_or("").to_string();
         start.into_stream(tls.config()).await.map_err(|e| (e, server_name))
     };
-    let stream = match tokio::time::timeout(shared.cfg.handshake_timeout, handshake).await {
+    let (stream, refused) = narrowing::capture(tokio::time::timeout(shared.cfg.handshake_timeout, handshake)).await;
+    let mut stream = match stream {
         Ok(Ok(s)) => s,
         Ok(Err((e, server_name))) => {
             let reason = tls::failure_reason(&e);
@@ -110,16 +113,28 @@ where
                 eprintln!("brain transport: TLS handshake failed ({reason}): {e}");
             }
             let quiet = reason == "closed";
-            shared.queue.push(Event::Rejected { remote, server_name, error: tls::failure_text(&e), quiet });
+            let error = tls::failure_text(&e);
+            shared.queue.push(Event::Rejected { remote, server_name, error, quiet, names: refused });
             return;
         }
         Err(_) => {
             count_handshake_failure(&shared, "timeout");
             let error = format!("tls: no handshake within {:?}", shared.cfg.handshake_timeout);
-            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true });
+            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true, names: None });
             return;
         }
     };
+    let (_, conn) = stream.get_ref();
+    // etcd's CRL check: after the handshake, before a byte is served
+    if let Some((reason, error)) = tls.refusal(conn.peer_certificates()) {
+        count_handshake_failure(&shared, reason);
+        let server_name = conn.server_name().unwrap_or("").to_string();
+        let names = conn.peer_certificates().and_then(|c| c.first()).map(|c| x509::alt_names(c.as_ref()));
+        shared.queue.push(Event::Rejected { remote, server_name, error, quiet: false, names });
+        // close_notify, then the close, as Go's tls.Conn.Close does
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
+        return;
+    }
     let (_, conn) = stream.get_ref();
     let common_name = conn
         .peer_certificates()
