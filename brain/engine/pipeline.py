@@ -178,7 +178,11 @@ class Pipeline:
 
     @property
     def full(self) -> bool:
-        return len(self._in_flight) >= MAX_IN_FLIGHT
+        """No room for another batch: MAX_IN_FLIGHT, or one while some
+        replica would apply a deposed writer's stale messages."""
+        allowed = self._committer.cluster.pipeline_allowed
+        depth = MAX_IN_FLIGHT if allowed is None or allowed() else 1
+        return len(self._in_flight) >= depth
 
     def new_session(self) -> None:
         """Leading begins or ends: whatever the syncer says of earlier

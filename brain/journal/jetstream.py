@@ -10,18 +10,28 @@ never a message of its own, which would break the leader's fence.
 Writing (the leader only).  Each append is one publish carrying
 
     Nats-Expected-Last-Sequence: S     the message must land right after S
-    Nats-Expected-Last-Msg-Id: <id>    ... after this writer's previous message
-                                       (from the second publish after begin_writing)
     Nats-Msg-Id: <nonce>-<S+1>         a retry of it is de-duplicated
+    Brain-Epoch: E                     the writer's epoch (its term)
 
 so a writer that has been deposed (another replica appended meanwhile)
-is refused (API error 10071, or 10070) instead of interleaving with the new
-leader, whatever the clocks say.  Appends are pipelined (several in flight
-while ``sync`` waits for earlier ones: brain.engine.pipeline), and the
-sequence alone would not do then: when a record of ours is refused because
-another writer's took its place, our next record expects exactly that
-place's sequence and would land after the other writer's; it also expects
-our previous message there, and is refused.  A record larger than the server's max_payload
+is refused (API error 10071) instead of interleaving with the new leader,
+whatever the clocks say.  Appends are pipelined (several in flight while
+``sync`` waits for earlier ones: brain.engine.pipeline), and the fence
+alone is not enough then: when a record of ours is refused because the new
+leader's epoch record took its place, our next record, already on its way,
+expects exactly that place's sequence and lands after it.  Such a *stale*
+message is never acknowledged to its writer (the refusal before it fails
+the batch and every later one), and every reader takes it for an empty
+record: readers keep the newest epoch they have seen (from the epoch the
+caller's store is at) and read a message of an older epoch as nothing
+(jetstream_reading.Epochs).  An expectation of the writer's previous
+message ID (Nats-Expected-Last-Msg-Id) would refuse it instead, but
+nats-server checks it again on every stream replica as it applies the
+message, and a replica that caught up from a peer does not know the last
+ID: it stopped applying (seen in tests/cluster with a NATS leader killed).
+The stale message's cost is one election: the new leader's next append
+expects the place it took, is fenced, and the leader after it catches up
+past it.  A record larger than the server's max_payload
 is split into parts, each its own fenced message with a header
 ``Brain-Part: k/n``; readers assemble them and drop a record whose parts
 were never all published (the writer died halfway; its clients were never
@@ -67,14 +77,13 @@ from .errors import (
     JournalPurgedError,
     JournalUnavailableError,
 )
-from .jetstream_reading import PART_HEADER, follow, pull
+from .jetstream_reading import EPOCH_HEADER, PART_HEADER, Epochs, follow, pull
 from .jetstream_stream import StreamState, api_error, api_request, provision, stream_state
 from .natsio import NatsConnection
 
 log = logging.getLogger("brain.journal.jetstream")
 
 ERR_WRONG_LAST_SEQUENCE = 10071
-ERR_WRONG_LAST_MSG_ID = 10070
 ERR_NO_MESSAGE_FOUND = 10037
 # JetStream errors that say "not now" rather than "never": the cluster or the
 # stream has no leader (10008 cluster not available, 10009 not the leader),
@@ -139,7 +148,7 @@ class JetStreamJournal:
         self._unacked: list[_Publish] = []  # in append order, under _lock
         self._lock = threading.Lock()
         self._fenced = False  # a sync found another writer: appends are refused as fenced too
-        self._last_msg_id: str | None = None  # of this writer's last publish (None: none since begin_writing)
+        self._epoch = 0  # the writer's, on each message (0: none, a test's writer)
         self._follower = None  # (subscription future, stop event)
         self._first = 1
         # brain.cluster sets this: ``on_release(index)`` records the
@@ -188,14 +197,14 @@ class JetStreamJournal:
         be below it."""
         return self._last
 
-    def begin_writing(self, last_index: int) -> None:
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
         with self._lock:
             self._writing = True
             self._fenced = False
             self._last = last_index
+            self._epoch = epoch
             self._nonce = secrets.token_hex(8)
             self._unacked = []
-            self._last_msg_id = None
         self.acknowledged_at = -math.inf  # an earlier term's acknowledgements say nothing of this one
 
     def stop_writing(self) -> None:
@@ -227,14 +236,9 @@ class JetStreamJournal:
         with self._lock:
             for k, data in enumerate(parts, 1):
                 seq = first + k - 1
-                msg_id = f"{self._nonce}-{seq}"
-                headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": msg_id}
-                if self._last_msg_id is not None:
-                    # and right after this writer's previous message: with
-                    # several in flight, a sequence alone could be met by
-                    # another writer's message taking the place of ours
-                    headers["Nats-Expected-Last-Msg-Id"] = self._last_msg_id
-                self._last_msg_id = msg_id
+                headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
+                if self._epoch:
+                    headers[EPOCH_HEADER] = str(self._epoch)
                 if n > 1:
                     headers[PART_HEADER] = f"{k}/{n}"
                 pub = _Publish(seq, data, headers)
@@ -268,10 +272,10 @@ class JetStreamJournal:
                     raise JournalFencedError(
                         f"{self.stream}: message stored at {ack.get('seq')}, expected {pub.seq}", int(ack["seq"]))
                 continue
-            if err[0] in (ERR_WRONG_LAST_SEQUENCE, ERR_WRONG_LAST_MSG_ID):
+            if err[0] == ERR_WRONG_LAST_SEQUENCE:
                 if self._landed(pub):
                     continue
-                if self._stream_last() == pub.seq - 1 and self._follows_ours(pub):
+                if self._stream_last() == pub.seq - 1:
                     # our previous message (acknowledged here or by an
                     # earlier sync: appends are pipelined) landed after this
                     # one was judged: this one is not stored, resend it
@@ -351,29 +355,21 @@ class JetStreamJournal:
 
     def _landed(self, pub: _Publish) -> bool:
         """After a refusal: is our message the one at its sequence?"""
-        return self._msg_id_at(pub.seq) == pub.headers["Nats-Msg-Id"]
-
-    def _follows_ours(self, pub: _Publish) -> bool:
-        """Is the message before ``pub``'s place the one ``pub`` expects (our
-        previous one), or does ``pub`` expect no message of ours there (the
-        first publish after begin_writing, fenced on the sequence alone)?"""
-        expected = pub.headers.get("Nats-Expected-Last-Msg-Id")
-        return expected is None or self._msg_id_at(pub.seq - 1) == expected
-
-    def _msg_id_at(self, seq: int) -> str | None:
-        body = json.dumps({"seq": seq}).encode()
+        body = json.dumps({"seq": pub.seq}).encode()
         try:
             resp = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
         except Exception as e:  # noqa: BLE001
-            raise JournalUnavailableError(f"{self.stream}: cannot read message {seq}: {e!r}") from None
+            raise JournalUnavailableError(f"{self.stream}: cannot read message {pub.seq}: {e!r}") from None
         msg = resp.get("message")
         if not msg:
-            return None
+            return False
         headers = _parse_headers(base64.b64decode(msg.get("hdrs", "") or b""))
-        return headers.get("Nats-Msg-Id")
+        return headers.get("Nats-Msg-Id") == pub.headers["Nats-Msg-Id"]
 
-    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
-        """The records after ``after_index`` that exist now, in order."""
+    def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
+        """The records after ``after_index`` that exist now, in order; a
+        message of an epoch older than the newest seen, starting from
+        ``epoch``, reads as an empty record (the module docstring)."""
         st = self.state()
         if st.last_seq <= after_index:
             return
@@ -381,7 +377,8 @@ class JetStreamJournal:
             raise JournalPurgedError(
                 f"{self.stream}: records {after_index + 1}..{st.first_seq - 1} were purged; the stream "
                 f"starts at {st.first_seq}", st.first_seq)
-        yield from pull(self.conn, self.stream, self.subject, after_index + 1, st.last_seq, lambda: self._first)
+        yield from pull(self.conn, self.stream, self.subject, after_index + 1, st.last_seq, lambda: self._first,
+                        Epochs(epoch))
 
     def release(self, upto_index: int) -> int:
         hook = self.on_release
@@ -433,7 +430,7 @@ class JetStreamJournal:
 
         fut.add_done_callback(done)
 
-    def follow(self, after_index: int, deliver, failed) -> None:
+    def follow(self, after_index: int, deliver, failed, epoch: int = 0) -> None:
         self.stop_following()
         try:
             first = self.state().first_seq
@@ -447,7 +444,7 @@ class JetStreamJournal:
             return
         stop = threading.Event()
         fut = self.conn.submit(follow(self.conn, self.stream, self.subject, after_index, deliver, failed, stop,
-                                      lambda: self._first))
+                                      lambda: self._first, Epochs(epoch)))
         self._follower = (fut, stop)
 
     def stop_following(self) -> None:

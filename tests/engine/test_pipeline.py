@@ -112,3 +112,17 @@ def test_a_checkpoint_cuts_the_store_only_once_the_pipeline_drained(leader):
     t.join(WAIT)
     assert done and put.result(WAIT).revision == eng.committed_rev
     assert eng.checkpoint_index() == eng.applied_index == len(stream.records)
+
+
+def test_one_batch_in_flight_while_a_replica_would_apply_stale_messages(leader):
+    """A replica of an older brain (its member entry lacks the feature)
+    would apply a deposed writer's stale messages: the leader keeps one
+    batch in flight, as before the pipeline."""
+    eng, stream, stub = leader
+    stub.epochs_everywhere = False
+    eng.journal.acks.clear()
+    futures = [_in_flight(eng, PutRequest(b"k%d" % i, b"v")) for i in range(3)]
+    time.sleep(0.2)
+    assert len(eng.journal._unsynced) == 1
+    eng.journal.acks.set()
+    assert [f.result(WAIT).revision for f in futures] == sorted(f.result(WAIT).revision for f in futures)

@@ -47,7 +47,7 @@ class MemoryJournal:
     def last_index(self) -> int:
         return self._last
 
-    def begin_writing(self, last_index: int) -> None:
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
         self._writing, self._last, self._unsynced = True, last_index, []
 
     def stop_writing(self) -> None:
@@ -72,7 +72,7 @@ class MemoryJournal:
             s.cv.notify_all()
         self._unsynced = []
 
-    def records(self, after_index: int = 0):
+    def records(self, after_index: int = 0, epoch: int = 0):
         with self.stream.cv:
             held = list(self.stream.records)
         for i in range(after_index, len(held)):
@@ -83,7 +83,7 @@ class MemoryJournal:
             end = len(self.stream.records)
         callback(end, None)
 
-    def follow(self, after_index: int, deliver, failed) -> None:
+    def follow(self, after_index: int, deliver, failed, epoch: int = 0) -> None:
         self.stop_following()
         self._stop = stop = threading.Event()
 
@@ -129,12 +129,14 @@ class ClusterStub:
 
     def __init__(self) -> None:
         self.lease = False
+        self.epochs_everywhere = True  # every replica reads stale messages as empty (appends may be in flight)
 
     def hooks(self):
         from brain.engine import ClusterHooks
 
         return ClusterHooks(forwarder=lambda: None, leader_hint=lambda: 0, has_leader=lambda: True,
-                            election_timeout=1.0, role_changed=lambda: None, read_lease=lambda: self.lease)
+                            election_timeout=1.0, role_changed=lambda: None, read_lease=lambda: self.lease,
+                            pipeline_allowed=lambda: self.epochs_everywhere)
 
 
 
@@ -153,9 +155,9 @@ class PipelinedMemoryJournal(MemoryJournal):
         self._lock = threading.Lock()
         self._fenced = False
 
-    def begin_writing(self, last_index: int) -> None:
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
         with self._lock:
-            super().begin_writing(last_index)
+            super().begin_writing(last_index, epoch)
             self._fenced = False
 
     def stop_writing(self) -> None:
