@@ -85,6 +85,10 @@ class Checkpointer:
         self.journal_bytes += n
         self._last_journaled = time.monotonic()
 
+    def due(self, store) -> bool:
+        """A checkpoint would start now (not while one is being written)."""
+        return self._thread is None and self._due(store)
+
     def _due(self, store) -> bool:
         cfg = self._config
         if self.journal_bytes == 0:

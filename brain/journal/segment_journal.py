@@ -456,7 +456,7 @@ class SegmentJournal:
         """Index of the oldest retained record (last_index + 1 if none)."""
         return self._segments[0].first_index
 
-    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
+    def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
         """Iterate (index, payload) for records after after_index, oldest first.
 
         Covers the records present at call time. Segments that end at or
