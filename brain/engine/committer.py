@@ -88,14 +88,15 @@ class Committer:
     committed view readers see (``store``, ``committed_rev``,
     ``applied_index`` under ``lock``).
 
-    ``make_leader(commit)`` builds the leader's role (lease clocks,
-    auto-compaction) around ``commit``; ``cluster`` (brain.engine.engine.
+    ``make_leader()`` builds the leader's role (lease clocks,
+    auto-compaction); a leader's writes are decided here (``commit``), a
+    follower's forwarded (Replication.forward); ``cluster`` (brain.engine.hooks.
     ClusterHooks) is None on a single node, which leads its local journal
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
                  member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
-                 make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
+                 make_leader: Callable[[], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
         # Guards store, committed_rev and applied_index (readers take it to
@@ -212,7 +213,7 @@ class Committer:
         """Take the leader's role (a replica's promotion)."""
         if self.pipeline is not None:
             self.pipeline.new_session()
-        self.role = self._make_leader(self.commit)
+        self.role = self._make_leader()
 
     def follow_leader(self) -> None:
         """Give up the leader's role (on the committer thread: the
@@ -223,7 +224,7 @@ class Committer:
         self.role = self._new_follower()
 
     def _new_follower(self) -> Follower:
-        return Follower(self.replication.forward, lambda: self.forwarder)
+        return Follower(lambda: self.forwarder)
 
     def role_changed(self) -> None:
         self.leader_changes += 1
@@ -398,7 +399,10 @@ class Committer:
                 self._await_durability(lambda: not self.pipeline.full)
             if batch:
                 try:
-                    self.role.writes(batch)
+                    if self.is_leader:
+                        self.commit(batch)  # decided here
+                    else:
+                        self.replication.forward(batch)  # sent to the leader
                 except BaseException as e:  # never leave callers hanging
                     log.exception("commit failed")
                     self.fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
