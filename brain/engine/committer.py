@@ -48,12 +48,14 @@ from typing import Callable
 
 from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
+from ..mvcc.requests import LeaseGrantRequest
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
+from .limits import Limits
 from .memory import release_free_memory
 from .pending import BatchSink, Pending
 from .readindex import ReadBarrier
@@ -95,6 +97,7 @@ class Committer:
         self._queue: deque[Pending] = deque()
         self._inboxes: dict[type, list] = _empty_inboxes()
         self._stopping = False
+        self.limits = Limits(config.max_leases)  # too many requests, --max-leases
         self.closing = False  # set by the engine before it stops the committer
         self.store = store
         self.committed_rev = store.revision
@@ -126,7 +129,8 @@ class Committer:
                                          journal_bytes=replayed_bytes,
                                          on_full=lambda e: raise_nospace(f"a checkpoint found no space ({e})"))
         self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
-                                    max_queued_events=config.watch_queue_events)
+                                    max_queued_events=config.watch_queue_events,
+                                    max_watchers_per_stream=config.max_watchers_per_stream)
         self.barrier: ReadBarrier | None = None
         if cluster is not None:
             self.barrier = ReadBarrier(self.journal_barrier, lambda: self.applied_index,
@@ -208,17 +212,33 @@ class Committer:
     # ------------------------------------------------------------------
     # the queue and the inboxes
 
-    def enqueue(self, pending: list[Pending]) -> None:
+    def enqueue(self, pending: list[Pending], *, refusable: bool = False) -> None:
+        """Queue writes for the next turn.  ``refusable``: clients' writes,
+        refused with ErrTooManyRequests beyond the pending writes' limit
+        (brain.engine.limits); the engine's own and forwarded ones never are."""
+        refused: list[Pending] = []
         with self._cv:
             if self._stopping:  # settled here, on the caller's thread
                 for p in pending:
                     p.settled = True
                     p.sink.add(p.slot, None, errors.ErrStopped)
                 return
+            if refusable:
+                over = self.limits.too_many_writes(len(self._queue), len(pending))
+                if over:
+                    pending, refused = pending[:len(pending) - over], pending[len(pending) - over:]
             was_empty = not self._queue
             self._queue.extend(pending)
             if was_empty and pending:
                 self._cv.notify()
+        for p in refused:  # settled here, on the caller's thread
+            p.settled = True
+            p.sink.add(p.slot, None, errors.ErrTooManyRequests)
+
+    @property
+    def pending_writes(self) -> int:
+        """Writes queued for the next turn (read without the queue's lock)."""
+        return len(self._queue)
 
     def requeue(self, pending: list[Pending]) -> None:
         """Queue writes again, to be decided in the next turn."""
@@ -442,6 +462,7 @@ class Committer:
         over = quota >= 0 and self.checkpointer.bytes_in_use > quota
         capped = over or self._alarms.has(ALARM_NOSPACE)
         corrupt = self._alarms.has(ALARM_CORRUPT)
+        leases = None  # the store's, plus the grants admitted so far in this batch
         for p in batch:
             if corrupt:
                 self.settle(p, None, errors.ErrCorrupt)
@@ -453,6 +474,15 @@ class Committer:
                 self.settle(p, None, errors.ErrNoSpace)
             elif type(p.request) is JournalBarrier:
                 barriers.append(p)
+            elif type(p.request) is LeaseGrantRequest:
+                if leases is None:
+                    leases = len(self.store.lessor)
+                refusal = self.limits.lease_refusal(p.request, leases)
+                if refusal is not None:
+                    self.settle(p, None, refusal)
+                    continue
+                leases += 1
+                admitted.append(p)
             else:
                 admitted.append(p)
         return admitted, barriers
