@@ -15,6 +15,8 @@ use h2::server::SendResponse;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budget::{ConnBudget, Held};
+
 pub struct HttpReply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -27,12 +29,28 @@ pub enum Cmd {
     Finish(u32, String),
 }
 
-#[derive(Default)]
 pub struct StreamState {
     /// Bytes handed over by Python and not yet given to h2 with window.
     pub queued: AtomicUsize,
     /// Python was told the queue is full: tell it when it drains.
     pub want_writable: AtomicBool,
+    /// In its connection's list of streams to tell when it drains.
+    pub waits_on_connection: AtomicBool,
+    /// The connection's budget, which its queue counts against too.
+    pub conn: Arc<ConnBudget>,
+    pub method: u32,
+}
+
+impl StreamState {
+    pub fn new(conn: Arc<ConnBudget>, method: u32) -> Self {
+        StreamState {
+            method,
+            queued: AtomicUsize::new(0),
+            want_writable: AtomicBool::new(false),
+            waits_on_connection: AtomicBool::new(false),
+            conn,
+        }
+    }
 }
 
 /// A stream's command channel and state, as its task registered them.
@@ -42,7 +60,9 @@ pub struct StreamHandle {
 }
 
 pub enum Pending {
-    Unary(SendResponse<Bytes>),
+    /// A unary call, with its request's bytes reserved on its connection
+    /// until it is answered (brain's --max-connection-bytes).
+    Unary(SendResponse<Bytes>, Option<Held>),
     Stream(StreamHandle),
     Http(oneshot::Sender<HttpReply>),
 }
