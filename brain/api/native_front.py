@@ -191,7 +191,8 @@ class NativeFront:
                  pool: futures.Executor, http=None, watch_service=None, lease_service=None, leader_monitor=None,
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
                  send_queue_bytes: int = 4 << 20, max_concurrent_streams: int = 2**32 - 1,
-                 max_connections: int | None = None, max_connection_bytes: int | None = None) -> None:
+                 max_connections: int | None = None, max_connection_bytes: int | None = None,
+                 transport=None) -> None:
         if _transport is None:
             raise RuntimeError(unavailable_message())
         self.engine = engine
@@ -199,15 +200,20 @@ class NativeFront:
         self.recv_limit = recv_limit
         self.stats = stats
         self.leader_monitor = leader_monitor  # brain.api.require_leader.LeaderMonitor
-        self.transport = _transport.Transport(
-            [(m.path, m.kind) for m in methods], io_threads=io_threads(),
-            # over the limit the transport passes the length, not the body
-            max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
-            keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
-            keepalive_min_time_ms=keepalive_min_time_ms, max_concurrent_streams=max_concurrent_streams,
-            # None: no limit (a raw front in tests); brain serve passes its flags'
-            max_connections=max_connections if max_connections is not None else 2**63 - 1,
-            max_connection_bytes=max_connection_bytes if max_connection_bytes is not None else 2**60)
+        # ``transport``: a stand-in with brain._transport.Transport's face
+        # (events out, answers in) serves the front without sockets
+        # (tests/fuzz drives it so); by default a new Transport.
+        if transport is None:
+            transport = _transport.Transport(
+                [(m.path, m.kind) for m in methods], io_threads=io_threads(),
+                # over the limit the transport passes the length, not the body
+                max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
+                keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
+                keepalive_min_time_ms=keepalive_min_time_ms, max_concurrent_streams=max_concurrent_streams,
+                # None: no limit (a raw front in tests); brain serve passes its flags'
+                max_connections=max_connections if max_connections is not None else 2**63 - 1,
+                max_connection_bytes=max_connection_bytes if max_connection_bytes is not None else 2**60)
+        self.transport = transport
         self.inflight = InFlight()
         self.sessions = Sessions(self.transport, stats, engine=engine, watch_service=watch_service,
                                  lease_service=lease_service, on_dispatch_thread=self._on_dispatch_thread)

@@ -28,7 +28,10 @@ Reads are served at ``committed_rev``: the store may hold a batch whose
 record is not durable yet, which every key's full history hides from a
 read at the committed revision.  A journal failure after a batch was
 applied cannot be rolled back, so the committer then refuses writes
-(``failed``) until restarted; reads go on at the committed revision.
+(``failed``) until restarted; reads go on at the committed revision.  One
+exception: a local journal that refused a record for space is still
+whole, and the store is rebuilt without the batch
+(brain.engine.journal_space).
 
 Lock order, written on the field below: a watch stream's lock (the
 WatchManager's) before ``lock``; ``lock`` is never held while waiting on
@@ -38,30 +41,38 @@ holding ``lock``.
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Callable
 
-from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
-from ..mvcc.requests import LeaseGrantRequest
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
-from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
+from .items import (
+    Confirmation,
+    Control,
+    Delivered,
+    Durable,
+    ForwardOutcome,
+    JournalBarrier,
+    SyncFailed,
+    SyncOverdue,
+)
+from .decide import decide
+from .inline_durability import make_durable
+from .journal_space import JournalSpace
 from .limits import Limits
 from .memory import release_free_memory
 from .pending import BatchSink, Pending
+from .pipeline import InFlight, Pipeline
 from .readindex import ReadBarrier
 from .replication import Replication
 from .roles import Follower, Leader
-from .timeouts import REQUEST_TIMEOUT
 from .watching import WatchManager
 
 log = logging.getLogger("brain.engine")
@@ -78,14 +89,15 @@ class Committer:
     committed view readers see (``store``, ``committed_rev``,
     ``applied_index`` under ``lock``).
 
-    ``make_leader(commit)`` builds the leader's role (lease clocks,
-    auto-compaction) around ``commit``; ``cluster`` (brain.engine.engine.
+    ``make_leader()`` builds the leader's role (lease clocks,
+    auto-compaction); a leader's writes are decided here (``commit``), a
+    follower's forwarded (Replication.forward); ``cluster`` (brain.engine.hooks.
     ClusterHooks) is None on a single node, which leads its local journal
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
                  member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
-                 make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
+                 make_leader: Callable[[], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
         # Guards store, committed_rev and applied_index (readers take it to
@@ -106,7 +118,7 @@ class Committer:
         self.term = term
         self.journal = journal
         self._alarms = alarms
-        self._raise_nospace = raise_nospace
+        self.raise_nospace = raise_nospace
         self._make_leader = make_leader
         self.cluster = cluster
         self._failed: errors.EtcdError | None = None
@@ -128,6 +140,9 @@ class Committer:
         self.checkpointer = Checkpointer(backend, journal, self.lock, config, self.checkpoint_hooks,
                                          journal_bytes=replayed_bytes,
                                          on_full=lambda e: raise_nospace(f"a checkpoint found no space ({e})"))
+        # a single node's local journal: what a full disk under it does
+        self.space = (JournalSpace(self, journal, self.checkpointer, load_store, alarms, raise_nospace)
+                      if cluster is None else None)
         self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
                                     max_queued_events=config.watch_queue_events,
                                     max_watchers_per_stream=config.max_watchers_per_stream)
@@ -137,6 +152,10 @@ class Committer:
                                        ahead=lambda index: self.replication.journal_ahead(index),
                                        max_in_flight=READ_INDEX_IN_FLIGHT)
         self.replication = Replication(self, self.lock, journal, self.barrier, self.checkpointer, load_store)
+        # a leader's batches in flight on a shared journal that takes appends
+        # while it acknowledges earlier ones (brain.engine.pipeline)
+        self.pipeline = Pipeline(self, journal) if cluster is not None and getattr(journal, "pipelined", False) \
+            else None
         # a replica starts following; a single node leads from ``start``
         self.role: Leader | Follower = self._new_follower()
         self._thread = threading.Thread(target=self._run, name="brain-committer", daemon=True)
@@ -149,6 +168,8 @@ class Committer:
             self.lead()
         else:
             self.replication.follow()
+        if self.pipeline is not None:
+            self.pipeline.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -157,7 +178,15 @@ class Committer:
             self._stopping = True
             self._cv.notify()
         self._thread.join()
+        if self.pipeline is not None:
+            self.pipeline.stop()
         self.replication.close()
+
+    def giving_up(self) -> bool:
+        """(any thread) An append whose outcome the journal cannot tell now
+        is given up instead of waited for: the engine closes, or the
+        election was lost (the next leader decides)."""
+        return self.closing or self.stopping or self.replication.abandoning_writes
 
     @property
     def stopping(self) -> bool:
@@ -185,16 +214,20 @@ class Committer:
 
     def lead(self) -> None:
         """Take the leader's role (a replica's promotion)."""
-        self.role = self._make_leader(self.commit)
+        if self.pipeline is not None:
+            self.pipeline.new_session()
+        self.role = self._make_leader()
 
     def follow_leader(self) -> None:
         """Give up the leader's role (on the committer thread: the
         compactor, which may be waiting for a write, is not joined)."""
+        if self.pipeline is not None:
+            self.pipeline.new_session()
         self.role.stop(wait=False)
         self.role = self._new_follower()
 
     def _new_follower(self) -> Follower:
-        return Follower(self.replication.forward, lambda: self.forwarder)
+        return Follower(lambda: self.forwarder)
 
     def role_changed(self) -> None:
         self.leader_changes += 1
@@ -214,30 +247,23 @@ class Committer:
 
     def enqueue(self, pending: list[Pending], *, refusable: bool = False) -> None:
         """Queue writes for the next turn.  ``refusable``: clients' writes,
-        refused with ErrTooManyRequests beyond the pending writes' limit
-        (brain.engine.limits); the engine's own and forwarded ones never are."""
-        refused: list[Pending] = []
+        which brain.engine.limits may refuse (ErrTooManyRequests)."""
         with self._cv:
-            if self._stopping:  # settled here, on the caller's thread
-                for p in pending:
-                    p.settled = True
-                    p.sink.add(p.slot, None, errors.ErrStopped)
-                return
-            if refusable:
-                over = self.limits.too_many_writes(len(self._queue), len(pending))
-                if over:
-                    pending, refused = pending[:len(pending) - over], pending[len(pending) - over:]
+            if self._stopping:
+                pending, refused, error = [], pending, errors.ErrStopped
+            else:
+                pending, refused = self.limits.admit_writes(len(self._queue), pending) if refusable else (pending, [])
+                error = errors.ErrTooManyRequests
             was_empty = not self._queue
             self._queue.extend(pending)
             if was_empty and pending:
                 self._cv.notify()
         for p in refused:  # settled here, on the caller's thread
             p.settled = True
-            p.sink.add(p.slot, None, errors.ErrTooManyRequests)
+            p.sink.add(p.slot, None, error)
 
     @property
-    def pending_writes(self) -> int:
-        """Writes queued for the next turn (read without the queue's lock)."""
+    def pending_writes(self) -> int:  # queued for the next turn (read without the queue's lock)
         return len(self._queue)
 
     def requeue(self, pending: list[Pending]) -> None:
@@ -322,6 +348,14 @@ class Committer:
         for sink in sinks:
             sink.flush()
 
+    def settle_decided(self, admitted: list[Pending], results: list) -> None:
+        """Answer outcomes decided without a record, behind the batches a
+        pipelined journal has in flight (they may have seen their effects)."""
+        if self.pipeline is not None and self.pipeline.busy:
+            self.pipeline.after_appended(InFlight(0, 0, [], admitted, results))
+        else:
+            self.settle_results(admitted, results)
+
     def settle_results(self, admitted: list[Pending], results: list) -> None:
         for p, res in zip(admitted, results):
             if isinstance(res, Exception):  # an EtcdError, or a refused Effects payload's ValueError
@@ -368,12 +402,19 @@ class Committer:
                 self._queue.clear()
                 posted, self._inboxes = self._inboxes, _empty_inboxes()
                 stopping = self._stopping
+            if self.pipeline is not None:
+                self._durability(posted)
             for kind, handle in handlers:
                 if posted[kind]:
                     handle(posted[kind])
+            if batch and self.pipeline is not None and self.pipeline.full and self.is_leader:
+                self._await_durability(lambda: not self.pipeline.full)
             if batch:
                 try:
-                    self.role.writes(batch)
+                    if self.is_leader:
+                        self.commit(batch)  # decided here
+                    else:
+                        self.replication.forward(batch)  # sent to the leader
                 except BaseException as e:  # never leave callers hanging
                     log.exception("commit failed")
                     self.fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
@@ -381,6 +422,8 @@ class Committer:
                         self.settle(p, None, errors.ErrStopped)
             self._maintain()
             self.flush_sinks()
+            if posted[Control] and self.pipeline is not None and self.pipeline.busy:
+                self._await_durability(lambda: not self.pipeline.busy)  # controls see the committed state
             for control in posted[Control]:
                 control.fn()
             if stopping and not batch:
@@ -409,9 +452,43 @@ class Committer:
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
+        if self.space is not None:
+            self.space.maintain()
         if self.replication.maintain():
             return  # no checkpoint of a store about to be replaced
-        self.checkpointer.maintain(self.store, self.applied_index, may_start=self._failed is None)
+        may_start = self._failed is None
+        if may_start and self.pipeline is not None and self.pipeline.busy:
+            # a checkpoint cuts the store at the committed state: drain first,
+            # when one is due (a pipeline under load is never empty by itself)
+            if self.checkpointer.due(self.store):
+                self._await_durability(lambda: not self.pipeline.busy)
+            may_start = not self.pipeline.busy
+        self.checkpointer.maintain(self.store, self.applied_index, may_start=may_start)
+
+    def _durability(self, posted: dict) -> None:
+        """What the syncing thread learned: acknowledged batches published
+        and answered in order, overdue callers told, failures handled."""
+        pipeline = self.pipeline
+        if posted[Durable]:
+            pipeline.durable(posted[Durable])
+        if posted[SyncOverdue]:
+            pipeline.overdue(posted[SyncOverdue])
+        for item in posted[SyncFailed]:
+            pipeline.failed(item)
+
+    def _await_durability(self, done: Callable[[], bool]) -> None:
+        """Wait on the committer for the syncing thread's news until
+        ``done()``: the pipeline has room, or is drained."""
+        kinds = (Durable, SyncOverdue, SyncFailed)
+        while not done():
+            with self._cv:
+                while not any(self._inboxes[k] for k in kinds):
+                    self._cv.wait(0.2)
+                posted = {k: self._inboxes[k] for k in kinds}
+                for k in kinds:
+                    self._inboxes[k] = []
+            self._durability(posted)
+            self.flush_sinks()
 
     # ------------------------------------------------------------------
     # a leader's commit: admit, decide, make durable, publish and settle
@@ -421,20 +498,25 @@ class Committer:
         if not admitted and not barriers:
             return
         with self.lock:
-            results, payload = self._decide(admitted) if admitted else ([], b"")
+            results, payload = decide(self.store, admitted) if admitted else ([], b"")
             new_rev = self.store.revision
             events = self.store.take_changes()
         index = self.applied_index
         # A barrier needs a record even when nothing else is appended: an
         # empty one, which every replica applies as nothing (brain.mvcc.codec).
         appends = bool(payload) or (bool(barriers) and self.barrier is not None)
+        if appends and self.pipeline is not None:
+            # published and answered once acknowledged (brain.engine.pipeline)
+            self.pipeline.append(InFlight(0, new_rev, events, admitted, results, barriers, len(payload)), payload)
+            return
         if appends:
             # the append is fenced on this replica's last record: once it
             # lands, every decision of the batch was made on the whole journal
-            index = self._make_durable(payload, admitted + barriers)
+            index = make_durable(self, payload, admitted + barriers)
             if index is None:
                 return
-        self.publish(new_rev, index, events)
+        if self.pipeline is None:  # (a pipelined store may hold batches still in flight: nothing to publish)
+            self.publish(new_rev, index, events)
         for p in barriers:
             self.settle(p, index)
         if not admitted:
@@ -452,9 +534,12 @@ class Committer:
     def _admit(self, batch: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """The writes to decide, and the barrier requests among them;
         every other one is answered here."""
-        if self._failed is not None:
+        refused = self._failed
+        if refused is None and self.space is not None and self.space.refusing:
+            refused = errors.ErrNoSpace
+        if refused is not None:
             for p in batch:
-                self.settle(p, None, self._failed)
+                self.settle(p, None, refused)
             return [], []
         admitted = []
         barriers = []
@@ -462,125 +547,23 @@ class Committer:
         over = quota >= 0 and self.checkpointer.bytes_in_use > quota
         capped = over or self._alarms.has(ALARM_NOSPACE)
         corrupt = self._alarms.has(ALARM_CORRUPT)
-        leases = None  # the store's, plus the grants admitted so far in this batch
+        grants = self.limits.lease_grants(len(self.store.lessor))  # --max-leases, this batch's grants counted
         for p in batch:
             if corrupt:
                 self.settle(p, None, errors.ErrCorrupt)
             elif capped and adds_data(p.request):
                 if over:
                     over = False  # raise the alarm once per batch
-                    self._raise_nospace(f"backend quota of {quota} bytes exceeded "
+                    self.raise_nospace(f"backend quota of {quota} bytes exceeded "
                                         f"({self.checkpointer.bytes_in_use} in use)")
                 self.settle(p, None, errors.ErrNoSpace)
             elif type(p.request) is JournalBarrier:
                 barriers.append(p)
-            elif type(p.request) is LeaseGrantRequest:
-                if leases is None:
-                    leases = len(self.store.lessor)
-                refusal = self.limits.lease_refusal(p.request, leases)
-                if refusal is not None:
-                    self.settle(p, None, refusal)
-                    continue
-                leases += 1
-                admitted.append(p)
+            elif grants.refuse(p.request):
+                self.settle(p, None, errors.ErrTooManyLeases)
             else:
                 admitted.append(p)
         return admitted, barriers
-
-    def _decide(self, admitted: list[Pending]) -> tuple[list, bytes]:
-        """Apply a batch to the store (lock held): requests are decided,
-        effects payloads are replayed as they are.  Returns one result per
-        pending write and the journal payload of them all."""
-        store = self.store
-        if not any(type(p.request) is Effects for p in admitted):
-            return store.apply([p.request for p in admitted])
-        results: list = []
-        parts: list[bytes] = []
-        run: list = []
-
-        def flush_run() -> None:
-            if run:
-                res, payload = store.apply(run)
-                results.extend(res)
-                parts.append(payload)
-                run.clear()
-
-        for p in admitted:
-            if type(p.request) is not Effects:
-                run.append(p.request)
-                continue
-            flush_run()
-            payload = p.request.payload
-            try:
-                store.check_continues(payload)
-            except ValueError as e:
-                results.append(e)
-                continue
-            store.replay(payload, live=True)
-            results.append(store.revision)
-            parts.append(payload)
-        flush_run()
-        return results, b"".join(parts)
-
-    def _make_durable(self, payload: bytes, admitted: list[Pending]) -> int | None:
-        """Append and sync one batch's record; its journal index.  None: it
-        is not durable and every caller of the batch has been answered."""
-        journal = self.journal
-        try:
-            journal.append(payload)
-            synced = time.perf_counter()
-            self._sync_journal(admitted)
-            synced = time.perf_counter() - synced
-        except JournalFencedError as e:
-            log.warning("another replica wrote to the journal (%s); stepping down", e)
-            for p in admitted:
-                self.settle(p, None, errors.ErrLeaderChanged)
-            self.replication.step_down_now(rebuild=True)
-            return None
-        except JournalUnavailableError as e:
-            if not self.replication.abandoning_writes or self.closing:
-                raise
-            # lost the election while the journal could not say whether the
-            # batch landed: its callers cannot know either
-            log.warning("giving up an append whose outcome is unknown (%s); stepping down", e)
-            for p in admitted:
-                self.settle(p, None, errors.ErrTimeoutDueToLeaderFail)
-            self.replication.step_down_now(rebuild=True)
-            return None
-        except BaseException as e:
-            nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-            err = errors.ErrNoSpace if nospace else errors.ErrStopped
-            log.error("journal write failed (%r); refusing writes until restart", e)
-            self.fail(err, f"journal write failed: {e!r}")
-            if nospace:
-                self._raise_nospace(f"the journal found no space ({e})")
-            for p in admitted:
-                self.settle(p, None, err)
-            return None
-        self.checkpointer.journaled(len(payload))
-        for hook in self.journal_sync_hooks:
-            hook(synced)
-        return journal.last_index
-
-    def _sync_journal(self, admitted: list[Pending]) -> None:
-        """sync(), waiting out a shared journal that cannot be reached: its
-        appends are retried (de-duplicated) until it says whether they
-        landed.  Callers waiting longer than the request timeout are told
-        ErrTimeout meanwhile (they cannot know the outcome either)."""
-        started = time.monotonic()
-        while True:
-            try:
-                self.journal.sync()
-                return
-            except JournalUnavailableError as e:
-                if self.stopping or self.closing or self.replication.abandoning_writes:
-                    raise
-                if time.monotonic() - started > REQUEST_TIMEOUT:
-                    for p in admitted:
-                        self.settle(p, None, errors.ErrTimeout)
-                    self.flush_sinks()
-                log.warning("journal unavailable (%s); retrying the append", e)
-                time.sleep(0.2)
 
     def publish(self, revision: int, index: int, events: list) -> None:
         """Make a batch that is in the journal visible: readers see
@@ -613,4 +596,4 @@ class Committer:
 
 
 def _empty_inboxes() -> dict[type, list]:
-    return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
+    return {kind: [] for kind in (Durable, SyncOverdue, SyncFailed, Delivered, ForwardOutcome, Confirmation, Control)}

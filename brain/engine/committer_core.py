@@ -73,6 +73,9 @@ class CommitterCore(Protocol):
 
     def settle_results(self, admitted: list[Pending], results: list) -> None: ...
 
+    def settle_decided(self, admitted: list[Pending], results: list) -> None:
+        """Answer outcomes decided without a record, behind the batches in flight."""
+
     def flush_sinks(self) -> None: ...
 
     def await_compaction(self, p: Pending, result) -> None: ...

@@ -209,9 +209,9 @@ class Engine:
         return recovery.load_store(self.backend, self.journal, self._boundaries, self.config.max_txn_ops,
                                    upto_index)
 
-    def _make_leader(self, commit) -> Leader:
-        """The leader's role around the committer's ``commit``: lease clocks
-        and auto-compaction run where writes are decided."""
+    def _make_leader(self) -> Leader:
+        """The leader's role: lease clocks and auto-compaction run where
+        writes are decided."""
         cfg = self.config
         keeper = LeaseKeeper(self._expire_lease)
         # Lease clocks: every recovered lease gets its full TTL from now.
@@ -220,7 +220,7 @@ class Engine:
             keeper.start()
         compactor = Compactor(cfg.auto_compaction_mode, self._retention, lambda: self.committed_rev, self.compact)
         compactor.start()
-        return Leader(commit, keeper, compactor, committed_revision=lambda: self.committed_rev,
+        return Leader(keeper, compactor, committed_revision=lambda: self.committed_rev,
                       attached_keys=self._attached_keys)
 
     def _attached_keys(self, lease_id: int) -> list[bytes]:
@@ -525,11 +525,19 @@ class Engine:
 
     def alarm_activate(self, member_id: int, alarm: int) -> bool:
         """Raise an alarm (stored with the data); False if already raised."""
-        return self.alarms.raise_alarm(member_id, alarm)
+        return self._store_alarms(lambda: self.alarms.raise_alarm(member_id, alarm))
 
     def alarm_deactivate(self, member_id: int, alarm: int) -> bool:
-        """Clear an alarm; False if it was not raised."""
-        return self.alarms.clear_alarm(member_id, alarm)
+        """Clear an alarm; False if it was not raised.  On a disk still
+        full it stays raised: etcd's NOSPACE error."""
+        return self._store_alarms(lambda: self.alarms.clear_alarm(member_id, alarm))
+
+    def _store_alarms(self, change) -> bool:
+        try:
+            return change()
+        except backend_mod.BackendFullError as e:
+            log.warning("the alarms could not be stored: %s", e)
+            raise errors.ErrNoSpace.fresh() from e
 
     def history(self) -> History:
         """The committed history, for readers that walk it while writes go

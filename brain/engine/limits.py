@@ -18,7 +18,6 @@ A refused request never reaches the store or the journal.
 
 from __future__ import annotations
 
-from ..mvcc import errors
 from ..mvcc.requests import LeaseGrantRequest
 
 # etcd: maxGapBetweenApplyAndCommitIndex (server/etcdserver/v3_server.go)
@@ -35,19 +34,38 @@ class Limits:
         self.writes_refused = 0
         self.grants_refused = 0
 
-    def too_many_writes(self, pending: int, arriving: int) -> int:
-        """How many of ``arriving`` writes must be refused with
-        ErrTooManyRequests when ``pending`` are queued already."""
-        over = max(0, pending + arriving - self.max_pending_writes)
-        over = min(over, arriving)
-        self.writes_refused += over
-        return over
+    def admit_writes(self, pending: int, arriving: list) -> tuple[list, list]:
+        """(admitted, refused) of ``arriving`` client writes when ``pending``
+        are queued already: the last ones beyond the limit are refused."""
+        keep = max(0, self.max_pending_writes - pending)
+        if keep >= len(arriving):
+            return arriving, []
+        self.writes_refused += len(arriving) - keep
+        return arriving[:keep], arriving[keep:]
 
-    def lease_refusal(self, request, leases: int) -> errors.EtcdError | None:
-        """ErrTooManyLeases for a grant that would make more than
-        --max-leases (``leases``: those there are, counting the batch's
-        grants admitted before it), else None."""
-        if type(request) is LeaseGrantRequest and leases >= self.max_leases:
-            self.grants_refused += 1
-            return errors.ErrTooManyLeases
-        return None
+    def lease_grants(self, leases: int) -> "LeaseGrants":
+        """What one commit batch's grants are checked with, ``leases``
+        being the store's now."""
+        return LeaseGrants(self, leases)
+
+
+class LeaseGrants:
+    """The grants of one commit batch: each admitted one counts, so that a
+    batch cannot take the store past --max-leases."""
+
+    __slots__ = ("limits", "leases")
+
+    def __init__(self, limits: Limits, leases: int) -> None:
+        self.limits = limits
+        self.leases = leases
+
+    def refuse(self, request) -> bool:
+        """True for a grant that would make more than --max-leases (answer
+        it ErrTooManyLeases); an admitted grant is counted."""
+        if type(request) is not LeaseGrantRequest:
+            return False
+        if self.leases >= self.limits.max_leases:
+            self.limits.grants_refused += 1
+            return True
+        self.leases += 1
+        return False

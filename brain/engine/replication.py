@@ -120,7 +120,8 @@ class Replication:
         """Start receiving the journal's records after the applied index."""
         self._follow_error = None
         self._following = True
-        self._journal.follow(self._core.applied_index, self._deliver, self._follow_failed)
+        self._journal.follow(self._core.applied_index, self._deliver, self._follow_failed,
+                             epoch=self._core.store.epoch)
 
     def _deliver(self, index: int, payload: bytes) -> None:
         """(journal thread) A record to apply."""
@@ -233,7 +234,7 @@ class Replication:
         core = self._core
         lease = core.read_lease
         if lease is not None and lease():
-            core.settle_results(admitted, results)
+            core.settle_decided(admitted, results)
             return
         term = core.term
         self.unwritten_confirmations += 1
@@ -444,9 +445,9 @@ class Replication:
                     log.warning("not taking the lead: this replica's hold on the election key ended before "
                                 "its epoch record could be appended (the journal ends at index %d)", end)
                     break
-                journal.begin_writing(core.applied_index)
-                enc = BatchEncoder()
                 epoch = core.store.epoch + 1
+                journal.begin_writing(core.applied_index, epoch)
+                enc = BatchEncoder()
                 enc.epoch(epoch, core.member_id)
                 payload = enc.finish()
                 journal.append(payload)
@@ -473,7 +474,8 @@ class Replication:
     def _catch_up(self, end: int) -> None:
         """Apply the journal's records up to ``end`` (promotion)."""
         batch: list = []
-        for index, payload in self._journal.records(after_index=self._core.applied_index):
+        for index, payload in self._journal.records(after_index=self._core.applied_index,
+                                                    epoch=self._core.store.epoch):
             batch.append(Delivered(index, payload))
             if len(batch) >= 256 or index >= end:
                 self.apply_records(batch)

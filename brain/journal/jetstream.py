@@ -11,10 +11,27 @@ Writing (the leader only).  Each append is one publish carrying
 
     Nats-Expected-Last-Sequence: S     the message must land right after S
     Nats-Msg-Id: <nonce>-<S+1>         a retry of it is de-duplicated
+    Brain-Epoch: E                     the writer's epoch (its term)
 
 so a writer that has been deposed (another replica appended meanwhile)
 is refused (API error 10071) instead of interleaving with the new leader,
-whatever the clocks say.  A record larger than the server's max_payload
+whatever the clocks say.  Appends are pipelined (several in flight while
+``sync`` waits for earlier ones: brain.engine.pipeline), and the fence
+alone is not enough then: when a record of ours is refused because the new
+leader's epoch record took its place, our next record, already on its way,
+expects exactly that place's sequence and lands after it.  Such a *stale*
+message is never acknowledged to its writer (the refusal before it fails
+the batch and every later one), and every reader takes it for an empty
+record: readers keep the newest epoch they have seen (from the epoch the
+caller's store is at) and read a message of an older epoch as nothing
+(jetstream_reading.Epochs).  An expectation of the writer's previous
+message ID (Nats-Expected-Last-Msg-Id) would refuse it instead, but
+nats-server checks it again on every stream replica as it applies the
+message, and a replica that caught up from a peer does not know the last
+ID: it stopped applying (seen in tests/cluster with a NATS leader killed).
+The stale message's cost is one election: the new leader's next append
+expects the place it took, is fenced, and the leader after it catches up
+past it.  A record larger than the server's max_payload
 is split into parts, each its own fenced message with a header
 ``Brain-Part: k/n``; readers assemble them and drop a record whose parts
 were never all published (the writer died halfway; its clients were never
@@ -60,7 +77,7 @@ from .errors import (
     JournalPurgedError,
     JournalUnavailableError,
 )
-from .jetstream_reading import PART_HEADER, follow, pull
+from .jetstream_reading import EPOCH_HEADER, PART_HEADER, Epochs, follow, pull
 from .jetstream_stream import StreamState, api_error, api_request, provision, stream_state
 from .natsio import NatsConnection
 
@@ -109,7 +126,15 @@ class _Publish:
 
 
 class JetStreamJournal:
-    """A shared journal on a JetStream stream (see the module docstring)."""
+    """A shared journal on a JetStream stream (see the module docstring).
+
+    Pipelined: the writer may append while an earlier ``sync`` still waits
+    (the committer decides and publishes the next batches while a syncing
+    thread waits for the acknowledgements of the last ones); ``sync``
+    waits for what was appended before it was called.  ``_lock`` guards
+    the list of publishes not yet acknowledged between the two."""
+
+    pipelined = True
 
     def __init__(self, conn: NatsConnection, stream: str, subject: str, *, ack_timeout: float = ACK_TIMEOUT) -> None:
         self.conn = conn
@@ -120,7 +145,10 @@ class JetStreamJournal:
         self._writing = False
         self._last = 0  # writer: index of the last record appended
         self._nonce = ""
-        self._unacked: list[_Publish] = []
+        self._unacked: list[_Publish] = []  # in append order, under _lock
+        self._lock = threading.Lock()
+        self._fenced = False  # a sync found another writer: appends are refused as fenced too
+        self._epoch = 0  # the writer's, on each message (0: none, a test's writer)
         self._follower = None  # (subscription future, stop event)
         self._first = 1
         # brain.cluster sets this: ``on_release(index)`` records the
@@ -169,19 +197,33 @@ class JetStreamJournal:
         be below it."""
         return self._last
 
-    def begin_writing(self, last_index: int) -> None:
-        self._writing = True
-        self._last = last_index
-        self._nonce = secrets.token_hex(8)
-        self._unacked = []
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
+        with self._lock:
+            self._writing = True
+            self._fenced = False
+            self._last = last_index
+            self._epoch = epoch
+            self._nonce = secrets.token_hex(8)
+            self._unacked = []
         self.acknowledged_at = -math.inf  # an earlier term's acknowledgements say nothing of this one
 
     def stop_writing(self) -> None:
-        self._writing = False
-        self._unacked = []
+        with self._lock:
+            self._writing = False
+            self._unacked = []
+
+    def _stop_fenced(self) -> None:
+        """Another writer appended: nothing more of ours can land."""
+        with self._lock:
+            self._writing = False
+            self._fenced = True
+            self._unacked = []
 
     def append(self, payload: bytes) -> int:
         if not self._writing:
+            if self._fenced:
+                raise JournalFencedError(f"{self.stream}: another writer appended (found by an earlier sync)",
+                                         self._last)
             raise JournalError(f"{self.stream}: not writing (only the leader appends)")
         chunk = self._chunk
         parts = [payload[i:i + chunk] for i in range(0, len(payload), chunk)] or [b""]
@@ -191,14 +233,17 @@ class JetStreamJournal:
         # its way another thread may see it stored, in the stream or on a
         # follower, while this one has not yet moved on.
         self._last = first + n - 1
-        for k, data in enumerate(parts, 1):
-            seq = first + k - 1
-            headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
-            if n > 1:
-                headers[PART_HEADER] = f"{k}/{n}"
-            pub = _Publish(seq, data, headers)
-            self._send(pub)
-            self._unacked.append(pub)
+        with self._lock:
+            for k, data in enumerate(parts, 1):
+                seq = first + k - 1
+                headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
+                if self._epoch:
+                    headers[EPOCH_HEADER] = str(self._epoch)
+                if n > 1:
+                    headers[PART_HEADER] = f"{k}/{n}"
+                pub = _Publish(seq, data, headers)
+                self._send(pub)
+                self._unacked.append(pub)
         self.appended += 1
         return self._last
 
@@ -206,9 +251,14 @@ class JetStreamJournal:
         pub.future = self.conn.submit(_publish(self.conn, self.subject, pub, self.ack_timeout))
 
     def sync(self) -> None:
-        """Wait for every publish since the last sync (see the module
-        docstring for the outcomes)."""
-        pending = self._unacked
+        """Wait for every publish appended before this call and not yet
+        acknowledged (see the module docstring for the outcomes); appends
+        made meanwhile wait for the next sync."""
+        with self._lock:
+            if self._fenced:  # an earlier sync found another writer: what was appended since cannot land
+                raise JournalFencedError(f"{self.stream}: another writer appended (found by an earlier sync)",
+                                         self._last)
+            pending = list(self._unacked)
         retry = False
         for i, pub in enumerate(pending):
             ack = self._answer(pub)
@@ -218,20 +268,20 @@ class JetStreamJournal:
             err = api_error(ack)
             if err is None:
                 if int(ack.get("seq", 0)) != pub.seq:
-                    self._writing = False
+                    self._stop_fenced()
                     raise JournalFencedError(
                         f"{self.stream}: message stored at {ack.get('seq')}, expected {pub.seq}", int(ack["seq"]))
                 continue
             if err[0] == ERR_WRONG_LAST_SEQUENCE:
                 if self._landed(pub):
                     continue
-                if i > 0 and self._stream_last() == pub.seq - 1:
-                    # our previous message (acknowledged above) landed after
-                    # this one was judged: this one is not stored, resend it
+                if self._stream_last() == pub.seq - 1:
+                    # our previous message (acknowledged here or by an
+                    # earlier sync: appends are pipelined) landed after this
+                    # one was judged: this one is not stored, resend it
                     retry = True
                     break
-                self._writing = False
-                self._unacked = []
+                self._stop_fenced()
                 raise JournalFencedError(f"{self.stream}: {err[1]} (another writer appended after index "
                                          f"{pub.seq - 1})", pub.seq - 1)
             if err[0] in TRANSIENT_ERRORS:
@@ -241,21 +291,25 @@ class JetStreamJournal:
                 break
             # any other API error: the stream refused it for good (too large,
             # sealed, out of space): the batch is not durable
-            self._writing = False
-            self._unacked = []
+            self.stop_writing()
             raise JournalError(f"{self.stream}: publish refused: {err[1]} (code {err[0]})")
         if retry:
-            # resend the unresolved publishes (same ids and fences), in order
-            rest = pending[i:]
+            # resend the unresolved publishes (same ids and fences), in
+            # order, the ones appended since too
             self.retries += 1
-            for pub in rest:
-                self._send(pub)
-            self._unacked = rest
-            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {rest[0].seq} "
+            with self._lock:
+                if self._unacked[:len(pending)] == pending:  # (not cleared by stop_writing meanwhile)
+                    del self._unacked[:i]
+                rest = list(self._unacked)
+                for pub in rest:
+                    self._send(pub)
+            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {pending[i].seq} "
                                           f"within {self.ack_timeout:g}s; retrying")
         if pending:
             self.acknowledged_at = lease_clock.now()
-        self._unacked = []
+        with self._lock:
+            if self._unacked[:len(pending)] == pending:
+                del self._unacked[:len(pending)]
 
     def _answer(self, pub: _Publish) -> dict | None:
         """The first answer to ``pub`` that decides something (an ack, an
@@ -312,8 +366,10 @@ class JetStreamJournal:
         headers = _parse_headers(base64.b64decode(msg.get("hdrs", "") or b""))
         return headers.get("Nats-Msg-Id") == pub.headers["Nats-Msg-Id"]
 
-    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
-        """The records after ``after_index`` that exist now, in order."""
+    def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
+        """The records after ``after_index`` that exist now, in order; a
+        message of an epoch older than the newest seen, starting from
+        ``epoch``, reads as an empty record (the module docstring)."""
         st = self.state()
         if st.last_seq <= after_index:
             return
@@ -321,7 +377,8 @@ class JetStreamJournal:
             raise JournalPurgedError(
                 f"{self.stream}: records {after_index + 1}..{st.first_seq - 1} were purged; the stream "
                 f"starts at {st.first_seq}", st.first_seq)
-        yield from pull(self.conn, self.stream, self.subject, after_index + 1, st.last_seq, lambda: self._first)
+        yield from pull(self.conn, self.stream, self.subject, after_index + 1, st.last_seq, lambda: self._first,
+                        Epochs(epoch))
 
     def release(self, upto_index: int) -> int:
         hook = self.on_release
@@ -373,7 +430,7 @@ class JetStreamJournal:
 
         fut.add_done_callback(done)
 
-    def follow(self, after_index: int, deliver, failed) -> None:
+    def follow(self, after_index: int, deliver, failed, epoch: int = 0) -> None:
         self.stop_following()
         try:
             first = self.state().first_seq
@@ -387,7 +444,7 @@ class JetStreamJournal:
             return
         stop = threading.Event()
         fut = self.conn.submit(follow(self.conn, self.stream, self.subject, after_index, deliver, failed, stop,
-                                      lambda: self._first))
+                                      lambda: self._first, Epochs(epoch)))
         self._follower = (fut, stop)
 
     def stop_following(self) -> None:

@@ -4,7 +4,10 @@ an ordered push consumer (lowest latency, re-created by the client on any
 gap).  A record larger than a message comes in parts, each a message with
 the header ``Brain-Part: k/n``; ``Assembler`` puts them back together and
 drops a record whose parts were never all published (its writer died
-halfway; its clients were never answered)."""
+halfway; its clients were never answered).  ``Epochs`` reads a message
+that a deposed writer had on its way, which landed after the next writer's
+epoch (``Brain-Epoch`` older than the newest seen), as an empty record:
+never acknowledged to its writer, it holds nothing anyone saw."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from .natsio import NatsConnection, when_answering
 log = logging.getLogger("brain.journal.jetstream")
 
 PART_HEADER = "Brain-Part"
+EPOCH_HEADER = "Brain-Epoch"
 FETCH_BATCH = 512
 PULL_WAIT = 30.0  # seconds a read of records the stream has waits for the next of them
 
@@ -61,8 +65,29 @@ class Assembler:
         return None
 
 
+class Epochs:
+    """The newest writer's epoch seen in the stream, from the reader's
+    store's (``epoch``); a message of an older epoch is stale.  Messages
+    without the header (a test's writer, or a brain before epochs were
+    written) are never stale: such writers had one record in flight."""
+
+    __slots__ = ("newest",)
+
+    def __init__(self, epoch: int) -> None:
+        self.newest = epoch
+
+    def stale(self, header: str | None) -> bool:
+        if header is None:
+            return False
+        epoch = int(header)
+        if epoch < self.newest:
+            return True
+        self.newest = epoch
+        return False
+
+
 def pull(conn: NatsConnection, stream: str, subject: str, start: int, stop: int,
-         first_index: Callable[[], int]) -> Iterator[tuple[int, bytes]]:
+         first_index: Callable[[], int], epochs: Epochs) -> Iterator[tuple[int, bytes]]:
     """Records from ``start`` to ``stop``, which the stream said it has.
     A fetch that brings nothing or fails (a consumer lost with its
     server, a NATS cluster still placing it) is retried on a new
@@ -81,10 +106,15 @@ def pull(conn: NatsConnection, stream: str, subject: str, start: int, stop: int,
                 if not msgs:
                     break
                 deadline = time.monotonic() + PULL_WAIT
-                for m_seq, data, part in msgs:
+                for m_seq, data, part, epoch in msgs:
                     if m_seq != seq + 1 and seq + 1 < first_index():
                         raise JournalPurgedError(f"{stream}: message {seq + 1} was purged", m_seq)
                     seq = m_seq
+                    if epochs.stale(epoch):
+                        log.warning("%s: message %d was written in epoch %s, older than %d: read as an empty "
+                                    "record (a deposed writer's)", stream, m_seq, epoch, epochs.newest)
+                        yield m_seq, b""
+                        continue
                     record = assembler.add(m_seq, data, part)
                     if record is not None:
                         yield m_seq, record
@@ -112,7 +142,7 @@ async def _pull_subscribe(conn: NatsConnection, stream: str, subject: str, start
     return await conn.js.pull_subscribe(subject, durable=None, stream=stream, config=config)
 
 
-async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None]]:
+async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None, str | None]]:
     import nats.errors
 
     try:
@@ -126,12 +156,12 @@ async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None]]:
     out = []
     for m in msgs:
         headers = m.headers or {}
-        out.append((m.metadata.sequence.stream, m.data, headers.get(PART_HEADER)))
+        out.append((m.metadata.sequence.stream, m.data, headers.get(PART_HEADER), headers.get(EPOCH_HEADER)))
     return out
 
 
 async def follow(conn: NatsConnection, stream: str, subject: str, after_index: int, deliver, failed,
-                 stop: threading.Event, first_index: Callable[[], int]):
+                 stop: threading.Event, first_index: Callable[[], int], epochs: Epochs):
     """(on the connection's loop) Records after ``after_index`` handed to
     ``deliver(index, record)`` as the stream gets them, through an ordered
     push consumer; ``failed(exc)`` when it cannot go on.  The subscription,
@@ -154,6 +184,11 @@ async def follow(conn: NatsConnection, stream: str, subject: str, after_index: i
             return
         expected[0] = seq + 1
         headers = m.headers or {}
+        if epochs.stale(headers.get(EPOCH_HEADER)):
+            log.warning("%s: message %d was written in an epoch older than %d: read as an empty record "
+                        "(a deposed writer's)", stream, seq, epochs.newest)
+            deliver(seq, b"")
+            return
         record = assembler.add(seq, m.data, headers.get(PART_HEADER))
         if record is not None:
             deliver(seq, record)

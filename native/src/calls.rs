@@ -7,7 +7,7 @@
 //! way: server.rs -> grpc.rs -> calls.rs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,7 +15,17 @@ use h2::server::SendResponse;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::budget::{ConnBudget, Held};
+use crate::budget::{self, Held};
+use crate::events::{Event, EventQueue};
+
+/// A connection's budget (budget.rs), whose parked streams are `Waiting`.
+pub type ConnBudget = budget::ConnBudget<Waiting>;
+
+/// A stream that was told "full" because of its connection.
+pub struct Waiting {
+    pub id: u64,
+    pub state: Arc<StreamState>,
+}
 
 pub struct HttpReply {
     pub status: u16,
@@ -51,6 +61,50 @@ impl StreamState {
             conn,
         }
     }
+
+    /// Bytes this stream may be sent before it is full: its own queue's
+    /// room under `stream_limit`, or its connection's if less.
+    pub fn room(&self, stream_limit: usize) -> usize {
+        stream_limit.saturating_sub(self.queued.load(Ordering::SeqCst)).min(self.conn.room())
+    }
+}
+
+/// A stream that was told "full" and is back under its own limit: it is
+/// told it may send now, or once its connection is under half its budget.
+pub fn writable_or_wait(w: Waiting, queue: &EventQueue) {
+    let (id, state) = (w.id, w.state.clone());
+    if state.conn.over_half() {
+        wait_for_drain(w);
+        // drained meanwhile: that drain may have taken the list before this
+        if state.conn.over_half() {
+            return;
+        }
+    }
+    if state.want_writable.swap(false, Ordering::SeqCst) {
+        queue.push(Event::Writable { id, method: state.method });
+    }
+}
+
+/// Tell this stream when its connection is back under half its budget.
+pub fn wait_for_drain(w: Waiting) {
+    if !w.state.waits_on_connection.swap(true, Ordering::SeqCst) {
+        let conn = w.state.conn.clone();
+        conn.park(w);
+    }
+}
+
+/// `n` queued bytes of a connection left; once under half its budget, the
+/// streams that were told "full" because of it and are under their own
+/// limits (`stream_limit`) are told they may send.
+pub fn sub_queued(conn: &ConnBudget, n: usize, stream_limit: usize, queue: &EventQueue) {
+    let mut events = Vec::new();
+    for w in conn.sub_queued(n) {
+        w.state.waits_on_connection.store(false, Ordering::SeqCst);
+        if w.state.queued.load(Ordering::SeqCst) <= stream_limit / 2 && w.state.want_writable.swap(false, Ordering::SeqCst) {
+            events.push(Event::Writable { id: w.id, method: w.state.method });
+        }
+    }
+    queue.push_many(events);
 }
 
 /// A stream's command channel and state, as its task registered them.

@@ -1,4 +1,5 @@
-//! gRPC over HTTP/2: message framing, statuses, and the per-call tasks.
+//! gRPC over HTTP/2: statuses and the per-call tasks (message framing:
+//! brain-wire's framing, native/wire).
 //!
 //! A unary (or server-streaming) call's task reads its one request message,
 //! files the call's `SendResponse` in the registry (calls.rs) and hands the call to
@@ -15,14 +16,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use brain_wire::framing::{Decoded, Decoder};
+pub use brain_wire::framing::{frame, frames};
+use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use tokio::sync::mpsc;
 
-use crate::budget::{ConnBudget, Held, Waiting};
-use crate::calls::{Cmd, Pending, StreamHandle, StreamState};
+use crate::budget::Held;
+use crate::calls::{self, Cmd, ConnBudget, Pending, StreamHandle, StreamState, Waiting};
 use crate::events::{Event, Peer};
 use crate::shared::Shared;
 
@@ -32,28 +35,6 @@ pub const KIND_BIDI: u8 = 2;
 
 pub const UNIMPLEMENTED: u32 = 12;
 pub const INTERNAL: u32 = 13;
-
-/// `[flag][u32 length][message]`, the gRPC length-prefixed message.
-pub fn frame(msg: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(5 + msg.len());
-    b.put_u8(0);
-    b.put_u32(msg.len() as u32);
-    b.put_slice(msg);
-    b.freeze()
-}
-
-/// Several messages framed into one buffer: one allocation however many
-/// (a watch poll hands over hundreds of small responses at once).
-pub fn frames<M: AsRef<[u8]>>(msgs: &[M]) -> Bytes {
-    let mut b = BytesMut::with_capacity(msgs.iter().map(|m| 5 + m.as_ref().len()).sum());
-    for m in msgs {
-        let m = m.as_ref();
-        b.put_u8(0);
-        b.put_u32(m.len() as u32);
-        b.put_slice(m);
-    }
-    b.freeze()
-}
 
 /// grpc-message is percent-encoded: bytes outside printable ASCII and '%'.
 pub fn percent_encode(msg: &str) -> String {
@@ -97,81 +78,6 @@ pub fn respond_ok(mut respond: SendResponse<Bytes>, msg: &[u8]) {
     if let Ok(mut send) = respond.send_response(response_headers(), false) {
         let _ = send.send_data(frame(msg), false);
         let _ = send.send_trailers(status_trailers(0, ""));
-    }
-}
-
-// -- reading messages ----------------------------------------------------
-
-pub enum Decoded {
-    Msg(Bytes),
-    Oversized(usize),
-    Compressed,
-}
-
-/// Splits DATA chunks into messages; whole messages inside one chunk are
-/// sliced out of it without a copy.
-pub struct Decoder {
-    head: Bytes,
-    tail: BytesMut,
-    max: usize,
-}
-
-impl Decoder {
-    pub fn new(max: usize) -> Self {
-        Decoder { head: Bytes::new(), tail: BytesMut::new(), max }
-    }
-
-    pub fn push(&mut self, chunk: Bytes) {
-        if self.head.is_empty() && self.tail.is_empty() {
-            self.head = chunk;
-        } else {
-            if !self.head.is_empty() {
-                self.tail.extend_from_slice(&self.head);
-                self.head = Bytes::new();
-            }
-            self.tail.extend_from_slice(&chunk);
-        }
-    }
-
-    /// The length of the next message, once its prefix is in (bytes are
-    /// in `head` or in `tail`, never in both: see `push`).
-    pub fn peek_len(&self) -> Option<usize> {
-        let b: &[u8] = if self.head.is_empty() { &self.tail } else { &self.head };
-        (b.len() >= 5).then(|| u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize)
-    }
-
-    pub fn next(&mut self) -> Option<Decoded> {
-        if !self.head.is_empty() {
-            if self.head.len() >= 5 {
-                let flag = self.head[0];
-                let len = u32::from_be_bytes([self.head[1], self.head[2], self.head[3], self.head[4]]) as usize;
-                if len > self.max {
-                    return Some(Decoded::Oversized(len));
-                }
-                if self.head.len() >= 5 + len {
-                    let m = self.head.slice(5..5 + len);
-                    self.head.advance(5 + len);
-                    return Some(if flag & 1 != 0 { Decoded::Compressed } else { Decoded::Msg(m) });
-                }
-            }
-            self.tail.extend_from_slice(&self.head);
-            self.head = Bytes::new();
-        }
-        if self.tail.len() < 5 {
-            return None;
-        }
-        let flag = self.tail[0];
-        let len = u32::from_be_bytes([self.tail[1], self.tail[2], self.tail[3], self.tail[4]]) as usize;
-        if len > self.max {
-            return Some(Decoded::Oversized(len));
-        }
-        if self.tail.len() < 5 + len {
-            self.tail.reserve(5 + len - self.tail.len());
-            return None;
-        }
-        self.tail.advance(5);
-        let m = self.tail.split_to(len).freeze();
-        Some(if flag & 1 != 0 { Decoded::Compressed } else { Decoded::Msg(m) })
     }
 }
 
@@ -226,7 +132,7 @@ pub async fn serve_call(
         // of them are acknowledged (the budget: budget.rs)
         if held.is_none() {
             if let Some(len) = dec.peek_len().filter(|&len| len <= shared.max_recv) {
-                held = Some(conn.reserve(5 + len, &shared.stats).await);
+                held = Some(conn.reserve(5 + len).await);
             }
         }
         if unreleased > 0 {
@@ -358,11 +264,11 @@ fn flush(
         // SeqCst: pairs with send() in lib.rs (store want_writable, then load
         // queued); with weaker orders both sides could miss each other.
         let left = state.queued.fetch_sub(sent, Ordering::SeqCst) - sent;
-        state.conn.sub_queued(sent, limit, &shared.queue);
+        calls::sub_queued(&state.conn, sent, limit, &shared.queue);
         shared.stats.queued.fetch_sub(sent, Ordering::Relaxed);
         if left <= limit / 2 && state.want_writable.load(Ordering::SeqCst) {
             // writable now, or once its connection is back under its budget
-            state.conn.writable_or_wait(Waiting { id, state: state.clone() }, &shared.queue);
+            calls::writable_or_wait(Waiting { id, state: state.clone() }, &shared.queue);
         }
     }
     send.reserve_capacity(*pending_bytes);
@@ -450,11 +356,11 @@ async fn pump(
                         // what Python would give back
                         if held.is_none() {
                             if let Some(len) = dec.peek_len().filter(|&len| len <= shared.max_recv) {
-                                held = match state.conn.try_reserve(5 + len, &shared.stats) {
+                                held = match state.conn.try_reserve(5 + len) {
                                     Some(h) => Some(h),
                                     None => {
                                         shared.queue.push_many(std::mem::take(&mut evs));
-                                        Some(state.conn.reserve(5 + len, &shared.stats).await)
+                                        Some(state.conn.reserve(5 + len).await)
                                     }
                                 };
                             }
@@ -498,7 +404,7 @@ async fn pump(
             pending_bytes += frames.iter().map(|f| f.len()).sum::<usize>();
         }
     }
-    state.conn.sub_queued(pending_bytes, limit, &shared.queue);
+    calls::sub_queued(&state.conn, pending_bytes, limit, &shared.queue);
     shared.stats.queued.fetch_sub(pending_bytes, Ordering::Relaxed);
     if cancelled {
         shared.queue.push(Event::Cancelled { id, method });

@@ -290,7 +290,7 @@ impl Transport {
         self.shared.stats.queued.fetch_add(n, Relaxed);
         if tx.send(Cmd::Data(frames)).is_err() {
             // the stream's task is gone and never counted these
-            state.conn.sub_queued(n, self.shared.send_queue_bytes, &self.shared.queue);
+            calls::sub_queued(&state.conn, n, self.shared.send_queue_bytes, &self.shared.queue);
             self.shared.stats.queued.fetch_sub(n, Relaxed);
             return true;
         }
@@ -299,7 +299,7 @@ impl Transport {
             state.want_writable.store(true, SeqCst);
             if conn_over {
                 self.shared.stats.queued_full.fetch_add(1, Relaxed);
-                state.conn.wait_for_drain(budget::Waiting { id, state: state.clone() });
+                calls::wait_for_drain(calls::Waiting { id, state: state.clone() });
             }
             // it may have drained meanwhile: check again (see grpc::flush)
             if state.queued.load(SeqCst) > limit / 2 || state.conn.over_half() {
@@ -315,10 +315,8 @@ impl Transport {
     /// queue's room, or its connection's if less); 0 for a stream that is
     /// gone or full.
     fn room(&self, id: u64) -> usize {
-        use std::sync::atomic::Ordering::SeqCst;
         let Some((_, state)) = self.shared.calls.stream(id) else { return 0 };
-        let own = self.shared.send_queue_bytes.saturating_sub(state.queued.load(SeqCst));
-        own.min(state.conn.limit.saturating_sub(state.conn.queued.load(SeqCst)))
+        state.room(self.shared.send_queue_bytes)
     }
 
     fn is_stream(&self, id: u64) -> bool {
@@ -350,8 +348,8 @@ impl Transport {
         d.set_item("connections_refused", s.connections_refused.load(Relaxed))?;
         d.set_item("streams_open", s.streams_open.load(Relaxed))?;
         d.set_item("streams_at_limit", s.streams_at_limit.load(Relaxed))?;
-        d.set_item("received_bytes", s.received_held.load(Relaxed))?;
-        d.set_item("received_full", s.received_full.load(Relaxed))?;
+        d.set_item("received_bytes", s.budget.received_held.load(Relaxed))?;
+        d.set_item("received_full", s.budget.received_full.load(Relaxed))?;
         d.set_item("queued_bytes", s.queued.load(Relaxed))?;
         d.set_item("queued_full", s.queued_full.load(Relaxed))?;
         let f = PyDict::new(py);

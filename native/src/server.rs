@@ -18,9 +18,10 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::oneshot;
 use tokio_rustls::LazyConfigAcceptor;
 
+use brain_wire::http1::{self as h1, Head, Request as Http1Request, Sniff};
+
 use crate::authority::AuthorityFix;
-use crate::budget::ConnBudget;
-use crate::calls::{HttpReply, Pending};
+use crate::calls::{ConnBudget, HttpReply, Pending};
 use crate::events::{Event, Peer};
 use crate::grpc;
 use crate::narrowing;
@@ -184,8 +185,6 @@ fn count_handshake_failure(shared: &Shared, reason: &str) {
     shared.stats.handshake_failures[i].fetch_add(1, Ordering::Relaxed);
 }
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
 async fn serve<S>(shared: Arc<Shared>, mut io: S, peer: Arc<Peer>, alpn: Option<Vec<u8>>, unix: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -204,13 +203,13 @@ where
                 if n == 0 {
                     return;
                 }
-                let k = buf.len().min(PREFACE.len());
-                if buf[..k] != PREFACE[..k] {
-                    http1(shared, io, peer, buf).await;
-                    return;
-                }
-                if buf.len() >= PREFACE.len() {
-                    break;
+                match h1::sniff(&buf) {
+                    Sniff::Http1 => {
+                        http1(shared, io, peer, buf).await;
+                        return;
+                    }
+                    Sniff::Http2 => break,
+                    Sniff::More => {}
                 }
             }
             Some(buf.freeze())
@@ -265,7 +264,7 @@ where
         })
     });
     let mut stop = shared.shutdown.subscribe();
-    let budget = Arc::new(ConnBudget::new(shared.cfg.max_connection_bytes));
+    let budget = Arc::new(ConnBudget::new(shared.cfg.max_connection_bytes, shared.stats.budget.clone()));
     loop {
         tokio::select! {
             r = conn.accept() => match r {
@@ -380,8 +379,6 @@ async fn ask_python(shared: &Arc<Shared>, method: String, path: String, peer: Ar
 
 // -- HTTP/1.1 ------------------------------------------------------------------
 
-const MAX_HEAD: usize = 1 << 20; // Go's http.DefaultMaxHeaderBytes
-const MAX_BODY: usize = 1 << 20;
 const IDLE: Duration = Duration::from_secs(120);
 
 fn reason(status: u16) -> &'static str {
@@ -394,62 +391,22 @@ where
 {
     loop {
         // read one request head
-        let (method, path, head_len, body_len, close) = loop {
-            let mut headers = [httparse::EMPTY_HEADER; 64];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(&buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let mut body_len = 0usize;
-                    let mut close = req.version == Some(0);
-                    let mut chunked = false;
-                    for h in req.headers.iter() {
-                        if h.name.eq_ignore_ascii_case("content-length") {
-                            body_len = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(usize::MAX);
-                        } else if h.name.eq_ignore_ascii_case("connection") {
-                            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-                            if v.contains("close") {
-                                close = true;
-                            } else if v.contains("keep-alive") {
-                                close = false;
-                            }
-                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            chunked = true;
-                        }
-                    }
-                    if chunked || body_len > MAX_BODY {
-                        // only small, length-delimited bodies are read (etcd's endpoints take none)
-                        shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                        let _ = io
-                            .write_all(b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n413 Request Entity Too Large")
-                            .await;
-                        return;
-                    }
-                    let method = req.method.unwrap_or("GET").to_string();
-                    let path = req.path.unwrap_or("/").to_string();
-                    break (method, path, n, body_len, close);
-                }
-                Ok(httparse::Status::Partial) => {
-                    if buf.len() > MAX_HEAD {
-                        shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                        let _ = io
-                            .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large")
-                            .await;
-                        return;
-                    }
-                    match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
-                        Ok(Ok(n)) if n > 0 => continue,
-                        _ => return,
-                    }
-                }
-                Err(_) => {
-                    // Go's net/http answer to a malformed request
-                    shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                    let _ = io
-                        .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request")
-                        .await;
-                    return;
-                }
-            }
+        let Http1Request { method, path, head_len, body_len, close } = loop {
+            let refusal: &[u8] = match h1::parse_head(&buf) {
+                Head::Request(r) => break r,
+                Head::Partial => match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => continue,
+                    _ => return,
+                },
+                // only small, length-delimited bodies are read (etcd's endpoints take none)
+                Head::BodyRefused => b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n413 Request Entity Too Large",
+                Head::HeadTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large",
+                // Go's net/http answer to a malformed request
+                Head::Malformed => b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
+            };
+            shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+            let _ = io.write_all(refusal).await;
+            return;
         };
         // skip the body
         while buf.len() < head_len + body_len {

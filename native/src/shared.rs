@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::budget;
 use crate::calls::Calls;
 use crate::events::EventQueue;
 
@@ -45,10 +46,8 @@ pub struct Stats {
     /// Times a connection reached --max-concurrent-streams (h2 refuses
     /// the streams its client opens beyond it with REFUSED_STREAM).
     pub streams_at_limit: AtomicU64,
-    /// Request bytes received and not yet answered or taken (every
-    /// connection), and the times a connection had to wait for its budget.
-    pub received_held: AtomicUsize,
-    pub received_full: AtomicU64,
+    /// The connections' budgets' receive sides (budget.rs).
+    pub budget: Arc<budget::Counters>,
     /// Response bytes queued on streams (every connection), and the times a
     /// connection's streams were reported full because of its budget.
     pub queued: AtomicUsize,
