@@ -84,8 +84,27 @@ class RawH2:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.next_id = 1
         self.lock = threading.Lock()
-        # SETTINGS (defaults) and the ACK of the server's, sent without reading it
-        self.send(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, ACK, 0))
+        # SETTINGS (defaults), then the ACK of the server's once it came (an
+        # ACK sent before it is a protocol error to h2, whatever the timing)
+        self.send(PREFACE + frame(SETTINGS, 0, 0))
+        self._await_settings(timeout)
+        self.send(frame(SETTINGS, ACK, 0))
+
+    def _await_settings(self, timeout: float) -> None:
+        """Read until the server's SETTINGS (the only read before ``read``)."""
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                kind, flags = buf[3], buf[4]
+                buf = buf[9 + int.from_bytes(buf[:3], "big"):]
+                if kind == SETTINGS and not flags & ACK:
+                    return
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection before its SETTINGS")
+            buf += chunk
+        raise TimeoutError("no SETTINGS from the server")
 
     def send(self, data: bytes) -> None:
         with self.lock:
