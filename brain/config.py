@@ -14,14 +14,26 @@ from urllib.parse import urlsplit
 
 from brain import go_duration
 from brain.engine import compactor
+from brain.engine.limits import DEFAULT_MAX_LEASES
 from brain.mvcc.shard_map import layout_problem
 from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
+from brain.mvcc.watch import DEFAULT_MAX_WATCHERS_PER_STREAM
 
 DEFAULT_NAME = "default"
 DEFAULT_LISTEN_CLIENT_URLS = ("http://localhost:2379",)
 DEFAULT_MAX_REQUEST_BYTES = 1572864  # 1.5 MiB
 DEFAULT_QUOTA_BACKEND_BYTES = 2 * 1024 * 1024 * 1024  # 2 GiB
 GRPC_RECV_OVERHEAD = 512 * 1024  # etcd: gRPC receive limit = max-request-bytes + 512 KiB
+# etcd's --max-concurrent-streams: HTTP/2 streams one connection may have
+# open at once (SETTINGS_MAX_CONCURRENT_STREAMS); etcd's default, math.MaxUint32
+MAX_UINT32 = 2**32 - 1
+DEFAULT_MAX_CONCURRENT_STREAMS = MAX_UINT32
+# brain's own bounds on what clients can make the server hold (docs/architecture.md, "Bounds"):
+# client connections open at once, and bytes one connection may make the server
+# hold on each side (requests received and not yet answered; answers queued on
+# its streams and not yet written)
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_MAX_CONNECTION_BYTES = 16 << 20
 # Each open Watch or LeaseKeepAlive stream holds one grpcio thread for its
 # whole life, so this bounds the streams served at once (etcd has no such
 # bound).  Threads start only when needed; an idle stream's costs little.
@@ -99,6 +111,12 @@ class ServerConfig:
     listen_metrics_urls: list[str] = field(default_factory=list)
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
+    max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS
+    # brain's own limits (the native front enforces the connection ones)
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connection_bytes: int = DEFAULT_MAX_CONNECTION_BYTES
+    max_watchers_per_stream: int = DEFAULT_MAX_WATCHERS_PER_STREAM
+    max_leases: int = DEFAULT_MAX_LEASES
     quota_backend_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES
     auto_compaction_mode: str = "periodic"
     auto_compaction_retention: str = "0"
@@ -205,6 +223,18 @@ class ServerConfig:
             raise ConfigError(f"--max-request-bytes must be positive, got {self.max_request_bytes}")
         if self.max_txn_ops <= 0:
             raise ConfigError(f"--max-txn-ops must be positive, got {self.max_txn_ops}")
+        if not 0 < self.max_concurrent_streams <= MAX_UINT32:
+            raise ConfigError(f"--max-concurrent-streams must be between 1 and {MAX_UINT32}, "
+                              f"got {self.max_concurrent_streams}")
+        for flag, v in (("--max-connections", self.max_connections),
+                        ("--max-watchers-per-stream", self.max_watchers_per_stream),
+                        ("--max-leases", self.max_leases)):
+            if v <= 0:
+                raise ConfigError(f"{flag} must be positive, got {v}")
+        if self.max_connection_bytes < self.grpc_max_recv_bytes:
+            # a request at the receive limit must fit in one connection's budget
+            raise ConfigError(f"--max-connection-bytes must be at least --max-request-bytes + 512 KiB "
+                              f"({self.grpc_max_recv_bytes}), got {self.max_connection_bytes}")
         if self.auto_compaction_mode not in COMPACTION_MODES:
             raise ConfigError(
                 f"unknown auto-compaction-mode {self.auto_compaction_mode!r} (use 'periodic' or 'revision')"

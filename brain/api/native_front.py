@@ -190,7 +190,9 @@ class NativeFront:
     def __init__(self, engine, methods: list[Method], *, recv_limit: int, stats: GrpcStats,
                  pool: futures.Executor, http=None, watch_service=None, lease_service=None, leader_monitor=None,
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
-                 send_queue_bytes: int = 4 << 20, transport=None) -> None:
+                 send_queue_bytes: int = 4 << 20, max_concurrent_streams: int = 2**32 - 1,
+                 max_connections: int | None = None, max_connection_bytes: int | None = None,
+                 transport=None) -> None:
         if _transport is None:
             raise RuntimeError(unavailable_message())
         self.engine = engine
@@ -207,7 +209,10 @@ class NativeFront:
                 # over the limit the transport passes the length, not the body
                 max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
                 keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
-                keepalive_min_time_ms=keepalive_min_time_ms)
+                keepalive_min_time_ms=keepalive_min_time_ms, max_concurrent_streams=max_concurrent_streams,
+                # None: no limit (a raw front in tests); brain serve passes its flags'
+                max_connections=max_connections if max_connections is not None else 2**63 - 1,
+                max_connection_bytes=max_connection_bytes if max_connection_bytes is not None else 2**60)
         self.transport = transport
         self.inflight = InFlight()
         self.sessions = Sessions(self.transport, stats, engine=engine, watch_service=watch_service,

@@ -90,9 +90,11 @@ class Session:
 
 class WatchSession(Session):
     """etcd's Watch: requests go to the engine's stream handle at once;
-    responses are polled from it when the hub says it has some, and not
-    while the transport reports the stream's send queue full (its outbox
-    grows until the hub moves its watchers to catch-up reads)."""
+    responses are polled from it when the hub says it has some, as many as
+    the transport's queue has room for, and not while the transport reports
+    that queue full: the stream is paused in the hub meanwhile (its
+    watchers are routed nothing, and catch up from history once it may
+    send again)."""
 
     __slots__ = ("watch",)
 
@@ -110,14 +112,17 @@ class WatchSession(Session):
 
     def on_writable(self) -> None:
         self.writable = True
+        self.watch.pause(False)
         self.sessions.ready.append(self.sid)
 
     def poll(self) -> None:
-        """Send the responses ready now, unless the send queue is full."""
+        """Send the responses ready now, as many as the send queue has room
+        for, unless it is full."""
         if not self.writable:
             return
+        transport = self.sessions.transport
         try:
-            frames = self.watch.poll()
+            frames = self.watch.poll(transport.room(self.sid))
         except Exception as e:  # noqa: BLE001
             self.finish(Status.of_error(e, "Watch"))
             return
@@ -126,8 +131,11 @@ class WatchSession(Session):
             return
         if frames:
             self.sent += len(frames)
-            if not self.sessions.transport.send(self.sid, frames):
+            if not transport.send(self.sid, frames):
                 self.writable = False
+                self.watch.pause(True)
+            elif self.watch.pending():  # room was left after all: the rest in the next round
+                self.sessions.schedule(self.sid)
 
     def release(self) -> None:
         self.watch.close()

@@ -11,6 +11,8 @@ Options mirror etcd's server where clients can tell the difference:
   oversized request gets grpc-go's text ("grpc: received message larger
   than max (N vs. M)"), which etcd clients see; grpc-core itself only stops
   messages beyond RECV_HARD_CAP_FACTOR times that limit;
+* --max-concurrent-streams, HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS per
+  connection, as etcd's (default math.MaxUint32);
 * keepalive enforcement as etcd's defaults (--grpc-keepalive-min-time 5s,
   pings without active calls allowed: clientv3 keeps idle connections alive
   with pings, and an unhappy server would answer with GOAWAY
@@ -66,6 +68,8 @@ def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 1 if config.socket_reuse_port else 0),
+        # etcd's --max-concurrent-streams (grpc-go's MaxConcurrentStreams); grpcio takes an int
+        ("grpc.max_concurrent_streams", min(config.max_concurrent_streams, 2**31 - 1)),
     ]
 
 
@@ -290,7 +294,9 @@ class ApiServer:
             watch_service=self._watch, lease_service=self._lease, leader_monitor=self.leader_monitor,
             keepalive_time_ms=int(config.grpc_keepalive_interval * 1000),
             keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
-            keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000))
+            keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000),
+            max_concurrent_streams=config.max_concurrent_streams, max_connections=config.max_connections,
+            max_connection_bytes=config.max_connection_bytes)
         endpoints = []
         try:
             tls = None

@@ -162,11 +162,13 @@ class WatchStream:
 
     The transport hands in request messages (``on_message``); the hub calls
     ``wakeup`` when responses are ready, and the front then calls ``poll``
-    on its dispatch thread, which takes the outbox without waiting and
-    returns the encoded responses.  While the transport's send queue for
-    the stream is full the front stops polling: the outbox grows until the
-    hub's slow-consumer limit (--watch-queue-events) moves the stream's
-    watchers to catch-up reads, so memory stays bounded.
+    on its dispatch thread, which takes from the outbox, without waiting,
+    what the transport's queue for the stream has room for, and returns the
+    encoded responses.  While that queue is full (the client does not read,
+    or its connection holds --max-connection-bytes already) the front stops
+    polling and pauses the stream in the hub: its watchers are routed
+    nothing and catch up from history once it drains, so memory stays
+    bounded.
     """
 
     __slots__ = ("service", "handle")
@@ -178,13 +180,24 @@ class WatchStream:
     def on_message(self, payload: bytes) -> None:
         self.service.apply(self.handle, rpc_pb2.WatchRequest.FromString(payload))
 
-    def poll(self) -> list[bytes] | None:
-        """Encoded responses ready now ([] if none); None once the stream
-        was closed by the server (shutdown)."""
-        items = self.handle.get(0)
+    def poll(self, max_bytes: int | None = None) -> list[bytes] | None:
+        """Encoded responses ready now ([] if none), about ``max_bytes`` of
+        them at most (at least one); None once the stream was closed by the
+        server (shutdown)."""
+        items = self.handle.get(0, max_bytes)
         if items is None:
             return None
         return self.service.encode_all(items) if items else []
+
+    def pending(self) -> bool:
+        """Responses are left to poll."""
+        return self.handle.pending()
+
+    def pause(self, paused: bool) -> None:
+        """The transport cannot take more for this stream (its client does
+        not read), or can again: its watchers are routed nothing meanwhile
+        and catch up from history afterwards (brain.mvcc.watch)."""
+        self.handle.pause(paused)
 
     def close(self) -> None:
         self.handle.close()

@@ -62,6 +62,8 @@ def make_engine_config(config: ServerConfig) -> EngineConfig:
         data_dir=config.data_dir,
         name=config.name,
         max_txn_ops=config.max_txn_ops,
+        max_watchers_per_stream=config.max_watchers_per_stream,
+        max_leases=config.max_leases,
         quota_backend_bytes=config.quota_backend_bytes,
         auto_compaction_mode=config.auto_compaction_mode,
         auto_compaction_retention=config.auto_compaction_retention,

@@ -81,6 +81,20 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--max-request-bytes", "max_request_bytes", _int,
      "largest client write request in bytes (default %(default)s)"),
     ("--max-txn-ops", "max_txn_ops", _int, "most operations in one txn branch (default %(default)s)"),
+    ("--max-concurrent-streams", "max_concurrent_streams", _int,
+     "maximum concurrent streams that each client can open at a time (default math.MaxUint32)"),
+    ("--max-connections", "max_connections", _int,
+     "client connections open at once; a connection beyond is closed as soon as it is accepted "
+     "(native front; default %(default)s)"),
+    ("--max-connection-bytes", "max_connection_bytes", _int,
+     "bytes one client connection may make the server hold, on each side: requests received and not yet "
+     "answered (then it reads no more from the connection), answers queued on its streams and not yet "
+     "written (then its streams pause) (native front; default %(default)s, 16 MiB)"),
+    ("--max-watchers-per-stream", "max_watchers_per_stream", _int,
+     "watchers one watch stream may have; a create beyond is canceled with 'mvcc: too many watchers on "
+     "the WatchStream' (default %(default)s)"),
+    ("--max-leases", "max_leases", _int,
+     "leases at once; a grant beyond is refused with 'etcdserver: too many leases' (default %(default)s)"),
     ("--quota-backend-bytes", "quota_backend_bytes", _int,
      "backend size quota in bytes; 0 means the default 2 GiB, negative disables the quota"),
     ("--auto-compaction-mode", "auto_compaction_mode", str,
@@ -140,7 +154,8 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--watch-progress-notify-interval", "watch_progress_notify_interval", seconds_type,
      "interval between watch progress notifications ('10m', '300ms' or seconds; default 10m)"),
     ("--watch-queue-events", "watch_queue_events", _int,
-     "undelivered events per watch stream before it falls back to catch-up reads (default 20000)"),
+     "undelivered events per watch stream before its watchers fall back to catch-up reads (a stream "
+     "whose client does not read falls back at once) (default 20000)"),
     ("--socket-reuse-port", "socket_reuse_port", _bool,
      "set SO_REUSEPORT on client listeners: several servers (replicas of one cluster) may share a port "
      "and the kernel spreads connections over them"),

@@ -66,6 +66,7 @@ from .items import (
 from .decide import decide
 from .inline_durability import make_durable
 from .journal_space import JournalSpace
+from .limits import Limits
 from .memory import release_free_memory
 from .pending import BatchSink, Pending
 from .pipeline import InFlight, Pipeline
@@ -108,6 +109,7 @@ class Committer:
         self._queue: deque[Pending] = deque()
         self._inboxes: dict[type, list] = _empty_inboxes()
         self._stopping = False
+        self.limits = Limits(config.max_leases)  # too many requests, --max-leases
         self.closing = False  # set by the engine before it stops the committer
         self.store = store
         self.committed_rev = store.revision
@@ -142,7 +144,8 @@ class Committer:
         self.space = (JournalSpace(self, journal, self.checkpointer, load_store, alarms, raise_nospace)
                       if cluster is None else None)
         self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
-                                    max_queued_events=config.watch_queue_events)
+                                    max_queued_events=config.watch_queue_events,
+                                    max_watchers_per_stream=config.max_watchers_per_stream)
         self.barrier: ReadBarrier | None = None
         if cluster is not None:
             self.barrier = ReadBarrier(self.journal_barrier, lambda: self.applied_index,
@@ -242,17 +245,26 @@ class Committer:
     # ------------------------------------------------------------------
     # the queue and the inboxes
 
-    def enqueue(self, pending: list[Pending]) -> None:
+    def enqueue(self, pending: list[Pending], *, refusable: bool = False) -> None:
+        """Queue writes for the next turn.  ``refusable``: clients' writes,
+        which brain.engine.limits may refuse (ErrTooManyRequests)."""
         with self._cv:
-            if self._stopping:  # settled here, on the caller's thread
-                for p in pending:
-                    p.settled = True
-                    p.sink.add(p.slot, None, errors.ErrStopped)
-                return
+            if self._stopping:
+                pending, refused, error = [], pending, errors.ErrStopped
+            else:
+                pending, refused = self.limits.admit_writes(len(self._queue), pending) if refusable else (pending, [])
+                error = errors.ErrTooManyRequests
             was_empty = not self._queue
             self._queue.extend(pending)
             if was_empty and pending:
                 self._cv.notify()
+        for p in refused:  # settled here, on the caller's thread
+            p.settled = True
+            p.sink.add(p.slot, None, error)
+
+    @property
+    def pending_writes(self) -> int:  # queued for the next turn (read without the queue's lock)
+        return len(self._queue)
 
     def requeue(self, pending: list[Pending]) -> None:
         """Queue writes again, to be decided in the next turn."""
@@ -535,6 +547,7 @@ class Committer:
         over = quota >= 0 and self.checkpointer.bytes_in_use > quota
         capped = over or self._alarms.has(ALARM_NOSPACE)
         corrupt = self._alarms.has(ALARM_CORRUPT)
+        grants = self.limits.lease_grants(len(self.store.lessor))  # --max-leases, this batch's grants counted
         for p in batch:
             if corrupt:
                 self.settle(p, None, errors.ErrCorrupt)
@@ -546,6 +559,8 @@ class Committer:
                 self.settle(p, None, errors.ErrNoSpace)
             elif type(p.request) is JournalBarrier:
                 barriers.append(p)
+            elif grants.refuse(p.request):
+                self.settle(p, None, errors.ErrTooManyLeases)
             else:
                 admitted.append(p)
         return admitted, barriers

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from ..journal import DEFAULT_SEGMENT_BYTES
 from ..mvcc.shard_map import DEFAULT_SHARDS
 from ..mvcc.validation import DEFAULT_MAX_TXN_OPS
+from ..mvcc.watch import DEFAULT_MAX_WATCHERS_PER_STREAM
+from .limits import DEFAULT_MAX_LEASES
 
 DEFAULT_QUOTA_BYTES = 2 << 30  # etcd's default --quota-backend-bytes
 
@@ -42,6 +44,10 @@ class EngineConfig:
     # Undelivered events one watch stream may hold; past it, its watchers
     # stop receiving live events and catch up from history instead.
     watch_queue_events: int = 20_000
+    # Watchers one watch stream may have (brain's --max-watchers-per-stream).
+    max_watchers_per_stream: int = DEFAULT_MAX_WATCHERS_PER_STREAM
+    # Leases at once (brain's --max-leases); a grant beyond: ErrTooManyLeases.
+    max_leases: int = DEFAULT_MAX_LEASES
     # Keys compacted, or folded into the packed index, per step between write batches.
     compaction_step_keys: int = 2000
     # Expire leases whose deadline passed.  Off for a mirror of another

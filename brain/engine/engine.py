@@ -86,6 +86,9 @@ class EngineStatistics:
     applied_index: int = 0
     leader_id: int = 0
     epoch: int = 0
+    pending_writes: int = 0  # queued for the committer's next turn
+    writes_refused: int = 0  # ErrTooManyRequests (brain.engine.limits)
+    grants_refused: int = 0  # ErrTooManyLeases (--max-leases)
 
 
 class DataDirLocked(RuntimeError):
@@ -429,7 +432,7 @@ class Engine:
         """``submit`` for several requests at once: one queue operation and
         one wake-up, so a batch that arrived together commits together."""
         sink = FutureSink(len(requests))
-        self.committer.enqueue([Pending(r, sink, i) for i, r in enumerate(requests)])
+        self.committer.enqueue([Pending(r, sink, i) for i, r in enumerate(requests)], refusable=True)
         return sink.futures
 
     def submit_batch(self, requests, callback, *, local: bool = False) -> None:
@@ -440,8 +443,8 @@ class Engine:
         cheap path for the batching gRPC front.  ``local``: decide them here
         or answer ErrNotLeader (for writes another replica forwarded)."""
         sink = BatchSink(callback)
-        self.committer.enqueue([Pending(r, sink, i, local) for i, r in enumerate(requests)])
-        sink.flush()  # outcomes settled already (engine stopping)
+        self.committer.enqueue([Pending(r, sink, i, local) for i, r in enumerate(requests)], refusable=not local)
+        sink.flush()  # outcomes settled already (engine stopping, too many requests)
 
     def submit_effects(self, payload: bytes) -> Future:
         """Journal and apply a payload of effects as it is (brain.mvcc.codec:
@@ -605,4 +608,6 @@ class Engine:
                 backend_size_bytes=cp.backend_size, backend_in_use_bytes=cp.backend_in_use,
                 leases=len(s.lessor), failed=c.failed_reason,
                 leases_expired=c.role.leases_expired(), role=c.role.name,
-                applied_index=c.applied_index, leader_id=self.leader_id, epoch=s.epoch)
+                applied_index=c.applied_index, leader_id=self.leader_id, epoch=s.epoch,
+                pending_writes=c.pending_writes, writes_refused=c.limits.writes_refused,
+                grants_refused=c.limits.grants_refused)

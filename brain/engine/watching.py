@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..mvcc.watch import WatchHub, WatchResponse
+from ..mvcc.watch import DEFAULT_MAX_WATCHERS_PER_STREAM, WatchHub, WatchResponse
 from ..thread_names import name_os_thread
 
 DEFAULT_PROGRESS_INTERVAL = 600.0  # etcd's --watch-progress-notify-interval
@@ -55,18 +55,34 @@ class WatchStreamHandle:
             if not self._stream.closed:
                 self._m.hub.request_progress(self._stream)
 
-    def get(self, timeout: float | None = None) -> list[WatchResponse] | None:
-        """Wait for responses; None once the stream is closed."""
+    def get(self, timeout: float | None = None, max_bytes: int | None = None) -> list[WatchResponse] | None:
+        """Wait for responses; None once the stream is closed.  ``max_bytes``:
+        take only the oldest ones, about that many bytes of keys and values
+        (at least one); the rest wait for the next call."""
         with self._m.lock:
             s = self._stream
             if not s.outbox and not s.closed:
                 self._cond.wait(timeout)
             if s.closed:
                 return None
-            items = s.pop_all()
+            items = s.pop_all() if max_bytes is None else s.pop_bytes(max_bytes)
             if items and self._m.hub.consumed(s):
                 self._m.kick()
             return items
+
+    def pending(self) -> bool:
+        """Responses are waiting to be taken."""
+        with self._m.lock:
+            return bool(self._stream.outbox)
+
+    def pause(self, paused: bool) -> None:
+        """The reader cannot send now (its client does not read): route the
+        stream nothing until it can again (brain.mvcc.watch, "paused")."""
+        with self._m.lock:
+            if self._stream.closed:
+                return
+            if self._m.hub.pause(self._stream, paused):
+                self._m.kick()
 
     def close(self) -> None:
         with self._m.lock:
@@ -76,9 +92,10 @@ class WatchStreamHandle:
 
 class WatchManager:
     def __init__(self, store, store_lock, *, progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-                 max_queued_events: int = 20_000) -> None:
+                 max_queued_events: int = 20_000, max_watchers_per_stream: int = DEFAULT_MAX_WATCHERS_PER_STREAM) -> None:
         self.lock = threading.Lock()
-        self.hub = WatchHub(store, store_lock, max_queued_events=max_queued_events)
+        self.hub = WatchHub(store, store_lock, max_queued_events=max_queued_events,
+                            max_watchers_per_stream=max_watchers_per_stream)
         self.progress_interval = progress_interval
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -123,6 +140,15 @@ class WatchManager:
     def statistics(self) -> tuple[int, int, int]:
         with self.lock:
             return self.hub.statistics()
+
+    def limit_statistics(self) -> dict[str, int]:
+        """Events waiting in the streams' outboxes, and the limits hit:
+        creates refused (--max-watchers-per-stream), watchers moved to
+        catch-up reads (their stream full, or not read)."""
+        with self.lock:
+            hub = self.hub
+            return {"pending_events": hub.pending_events(), "creates_refused": hub.creates_refused,
+                    "moved_to_catch_up": hub.moved_to_catch_up}
 
     def close_streams(self) -> None:
         """End every open stream (their RPCs return); used on shutdown so

@@ -12,6 +12,8 @@ etcd names used (their meaning in brain):
   etcd_debugging_mvcc_watcher_total         watchers          (from the watch manager, 0 without one)
   etcd_debugging_mvcc_slow_watcher_total    unsynced watchers
   etcd_debugging_mvcc_watch_stream_total    watch streams
+  etcd_debugging_mvcc_pending_events_total  events queued on watch streams, not yet taken by their reader
+  etcd_server_proposals_pending             writes queued for the committer's next turn
   etcd_debugging_server_lease_expired_total leases revoked by expiry
   etcd_debugging_server_alarms              raised alarms {member_id, alarm_type}
   etcd_server_has_leader / is_leader        a leader is known / this replica leads (a single node: 1, 1)
@@ -30,7 +32,9 @@ commit: requests / batches is the batching factor), brain_checkpoints_total,
 brain_checkpoint_last_duration_seconds, brain_journal_bytes_since_checkpoint,
 brain_backend_size_bytes, brain_backend_in_use_bytes, brain_memtable_records,
 brain_index_keys (keys in the index, deleted ones not yet compacted included),
-brain_leases, brain_engine_failed (1 once a journal failure stopped writes).
+brain_leases, brain_engine_failed (1 once a journal failure stopped writes),
+brain_limit_hits_total{limit} (LimitsCollector: every bound on what clients
+can make the server hold, by its flag).
 On a cluster replica also brain_cluster_term, brain_journal_applied_index,
 brain_cluster_forwarded_writes_total, brain_cluster_forward_retries_total and
 brain_read_index_round_trips_total.
@@ -105,6 +109,10 @@ class BrainCollector:
         yield _gauge("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", watchers)
         yield _gauge("etcd_debugging_mvcc_slow_watcher_total", "Total number of unsynced slow watchers.", slow)
         yield _gauge("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", streams)
+        yield _gauge("etcd_debugging_mvcc_pending_events_total", "Total number of pending events to be sent.",
+                     _watch_limits(eng).get("pending_events", 0))
+        yield _gauge("etcd_server_proposals_pending", "The current number of pending proposals to commit.",
+                     st.pending_writes)
 
         yield _counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases.",
                        st.leases_expired)
@@ -180,6 +188,62 @@ class BrainCollector:
         yield fam
 
 
+def _watch_limits(eng) -> dict:
+    watches = getattr(eng, "watches", None)
+    if watches is None or not hasattr(watches, "limit_statistics"):
+        return {}
+    try:
+        return watches.limit_statistics()
+    except Exception:  # noqa: BLE001 - a scrape must not fail on this
+        log.debug("watch statistics unavailable", exc_info=True)
+        return {}
+
+
+class LimitsCollector:
+    """brain_limit_hits_total{limit}: how often each bound on what clients
+    can make the server hold was reached, labelled by its flag (or, for
+    etcd's fixed ones, its error):
+
+      max-connections           a connection closed at once, that many being open
+      max-concurrent-streams    a connection reached it (h2 refuses the streams beyond)
+      max-connection-bytes      a connection's requests waited for its budget, or its
+                                streams were reported full because of it
+      max-watchers-per-stream   a watch create canceled ('mvcc: too many watchers on the WatchStream')
+      watch-queue-events        a watcher moved to catch-up reads: its stream held too many
+                                events, or its client did not read
+      max-leases                a grant refused ('etcdserver: too many leases')
+      too-many-requests         a write refused ('etcdserver: too many requests'), etcd's
+                                5000 writes waiting
+
+    The transport's are missing on grpcio.  etcd's request limits
+    (--max-request-bytes, --max-txn-ops) are counted as etcd counts them,
+    in grpc_server_handled_total by status code."""
+
+    def __init__(self, engine, transport_stats=None) -> None:
+        self.engine = engine
+        self.transport_stats = transport_stats
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        fam = CounterMetricFamily("brain_limit_hits_total", "Times a bound on what clients can make the server "
+                                  "hold was reached, by the flag that sets it.", labels=["limit"])
+        st = self.transport_stats() if self.transport_stats is not None else {}
+        if "connections_refused" in st:
+            fam.add_metric(["max-connections"], st["connections_refused"])
+            fam.add_metric(["max-concurrent-streams"], st["streams_at_limit"])
+            fam.add_metric(["max-connection-bytes"], st["received_full"] + st["queued_full"])
+        watch = _watch_limits(self.engine)
+        if watch:
+            fam.add_metric(["max-watchers-per-stream"], watch["creates_refused"])
+            fam.add_metric(["watch-queue-events"], watch["moved_to_catch_up"])
+        es = self.engine.statistics()
+        fam.add_metric(["max-leases"], getattr(es, "grants_refused", 0))
+        fam.add_metric(["too-many-requests"], getattr(es, "writes_refused", 0))
+        yield fam
+
+
 class TransportCollector:
     """The API server's connection-level counters, read at scrape time from
     ``stats()`` (a dict; the transport's keys are missing when grpcio serves):
@@ -195,6 +259,11 @@ class TransportCollector:
           unanswered keepalive ping),
       brain_transport_too_many_pings_total (clients pinging more often than
           --grpc-keepalive-min-time, sent away),
+      brain_transport_connections_refused_total (closed at once: --max-connections
+          were open), brain_transport_streams_open (calls and streams open, every
+          connection), brain_transport_received_bytes and brain_transport_queued_bytes
+          (what --max-connection-bytes counts, summed over connections: requests
+          received and not yet answered, answers queued on streams and not yet written),
       brain_tls_handshake_failures_total{reason} (no_client_certificate,
           bad_certificate: e.g. signed by another CA, not_allowed: refused
           by --client-cert-allowed-cn/-hostname, revoked and crl_unusable:
@@ -233,6 +302,15 @@ class TransportCollector:
         yield _counter("brain_transport_too_many_pings_total", "Connections sent away (GOAWAY "
                        "ENHANCE_YOUR_CALM) for pinging more often than --grpc-keepalive-min-time.",
                        st["too_many_pings"])
+        yield _counter("brain_transport_connections_refused_total", "Client connections closed as soon as they "
+                       "were accepted, --max-connections being open.", st["connections_refused"])
+        yield _gauge("brain_transport_streams_open", "Calls and streams open, on every client connection.",
+                     st["streams_open"])
+        yield _gauge("brain_transport_received_bytes", "Request bytes received and not yet answered (or taken "
+                     "by the server), every connection: what --max-connection-bytes bounds per connection.",
+                     st["received_bytes"])
+        yield _gauge("brain_transport_queued_bytes", "Response bytes queued on streams and not yet written, "
+                     "every connection: what --max-connection-bytes bounds per connection.", st["queued_bytes"])
         fam = CounterMetricFamily("brain_tls_handshake_failures_total", "TLS handshakes refused or failed, "
                                   "by reason.", labels=["reason"])
         for reason, n in sorted(st["tls_handshake_failures"].items()):
@@ -250,6 +328,7 @@ class Registry:
         self.registry.register(BrainCollector(engine, grpc_stats))
         if transport_stats is not None:
             self.registry.register(TransportCollector(transport_stats))
+        self.registry.register(LimitsCollector(engine, transport_stats))
         self.wal_fsync = Histogram("etcd_disk_wal_fsync_duration_seconds",
                                    "The latency distributions of fsync called by WAL.",
                                    buckets=DISK_BUCKETS, registry=self.registry)

@@ -61,6 +61,8 @@ ErrLeaseExist = _e("FAILED_PRECONDITION", "etcdserver: lease already exists")
 ErrLeaseTTLTooLarge = _e("OUT_OF_RANGE", "etcdserver: too large lease TTL")
 ErrNoSpace = _e("RESOURCE_EXHAUSTED", "etcdserver: mvcc: database space exceeded")
 ErrTooManyRequests = _e("RESOURCE_EXHAUSTED", "etcdserver: too many requests")
+# brain's own (--max-leases; etcd has no such limit), worded as etcd's
+ErrTooManyLeases = _e("RESOURCE_EXHAUSTED", "etcdserver: too many leases")
 ErrStopped = _e("UNAVAILABLE", "etcdserver: server stopped")
 ErrTimeout = _e("UNAVAILABLE", "etcdserver: request timed out")
 ErrNoLeader = _e("UNAVAILABLE", "etcdserver: no leader")

@@ -4,10 +4,16 @@ Every watcher is either *synced* (it has been handed every event up to the
 hub's revision, and new events are routed to it as they commit) or
 *unsynced* (it still has history to read, from `next_rev` on).  A new watcher
 starting at an old revision begins unsynced; a synced watcher whose stream
-has too many undelivered events becomes unsynced, so a slow consumer never
-holds up a commit or another watcher and its memory stays bounded: it later
-catches up from the store's history (records by revision, in memory and in
-the value store), exactly like a watcher that started in the past.
+has too many undelivered events (--watch-queue-events), or whose stream is
+*paused* (the server cannot send to it: its client does not read), becomes
+unsynced, so a slow consumer never holds up a commit or another watcher and
+its memory stays bounded: it later catches up from the store's history
+(records by revision, in memory and in the value store), exactly like a
+watcher that started in the past, once its stream may send again.
+
+A stream has at most --max-watchers-per-stream watchers; a create beyond
+is refused as etcd refuses a create (created and canceled, watch_id -1),
+with ``ERR_TOO_MANY_WATCHERS``.
 
 Ordering invariants, per stream (a stream's responses leave in outbox order):
   * a watcher's events are queued in revision order, each revision's events
@@ -32,7 +38,10 @@ from .requests import EVENT_DELETE, EVENT_PUT, Event
 
 ERR_EMPTY_RANGE = "mvcc: watcher range is empty"
 ERR_DUPLICATE_ID = "mvcc: duplicate watch ID provided on the WatchStream"
+# brain's own (--max-watchers-per-stream; etcd has no such limit), worded as etcd's
+ERR_TOO_MANY_WATCHERS = "mvcc: too many watchers on the WatchStream"
 INVALID_WATCH_ID = -1
+DEFAULT_MAX_WATCHERS_PER_STREAM = 10_000
 
 
 @dataclass(slots=True)
@@ -85,9 +94,13 @@ class Watcher:
 
 
 class Stream:
-    """One client Watch stream: its watchers and the outbox of responses."""
+    """One client Watch stream: its watchers and the outbox of responses.
 
-    __slots__ = ("watchers", "next_id", "outbox", "queued_events", "progress_pending", "closed", "wakeup")
+    ``paused``: the server cannot send to it now (its transport queue is
+    full: the client does not read); it is routed no events and its
+    watchers do not catch up until it may send again."""
+
+    __slots__ = ("watchers", "next_id", "outbox", "queued_events", "progress_pending", "closed", "wakeup", "paused")
 
     def __init__(self, wakeup) -> None:
         self.watchers: dict[int, Watcher] = {}
@@ -96,6 +109,7 @@ class Stream:
         self.queued_events = 0
         self.progress_pending = False
         self.closed = False
+        self.paused = False
         self.wakeup = wakeup  # called (hub lock held) when the outbox gains items
 
     def push(self, resp: WatchResponse) -> None:
@@ -109,13 +123,46 @@ class Stream:
         self.queued_events = 0
         return coalesce(items)
 
+    def pop_bytes(self, max_bytes: int) -> list[WatchResponse]:
+        """The oldest responses whose events' keys and values add up to
+        ``max_bytes`` (at least one response), coalesced; the rest stay."""
+        outbox = self.outbox
+        if not outbox:
+            return []
+        items = []
+        size = events = 0
+        while outbox and (not items or size < max_bytes):
+            r = outbox.popleft()
+            items.append(r)
+            events += len(r.events)
+            size += RESPONSE_OVERHEAD + sum(event_size(ev) for ev in r.events)
+        self.queued_events -= events
+        return coalesce(items)
+
+
+# What a response costs on the wire besides its events' keys and values
+# (header, ids, framing): an estimate, for pop_bytes.
+RESPONSE_OVERHEAD = 64
+
+
+def event_size(ev: Event) -> int:
+    """An event's keys and values, what its encoding grows with."""
+    kv, prev = ev.kv, ev.prev_kv
+    n = len(kv.key) + len(kv.value)
+    if prev is not None:
+        n += len(prev.key) + len(prev.value)
+    return n
+
 
 # Most events one coalesced response carries (etcd batches at most 1000
-# revisions per response when a watcher catches up).
+# revisions per response when a watcher catches up), and most bytes of
+# keys and values (a response is one gRPC message, written whole).
 COALESCE_MAX_EVENTS = 1000
+COALESCE_MAX_BYTES = 1 << 20
 
 
-def coalesce(items: list[WatchResponse], max_events: int = COALESCE_MAX_EVENTS) -> list[WatchResponse]:
+def coalesce(items: list[WatchResponse], max_events: int = COALESCE_MAX_EVENTS,
+             max_bytes: int = COALESCE_MAX_BYTES) -> list[WatchResponse]:
     """Merge each watcher's event responses that wait in the outbox together.
 
     Routing makes one response per watcher per revision; when a stream is
@@ -137,32 +184,42 @@ def coalesce(items: list[WatchResponse], max_events: int = COALESCE_MAX_EVENTS) 
     out: list[WatchResponse] = []
     open_at: dict[int, int] = {}  # watch_id -> index in `out` that can take more events
     copied: set[int] = set()  # indexes of `out` that hold a private copy
+    sizes: dict[int, int] = {}  # index in `out` -> its events' bytes
     for r in items:
         if not r.events or r.created or r.canceled or r.compact_revision or r.cancel_reason:
             open_at.clear()  # a barrier
             out.append(r)
             continue
+        size = sum(event_size(ev) for ev in r.events)
         i = open_at.get(r.watch_id)
         if i is not None:
             m = out[i]
-            if len(m.events) + len(r.events) <= max_events:
+            if len(m.events) + len(r.events) <= max_events and sizes[i] + size <= max_bytes:
                 if i not in copied:
                     m = out[i] = WatchResponse(m.watch_id, m.revision, list(m.events), fragment=m.fragment,
                                                prev_kv=m.prev_kv)
                     copied.add(i)
                 m.events.extend(r.events)
                 m.revision = r.revision
+                sizes[i] += size
                 continue
         open_at[r.watch_id] = len(out)
+        sizes[len(out)] = size
         out.append(r)
     return out
 
 
 class WatchHub:
-    def __init__(self, store, store_lock, *, max_queued_events: int = 20_000, sync_batch_records: int = 5_000) -> None:
+    def __init__(self, store, store_lock, *, max_queued_events: int = 20_000, sync_batch_records: int = 5_000,
+                 max_watchers_per_stream: int = DEFAULT_MAX_WATCHERS_PER_STREAM) -> None:
         self.store = store
         self.store_lock = store_lock
         self.max_queued_events = max_queued_events
+        self.max_watchers_per_stream = max_watchers_per_stream
+        # limits hit (metrics): creates refused, watchers moved to catch-up
+        # because their stream was full or paused
+        self.creates_refused = 0
+        self.moved_to_catch_up = 0
         self.resume_below = max_queued_events // 2
         self.sync_batch_records = sync_batch_records
         self.rev = store.revision  # every event <= rev has been routed
@@ -237,6 +294,11 @@ class WatchHub:
             s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True,
                                  cancel_reason=ERR_DUPLICATE_ID))
             return
+        if len(s.watchers) >= self.max_watchers_per_stream:
+            self.creates_refused += 1
+            s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True,
+                                 cancel_reason=ERR_TOO_MANY_WATCHERS))
+            return
         w = Watcher(watch_id, s, key, end, start_rev, prev_kv, no_put, no_delete, progress_notify, fragment)
         s.watchers[watch_id] = w
         s.push(WatchResponse(watch_id, self.rev, created=True, fragment=fragment))
@@ -280,6 +342,8 @@ class WatchHub:
         progress_notify watcher that got no events since the last tick."""
         rev = self.rev
         for s in self.streams:
+            if s.paused:
+                continue  # optional, and it could not be sent: none piles up
             for w in s.watchers.values():
                 if not w.progress_notify:
                     continue
@@ -326,11 +390,14 @@ class WatchHub:
             for w, evs in per.items():
                 if rev < w.min_rev:
                     continue
-                if w.stream.queued_events >= self.max_queued_events:
-                    # Too far behind: stop routing, read from history later.
+                s = w.stream
+                if s.paused or s.queued_events >= self.max_queued_events:
+                    # Too far behind, or not read: stop routing, read from
+                    # history later.
                     self._remove_synced(w)
                     w.next_rev = rev
                     self.unsynced.add(w)
+                    self.moved_to_catch_up += 1
                     continue
                 self._deliver(w, rev, evs)
             i = j
@@ -351,7 +418,7 @@ class WatchHub:
         store = self.store
         for w in list(self.unsynced):
             s = w.stream
-            if s.queued_events > self.resume_below:
+            if s.paused or s.queued_events > self.resume_below:
                 continue  # its consumer is still behind; try again later
             with self.store_lock:
                 compact = store.compact_rev
@@ -378,6 +445,13 @@ class WatchHub:
                 more = True
         return more
 
+    def pause(self, s: Stream, paused: bool) -> bool:
+        """The stream cannot send (``paused``), or can again; True when it
+        can and a watcher of it is waiting to catch up (the engine then
+        runs sync_step)."""
+        s.paused = paused
+        return not paused and self.consumed(s)
+
     def consumed(self, s: Stream) -> bool:
         """The stream's consumer drained its outbox; True if a watcher of it
         is waiting to catch up (the engine then runs sync_step)."""
@@ -387,3 +461,7 @@ class WatchHub:
         """(watchers, unsynced watchers, streams)."""
         synced = sum(len(v) for v in self.keyed.values()) + sum(len(v) for v in self.ranged.values())
         return synced + len(self.unsynced), len(self.unsynced), len(self.streams)
+
+    def pending_events(self) -> int:
+        """Events queued on every stream and not yet taken by its reader."""
+        return sum(s.queued_events for s in self.streams)

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
+use crate::budget::Held;
 use crate::x509::AltNames;
 
 /// Who is on the other end of a connection.
@@ -27,10 +28,27 @@ pub enum Event {
     /// A unary or server-streaming call with its one request message.
     /// `require_leader`: its metadata says `hasleader: true` (etcd's
     /// WithRequireLeader), see `REQUIRE_LEADER`.
-    Call { id: u64, method: u32, payload: Bytes, peer: Arc<Peer>, require_leader: bool },
+    /// `held`: a server stream's request bytes, reserved on its connection
+    /// until Python takes it (a unary call's stay with the call instead).
+    Call {
+        id: u64,
+        method: u32,
+        payload: Bytes,
+        peer: Arc<Peer>,
+        require_leader: bool,
+        #[allow(dead_code)] // never read: dropped with the event
+        held: Option<Held>,
+    },
     /// A bidirectional stream began (messages follow as `Message`).
     Open { id: u64, method: u32, peer: Arc<Peer>, require_leader: bool },
-    Message { id: u64, method: u32, payload: Bytes },
+    /// `held`: its bytes, reserved on the connection until Python takes it.
+    Message {
+        id: u64,
+        method: u32,
+        payload: Bytes,
+        #[allow(dead_code)] // never read: dropped with the event
+        held: Option<Held>,
+    },
     /// The client sent END_STREAM: no more messages will come.
     HalfClosed { id: u64, method: u32 },
     /// The client reset the call or its connection went away.

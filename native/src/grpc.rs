@@ -17,14 +17,15 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use brain_wire::framing::{Decoded, Decoder};
-pub use brain_wire::framing::frame;
+pub use brain_wire::framing::{frame, frames};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use tokio::sync::mpsc;
 
-use crate::calls::{Cmd, Pending, StreamHandle, StreamState};
+use crate::budget::Held;
+use crate::calls::{self, Cmd, ConnBudget, Pending, StreamHandle, StreamState, Waiting};
 use crate::events::{Event, Peer};
 use crate::shared::Shared;
 
@@ -92,7 +93,13 @@ fn compressed_text(req_encoding: &str) -> String {
 
 // -- the call tasks ----------------------------------------------------------
 
-pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+pub async fn serve_call(
+    shared: Arc<Shared>,
+    peer: Arc<Peer>,
+    conn: Arc<ConnBudget>,
+    req: Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+) {
     let path = req.uri().path();
     let Some(&(method, kind)) = shared.methods.get(path) else {
         let (service, name) = path.trim_start_matches('/').rsplit_once('/').unwrap_or((path, ""));
@@ -113,24 +120,38 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
     let require_leader = requires_leader(req.headers());
     let id = shared.next_id();
     if kind == KIND_BIDI {
-        serve_stream(shared, id, method, peer, require_leader, req.into_body(), respond, encoding).await;
+        serve_stream(shared, id, method, peer, conn, require_leader, req.into_body(), respond, encoding).await;
         return;
     }
     let mut body = req.into_body();
     let mut dec = Decoder::new(shared.max_recv);
+    let mut held: Option<Held> = None;
+    let mut unreleased = 0usize;
     loop {
+        // the message's bytes are reserved on the connection before more
+        // of them are acknowledged (the budget: budget.rs)
+        if held.is_none() {
+            if let Some(len) = dec.peek_len().filter(|&len| len <= shared.max_recv) {
+                held = Some(conn.reserve(5 + len).await);
+            }
+        }
+        if unreleased > 0 {
+            let _ = body.flow_control().release_capacity(unreleased);
+            unreleased = 0;
+        }
         if let Some(d) = dec.next() {
             match d {
                 Decoded::Msg(payload) => {
                     if kind == KIND_SERVER_STREAM {
-                        serve_server_stream(shared, id, method, peer, require_leader, body, respond, payload).await;
+                        serve_server_stream(shared, id, method, peer, conn, require_leader, body, respond, payload, held)
+                            .await;
                         return;
                     }
-                    shared.calls.insert(id, Pending::Unary(respond));
-                    shared.queue.push(Event::Call { id, method, payload, peer, require_leader });
+                    shared.calls.insert(id, Pending::Unary(respond, held));
+                    shared.queue.push(Event::Call { id, method, payload, peer, require_leader, held: None });
                 }
                 Decoded::Oversized(len) => {
-                    shared.calls.insert(id, Pending::Unary(respond));
+                    shared.calls.insert(id, Pending::Unary(respond, None));
                     shared.queue.push(Event::Oversized { id, method, len, peer });
                 }
                 Decoded::Compressed => fail_response(respond, UNIMPLEMENTED, &compressed_text(&encoding)),
@@ -139,7 +160,7 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
         }
         match body.data().await {
             Some(Ok(chunk)) => {
-                let _ = body.flow_control().release_capacity(chunk.len());
+                unreleased += chunk.len();
                 dec.push(chunk);
             }
             Some(Err(_)) => return,
@@ -157,16 +178,18 @@ async fn serve_server_stream(
     id: u64,
     method: u32,
     peer: Arc<Peer>,
+    conn: Arc<ConnBudget>,
     require_leader: bool,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     payload: Bytes,
+    held: Option<Held>,
 ) {
     // The request is in: deliver it as a call, then behave as a stream
     // whose receive side is over.
     drop(body);
-    let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
-    shared.queue.push(Event::Call { id, method, payload, peer, require_leader });
+    let Some((send, rx, state)) = open_stream(&shared, id, method, respond, conn) else { return };
+    shared.queue.push(Event::Call { id, method, payload, peer, require_leader, held });
     pump(shared, id, method, None, send, rx, state, String::new()).await;
 }
 
@@ -176,22 +199,29 @@ async fn serve_stream(
     id: u64,
     method: u32,
     peer: Arc<Peer>,
+    conn: Arc<ConnBudget>,
     require_leader: bool,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     encoding: String,
 ) {
-    let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
+    let Some((send, rx, state)) = open_stream(&shared, id, method, respond, conn) else { return };
     shared.queue.push(Event::Open { id, method, peer, require_leader });
     pump(shared, id, method, Some(body), send, rx, state, encoding).await;
 }
 
 type Opened = (h2::SendStream<Bytes>, mpsc::UnboundedReceiver<Cmd>, Arc<StreamState>);
 
-fn open_stream(shared: &Arc<Shared>, id: u64, mut respond: SendResponse<Bytes>) -> Option<Opened> {
+fn open_stream(
+    shared: &Arc<Shared>,
+    id: u64,
+    method: u32,
+    mut respond: SendResponse<Bytes>,
+    conn: Arc<ConnBudget>,
+) -> Option<Opened> {
     let send = respond.send_response(response_headers(), false).ok()?;
     let (tx, rx) = mpsc::unbounded_channel();
-    let state = Arc::new(StreamState::default());
+    let state = Arc::new(StreamState::new(conn, method));
     shared.calls.insert(id, Pending::Stream(StreamHandle { tx, state: state.clone() }));
     Some((send, rx, state))
 }
@@ -206,11 +236,10 @@ enum SendEvent {
 fn flush(
     shared: &Shared,
     id: u64,
-    method: u32,
     send: &mut h2::SendStream<Bytes>,
     pending: &mut VecDeque<Bytes>,
     pending_bytes: &mut usize,
-    state: &StreamState,
+    state: &Arc<StreamState>,
 ) -> bool {
     let mut cap = send.capacity();
     let mut sent = 0usize;
@@ -235,8 +264,11 @@ fn flush(
         // SeqCst: pairs with send() in lib.rs (store want_writable, then load
         // queued); with weaker orders both sides could miss each other.
         let left = state.queued.fetch_sub(sent, Ordering::SeqCst) - sent;
-        if left <= limit / 2 && state.want_writable.swap(false, Ordering::SeqCst) {
-            shared.queue.push(Event::Writable { id, method });
+        calls::sub_queued(&state.conn, sent, limit, &shared.queue);
+        shared.stats.queued.fetch_sub(sent, Ordering::Relaxed);
+        if left <= limit / 2 && state.want_writable.load(Ordering::SeqCst) {
+            // writable now, or once its connection is back under its budget
+            calls::writable_or_wait(Waiting { id, state: state.clone() }, &shared.queue);
         }
     }
     send.reserve_capacity(*pending_bytes);
@@ -256,6 +288,7 @@ async fn pump(
 ) {
     let limit = shared.send_queue_bytes;
     let mut dec = Decoder::new(shared.max_recv);
+    let mut held: Option<Held> = None;
     let mut pending: VecDeque<Bytes> = VecDeque::new();
     let mut pending_bytes = 0usize;
     let mut finishing: Option<(u32, String)> = None;
@@ -287,7 +320,7 @@ async fn pump(
                     break;
                 }
                 SendEvent::Capacity(Some(Ok(_))) => {
-                    if !flush(&shared, id, method, &mut send, &mut pending, &mut pending_bytes, &state) {
+                    if !flush(&shared, id, &mut send, &mut pending, &mut pending_bytes, &state) {
                         cancelled = true;
                         break;
                     }
@@ -300,7 +333,7 @@ async fn pump(
                         pending.push_back(f);
                     }
                     // capacity may be assigned already (no increase to wait for)
-                    if !flush(&shared, id, method, &mut send, &mut pending, &mut pending_bytes, &state) {
+                    if !flush(&shared, id, &mut send, &mut pending, &mut pending_bytes, &state) {
                         cancelled = true;
                         break;
                     }
@@ -313,14 +346,28 @@ async fn pump(
             },
             data = async { body.as_mut().unwrap().data().await }, if reading => match data {
                 Some(Ok(chunk)) => {
-                    if let Some(b) = body.as_mut() {
-                        let _ = b.flow_control().release_capacity(chunk.len());
-                    }
+                    let n = chunk.len();
                     dec.push(chunk);
                     let mut evs = Vec::new();
-                    while let Some(d) = dec.next() {
+                    loop {
+                        // each message's bytes reserved on the connection before
+                        // more are acknowledged (budget.rs); messages already
+                        // decoded go to Python first, so that a wait never holds
+                        // what Python would give back
+                        if held.is_none() {
+                            if let Some(len) = dec.peek_len().filter(|&len| len <= shared.max_recv) {
+                                held = match state.conn.try_reserve(5 + len) {
+                                    Some(h) => Some(h),
+                                    None => {
+                                        shared.queue.push_many(std::mem::take(&mut evs));
+                                        Some(state.conn.reserve(5 + len).await)
+                                    }
+                                };
+                            }
+                        }
+                        let Some(d) = dec.next() else { break };
                         match d {
-                            Decoded::Msg(payload) => evs.push(Event::Message { id, method, payload }),
+                            Decoded::Msg(payload) => evs.push(Event::Message { id, method, payload, held: held.take() }),
                             Decoded::Oversized(len) => {
                                 evs.push(Event::Oversized { id, method, len, peer: Arc::new(Peer { common_name: None }) });
                                 body = None;
@@ -332,6 +379,9 @@ async fn pump(
                                 break;
                             }
                         }
+                    }
+                    if let Some(b) = body.as_mut() {
+                        let _ = b.flow_control().release_capacity(n);
                     }
                     shared.queue.push_many(evs);
                 }
@@ -347,6 +397,15 @@ async fn pump(
         }
     }
     shared.calls.remove(id);
+    // what Python queued and was never written leaves the connection's count
+    rx.close();
+    while let Ok(cmd) = rx.try_recv() {
+        if let Cmd::Data(frames) = cmd {
+            pending_bytes += frames.iter().map(|f| f.len()).sum::<usize>();
+        }
+    }
+    calls::sub_queued(&state.conn, pending_bytes, limit, &shared.queue);
+    shared.stats.queued.fetch_sub(pending_bytes, Ordering::Relaxed);
     if cancelled {
         shared.queue.push(Event::Cancelled { id, method });
     }

@@ -32,6 +32,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod authority;
+mod budget;
 mod calls;
 mod events;
 mod grpc;
@@ -102,7 +103,8 @@ impl Transport {
     #[new]
     #[pyo3(signature = (methods, *, io_threads=1, max_recv_bytes=2_097_152, send_queue_bytes=4_194_304,
                         keepalive_interval_ms=7_200_000, keepalive_timeout_ms=20_000, keepalive_min_time_ms=5_000,
-                        handshake_timeout_ms=20_000, max_concurrent_streams=u32::MAX))]
+                        handshake_timeout_ms=20_000, max_concurrent_streams=u32::MAX, max_connections=usize::MAX,
+                        max_connection_bytes=usize::MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         methods: Vec<(String, u8)>,
@@ -114,6 +116,8 @@ impl Transport {
         keepalive_min_time_ms: u64,
         handshake_timeout_ms: u64,
         max_concurrent_streams: u32,
+        max_connections: usize,
+        max_connection_bytes: usize,
     ) -> PyResult<Self> {
         let cfg = Config {
             keepalive_min_time: Duration::from_millis(keepalive_min_time_ms),
@@ -123,6 +127,8 @@ impl Transport {
             keepalive_timeout: Duration::from_millis(keepalive_timeout_ms.max(1)),
             handshake_timeout: Duration::from_millis(handshake_timeout_ms.max(1)),
             max_concurrent_streams,
+            max_connections,
+            max_connection_bytes,
         };
         Ok(Transport {
             shared: Arc::new(Shared::new(methods, cfg)),
@@ -195,7 +201,7 @@ impl Transport {
         let list = PyList::empty(py);
         for ev in evs {
             let item = match ev {
-                Event::Call { id, method, payload, peer, require_leader } => {
+                Event::Call { id, method, payload, peer, require_leader, held: _ } => {
                     let kind = if require_leader { EV_CALL | REQUIRE_LEADER } else { EV_CALL };
                     (kind, id, method, PyBytes::new(py, &payload), peer.common_name.as_deref()).into_pyobject(py)?
                 }
@@ -203,7 +209,7 @@ impl Transport {
                     let kind = if require_leader { EV_OPEN | REQUIRE_LEADER } else { EV_OPEN };
                     (kind, id, method, py.None(), peer.common_name.as_deref()).into_pyobject(py)?
                 }
-                Event::Message { id, method, payload } => {
+                Event::Message { id, method, payload, held: _ } => {
                     (EV_MESSAGE, id, method, PyBytes::new(py, &payload), py.None()).into_pyobject(py)?
                 }
                 Event::HalfClosed { id, method } => (EV_HALF_CLOSED, id, method, py.None(), py.None()).into_pyobject(py)?,
@@ -230,7 +236,7 @@ impl Transport {
 
     /// Answer a unary call with one message (status OK).
     fn respond(&self, id: u64, data: &[u8]) {
-        if let Some(Pending::Unary(r)) = self.shared.calls.remove(id) {
+        if let Some(Pending::Unary(r, _held)) = self.shared.calls.remove(id) {
             grpc::respond_ok(r, data);
         }
     }
@@ -241,7 +247,7 @@ impl Transport {
         let shared = self.shared.clone();
         py.allow_threads(move || {
             for (id, data) in items {
-                if let Some(Pending::Unary(r)) = shared.calls.remove(id) {
+                if let Some(Pending::Unary(r, _held)) = shared.calls.remove(id) {
                     grpc::respond_ok(r, &data);
                 }
             }
@@ -260,7 +266,7 @@ impl Transport {
             return;
         }
         match self.shared.calls.remove(id) {
-            Some(Pending::Unary(r)) => grpc::fail_response(r, code, message),
+            Some(Pending::Unary(r, _held)) => grpc::fail_response(r, code, message),
             Some(other) => {
                 if let Pending::Http(tx) = other {
                     let _ = tx.send(HttpReply { status: 500, headers: vec![], body: Bytes::from(message.to_string()) });
@@ -271,27 +277,46 @@ impl Transport {
     }
 
     /// Queue messages on a stream.  False when its queue is now over the
-    /// limit: stop sending until an EV_WRITABLE event for it (the messages
-    /// given here are kept either way).  True for a stream that is gone.
+    /// limit, or its connection's queues are over --max-connection-bytes:
+    /// stop sending until an EV_WRITABLE event for it (the messages given
+    /// here are kept either way).  True for a stream that is gone.
     fn send(&self, id: u64, messages: Vec<PyBackedBytes>) -> bool {
         let Some((tx, state)) = self.shared.calls.stream(id) else { return true };
-        let frames: Vec<Bytes> = messages.iter().map(|m| grpc::frame(m)).collect();
-        let n: usize = frames.iter().map(|f| f.len()).sum();
-        use std::sync::atomic::Ordering::SeqCst;
+        let frames = vec![grpc::frames(&messages)];
+        let n: usize = frames[0].len();
+        use std::sync::atomic::Ordering::{Relaxed, SeqCst};
         let queued = state.queued.fetch_add(n, SeqCst) + n;
+        let conn_over = state.conn.add_queued(n);
+        self.shared.stats.queued.fetch_add(n, Relaxed);
         if tx.send(Cmd::Data(frames)).is_err() {
+            // the stream's task is gone and never counted these
+            calls::sub_queued(&state.conn, n, self.shared.send_queue_bytes, &self.shared.queue);
+            self.shared.stats.queued.fetch_sub(n, Relaxed);
             return true;
         }
-        if queued > self.shared.send_queue_bytes {
+        let limit = self.shared.send_queue_bytes;
+        if queued > limit || conn_over {
             state.want_writable.store(true, SeqCst);
+            if conn_over {
+                self.shared.stats.queued_full.fetch_add(1, Relaxed);
+                calls::wait_for_drain(calls::Waiting { id, state: state.clone() });
+            }
             // it may have drained meanwhile: check again (see grpc::flush)
-            if state.queued.load(SeqCst) > self.shared.send_queue_bytes / 2 {
+            if state.queued.load(SeqCst) > limit / 2 || state.conn.over_half() {
                 return false;
             }
             // drained: nobody needs telling (a Writable may still come; harmless)
             state.want_writable.store(false, SeqCst);
         }
         true
+    }
+
+    /// Bytes a stream may be sent before `send` reports it full (its own
+    /// queue's room, or its connection's if less); 0 for a stream that is
+    /// gone or full.
+    fn room(&self, id: u64) -> usize {
+        let Some((_, state)) = self.shared.calls.stream(id) else { return 0 };
+        state.room(self.shared.send_queue_bytes)
     }
 
     fn is_stream(&self, id: u64) -> bool {
@@ -320,6 +345,13 @@ impl Transport {
         d.set_item("bad_requests", s.bad_requests.load(Relaxed))?;
         d.set_item("keepalive_timeouts", s.keepalive_timeouts.load(Relaxed))?;
         d.set_item("too_many_pings", s.too_many_pings.load(Relaxed))?;
+        d.set_item("connections_refused", s.connections_refused.load(Relaxed))?;
+        d.set_item("streams_open", s.streams_open.load(Relaxed))?;
+        d.set_item("streams_at_limit", s.streams_at_limit.load(Relaxed))?;
+        d.set_item("received_bytes", s.budget.received_held.load(Relaxed))?;
+        d.set_item("received_full", s.budget.received_full.load(Relaxed))?;
+        d.set_item("queued_bytes", s.queued.load(Relaxed))?;
+        d.set_item("queued_full", s.queued_full.load(Relaxed))?;
         let f = PyDict::new(py);
         for (i, r) in HANDSHAKE_REASONS.iter().enumerate() {
             f.set_item(*r, s.handshake_failures[i].load(Relaxed))?;

@@ -21,12 +21,12 @@ use tokio_rustls::LazyConfigAcceptor;
 use brain_wire::http1::{self as h1, Head, Request as Http1Request, Sniff};
 
 use crate::authority::AuthorityFix;
-use crate::calls::{HttpReply, Pending};
+use crate::calls::{ConnBudget, HttpReply, Pending};
 use crate::events::{Event, Peer};
 use crate::grpc;
 use crate::narrowing;
 use crate::pings::{PingGuard, PingPolicy};
-use crate::shared::{Shared, HANDSHAKE_REASONS};
+use crate::shared::{Shared, Stats, HANDSHAKE_REASONS};
 use crate::tls::{self, TlsState};
 use crate::x509;
 
@@ -47,8 +47,9 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
                     tokio::select! {
                         r = l.accept() => match r {
                             Ok((sock, addr)) => {
+                                let Some(open) = admit(&shared, addr.to_string()) else { continue };
                                 let _ = sock.set_nodelay(true);
-                                tokio::spawn(connection(shared.clone(), sock, tls.clone(), false, addr.to_string()));
+                                tokio::spawn(connection(shared.clone(), open, sock, tls.clone(), false, addr.to_string()));
                             }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                         },
@@ -65,7 +66,10 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
                     tokio::select! {
                         r = l.accept() => match r {
                             // "@": an unnamed unix peer, as Go prints its address
-                            Ok((sock, _)) => { tokio::spawn(connection(shared.clone(), sock, tls.clone(), true, "@".into())); }
+                            Ok((sock, _)) => {
+                                let Some(open) = admit(&shared, "@".into()) else { continue };
+                                tokio::spawn(connection(shared.clone(), open, sock, tls.clone(), true, "@".into()));
+                            }
                             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                         },
                         _ = stop.changed() => return,
@@ -77,21 +81,51 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: Listener, tls: Option<Arc<T
     Ok(())
 }
 
-struct OpenGuard(Arc<Shared>);
+/// An open connection, counted until it closes.
+struct OpenGuard(Arc<Stats>);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.0.stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-async fn connection<S>(shared: Arc<Shared>, sock: S, tls: Option<Arc<TlsState>>, unix: bool, remote: String)
-where
+/// A connection just accepted, counted as open; None when
+/// --max-connections are open already: the socket is closed at once
+/// (dropped) and the refusal logged, at most once a second.
+fn admit(shared: &Arc<Shared>, remote: String) -> Option<OpenGuard> {
+    let stats = &shared.stats;
+    let open = stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    let guard = OpenGuard(stats.clone());
+    if open < shared.cfg.max_connections as u64 {
+        stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        return Some(guard);
+    }
+    let refused = stats.connections_refused.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = shared.started.elapsed().as_millis() as u64;
+    let last = stats.refusal_logged_ms.load(Ordering::Relaxed);
+    if (refused == 1 || now >= last + 1000)
+        && stats.refusal_logged_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        let error = format!(
+            "too many open connections ({} open, --max-connections {}); {refused} refused so far",
+            open, shared.cfg.max_connections
+        );
+        shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: false, names: None });
+    }
+    None
+}
+
+async fn connection<S>(
+    shared: Arc<Shared>,
+    _open: OpenGuard,
+    sock: S,
+    tls: Option<Arc<TlsState>>,
+    unix: bool,
+    remote: String,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
-    shared.stats.connections_open.fetch_add(1, Ordering::Relaxed);
-    let _guard = OpenGuard(shared.clone());
     let Some(tls) = tls else {
         serve(shared, sock, Arc::new(Peer { common_name: None }), None, unix).await;
         return;
@@ -230,15 +264,21 @@ where
         })
     });
     let mut stop = shared.shutdown.subscribe();
+    let budget = Arc::new(ConnBudget::new(shared.cfg.max_connection_bytes, shared.stats.budget.clone()));
     loop {
         tokio::select! {
             r = conn.accept() => match r {
                 Some(Ok((req, respond))) => {
+                    let active = ActiveCall::new(policy.clone(), shared.stats.clone());
+                    if active.open == shared.cfg.max_concurrent_streams as usize {
+                        // h2 refuses what the client opens beyond this (REFUSED_STREAM)
+                        shared.stats.streams_at_limit.fetch_add(1, Ordering::Relaxed);
+                    }
                     let shared = shared.clone();
                     let peer = peer.clone();
-                    let active = ActiveCall::new(policy.clone());
+                    let budget = budget.clone();
                     tokio::spawn(async move {
-                        request(shared, peer, req, respond).await;
+                        request(shared, peer, budget, req, respond).await;
                         drop(active);
                     });
                 }
@@ -262,23 +302,36 @@ where
     }
 }
 
-/// A call in flight, for the ping policy (held by the call's task).
-struct ActiveCall(Arc<PingPolicy>);
+/// A call in flight, for the ping policy and the streams open (held by
+/// the call's task); `open`: the connection's calls with this one.
+struct ActiveCall {
+    policy: Arc<PingPolicy>,
+    stats: Arc<Stats>,
+    open: usize,
+}
 
 impl ActiveCall {
-    fn new(p: Arc<PingPolicy>) -> Self {
-        p.active.fetch_add(1, Ordering::Relaxed);
-        ActiveCall(p)
+    fn new(policy: Arc<PingPolicy>, stats: Arc<Stats>) -> Self {
+        let open = policy.active.fetch_add(1, Ordering::Relaxed) + 1;
+        stats.streams_open.fetch_add(1, Ordering::Relaxed);
+        ActiveCall { policy, stats, open }
     }
 }
 
 impl Drop for ActiveCall {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.policy.active.fetch_sub(1, Ordering::Relaxed);
+        self.stats.streams_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-async fn request(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+async fn request(
+    shared: Arc<Shared>,
+    peer: Arc<Peer>,
+    budget: Arc<ConnBudget>,
+    req: Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+) {
     let is_grpc = req
         .headers()
         .get("content-type")
@@ -286,7 +339,7 @@ async fn request(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvStream>,
         .map(|v| v.starts_with("application/grpc"))
         .unwrap_or(false);
     if is_grpc {
-        grpc::serve_call(shared, peer, req, respond).await;
+        grpc::serve_call(shared, peer, budget, req, respond).await;
         return;
     }
     // Plain HTTP over HTTP/2 (e.g. Go's http client on https: GET /version).

@@ -3,11 +3,13 @@
 //! settings, the counters and the shutdown signal.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::budget;
 use crate::calls::Calls;
 use crate::events::EventQueue;
 
@@ -37,6 +39,22 @@ pub struct Stats {
     pub keepalive_timeouts: AtomicU64,
     pub too_many_pings: AtomicU64,
     pub handshake_failures: [AtomicU64; HANDSHAKE_REASONS.len()],
+    /// Connections closed at once: --max-connections were open.
+    pub connections_refused: AtomicU64,
+    /// Calls and streams open, on every connection.
+    pub streams_open: AtomicUsize,
+    /// Times a connection reached --max-concurrent-streams (h2 refuses
+    /// the streams its client opens beyond it with REFUSED_STREAM).
+    pub streams_at_limit: AtomicU64,
+    /// The connections' budgets' receive sides (budget.rs).
+    pub budget: Arc<budget::Counters>,
+    /// Response bytes queued on streams (every connection), and the times a
+    /// connection's streams were reported full because of its budget.
+    pub queued: AtomicUsize,
+    pub queued_full: AtomicU64,
+    /// When a refused connection was last logged (ms since the transport
+    /// started): at most one line a second.
+    pub refusal_logged_ms: AtomicU64,
 }
 
 pub struct Config {
@@ -47,6 +65,8 @@ pub struct Config {
     pub keepalive_timeout: Duration,
     pub handshake_timeout: Duration,
     pub max_concurrent_streams: u32,
+    pub max_connections: usize,
+    pub max_connection_bytes: usize,
 }
 
 pub struct Shared {
@@ -58,7 +78,8 @@ pub struct Shared {
     pub max_recv: usize,
     pub send_queue_bytes: usize,
     pub cfg: Config,
-    pub stats: Stats,
+    pub stats: Arc<Stats>,
+    pub started: Instant,
     pub shutdown: watch::Sender<bool>,
     /// BRAIN_TRANSPORT_DEBUG set: failures are also printed to stderr.
     pub debug: bool,
@@ -80,7 +101,8 @@ impl Shared {
             max_recv: cfg.max_recv,
             send_queue_bytes: cfg.send_queue_bytes,
             cfg,
-            stats: Stats::default(),
+            stats: Arc::new(Stats::default()),
+            started: Instant::now(),
             shutdown: watch::channel(false).0,
             debug: std::env::var_os("BRAIN_TRANSPORT_DEBUG").is_some(),
         }

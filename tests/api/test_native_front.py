@@ -328,7 +328,7 @@ def test_a_stream_scheduled_while_it_is_polled_is_polled_again():
     polls = []
 
     class RoutedDuringPoll:
-        def poll(self):
+        def poll(self, max_bytes=None):
             polls.append(1)
             if len(polls) == 1:
                 front.sessions.schedule(7)  # the hub routes more events while the front polls

@@ -155,6 +155,11 @@ class StandInTransport:
         e.moved.set()
         return True
 
+    def room(self, sid: int) -> int:
+        """What a stream may be sent before ``send`` reports it full: this
+        stand-in keeps everything, so always room."""
+        return 1 << 30
+
     def http_respond(self, rid, status, headers, body) -> None:  # pragma: no cover - no HTTP here
         raise Defect("an HTTP answer to a gRPC input")
 

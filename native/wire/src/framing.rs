@@ -12,6 +12,19 @@ pub fn frame(msg: &[u8]) -> Bytes {
     b.freeze()
 }
 
+/// Several messages framed into one buffer: one allocation however many
+/// (a watch poll hands over hundreds of small responses at once).
+pub fn frames<M: AsRef<[u8]>>(msgs: &[M]) -> Bytes {
+    let mut b = BytesMut::with_capacity(msgs.iter().map(|m| 5 + m.as_ref().len()).sum());
+    for m in msgs {
+        let m = m.as_ref();
+        b.put_u8(0);
+        b.put_u32(m.len() as u32);
+        b.put_slice(m);
+    }
+    b.freeze()
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded {
     Msg(Bytes),
@@ -50,6 +63,13 @@ impl Decoder {
     /// Bytes pushed and not yet returned as a message.
     pub fn buffered(&self) -> usize {
         self.head.len() + self.tail.len()
+    }
+
+    /// The announced length of the next message, once its prefix is in
+    /// (bytes are in `head` or in `tail`, never in both: see `push`).
+    pub fn peek_len(&self) -> Option<usize> {
+        let b: &[u8] = if self.head.is_empty() { &self.tail } else { &self.head };
+        (b.len() >= 5).then(|| u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize)
     }
 
     pub fn next(&mut self) -> Option<Decoded> {
