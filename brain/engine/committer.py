@@ -48,7 +48,7 @@ from typing import Callable
 
 from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
-from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest
+from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest, unwrapped
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
 from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
@@ -61,6 +61,7 @@ from .readindex import ReadBarrier
 from .replication import Replication
 from .roles import Follower, Leader
 from .timeouts import REQUEST_TIMEOUT
+from .tokens import TokenTable
 from .watching import WatchManager
 
 log = logging.getLogger("brain.engine")
@@ -99,6 +100,11 @@ class Committer:
         self.closing = False  # set by the engine before it stops the committer
         self.store = store
         self.committed_rev = store.revision
+        # The auth state readers check calls against: the store's as of the
+        # last published batch (brain.mvcc.auth: immutable, read without the lock).
+        self.committed_auth = store.auth
+        # Simple tokens, learned from published batches (brain.engine.tokens).
+        self.tokens = TokenTable(config.auth_token_ttl)
         self.applied_index = applied_index
         self.member_id = member_id
         self.raft_term = raft_term
@@ -405,6 +411,7 @@ class Committer:
             results, payload = self._decide(admitted) if admitted else ([], b"")
             new_rev = self.store.revision
             events = self.store.take_changes()
+            auth = self.store.take_auth()
         index = self.applied_index
         # A barrier needs a record even when nothing else is appended: an
         # empty one, which every replica applies as nothing (brain.mvcc.codec).
@@ -415,7 +422,7 @@ class Committer:
             index = self._make_durable(payload, admitted + barriers)
             if index is None:
                 return
-        self.publish(new_rev, index, events)
+        self.publish(new_rev, index, events, auth)
         for p in barriers:
             self.settle(p, index)
         if not admitted:
@@ -553,15 +560,21 @@ class Committer:
                 log.warning("journal unavailable (%s); retrying the append", e)
                 time.sleep(0.2)
 
-    def publish(self, revision: int, index: int, events: list) -> None:
+    def publish(self, revision: int, index: int, events: list, auth=None) -> None:
         """Make a batch that is in the journal visible: readers see
         ``revision`` and the journal ``index`` holding it, watchers get its
-        ``events``, reads waiting for ``index`` go ahead.  The leader's commit
-        and the follower's apply both end here."""
+        ``events``, reads waiting for ``index`` go ahead, and ``auth`` (the
+        store's take_auth: its auth state and token effects) is what calls
+        are checked against.  The leader's commit and the follower's apply
+        both end here."""
         with self.lock:
             # together, so that a reader of both sees a matching pair
             self.committed_rev = revision
             self.applied_index = index
+            if auth is not None:
+                self.committed_auth = auth[0]
+        if auth is not None and auth[1]:
+            self.tokens.apply(auth[1])
         if events:
             self.watches.notify(events, revision)
         self.batches += 1
@@ -580,6 +593,7 @@ class Committer:
         with self.watches.lock:
             with self.lock:
                 self.store = store
+                self.committed_auth = store.auth
             self.watches.hub.store = store
 
 
@@ -593,6 +607,7 @@ def adds_data(req) -> bool:
     Put, a LeaseGrant, and a Txn with a Put directly in either branch.
     etcd's costTxn counts only those Puts, so a Txn that only deletes, or
     puts only inside a nested Txn, is applied."""
+    req = unwrapped(req)
     if isinstance(req, (PutRequest, LeaseGrantRequest)):
         return True
     if isinstance(req, TxnRequest):
