@@ -98,6 +98,11 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--key-file", "key_file", str, "client server TLS key file"),
     ("--trusted-ca-file", "trusted_ca_file", str, "client server TLS trusted CA certificate file"),
     ("--client-cert-auth", "client_cert_auth", _bool, "require client certificates signed by the trusted CA"),
+    ("--auth-token", "auth_token", str,
+     "auth tokens: simple, or jwt,pub-key=<file>,priv-key=<file>,sign-method=<RS256|ES256|EdDSA|HS256|...>"
+     "[,ttl=<duration>] (default %(default)s)"),
+    ("--auth-token-ttl", "auth_token_ttl", _int, "seconds a simple token lives unused (default %(default)s)"),
+    ("--bcrypt-cost", "bcrypt_cost", _int, "bcrypt cost of hashed passwords, 4 to 31 (default %(default)s)"),
     ("--cipher-suites", "cipher_suites", C.split_urls,
      "comma-separated TLS 1.2 cipher suites, Go's names (default: rustls' AEAD ECDHE suites)"),
     ("--tls-min-version", "tls_min_version", str, "minimum TLS version: TLS1.2 or TLS1.3 (default TLS1.2)"),

@@ -222,9 +222,17 @@ class Engine:
                       attached_keys=self._attached_keys)
 
     def _attached_keys(self, lease_id: int) -> list[bytes]:
+        return self.lease_keys(lease_id)
+
+    def lease_keys(self, lease_id: int) -> list[bytes]:
+        """The keys a lease holds now, sorted ([] for an unknown lease)."""
         with self.committer.lock:
             lease = self.store.lessor.leases.get(lease_id)
             return sorted(lease.keys) if lease is not None else []
+
+    def lease_ids(self) -> list[int]:
+        with self.committer.lock:
+            return list(self.store.lessor.leases)
 
     def _expire_lease(self, lease_id: int) -> Future:
         """A lease's deadline passed: revoke it, here or nowhere (as the

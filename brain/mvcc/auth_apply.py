@@ -282,7 +282,7 @@ def check_txn(state: AuthState, lessor: Lessor, info: AuthInfo, t: TxnRequest) -
 def check_lease_puts(state: AuthState, lessor: Lessor, info: AuthInfo, lease_id: int) -> None:
     """Write permission on every key the lease holds (etcd's
     checkLeasePuts), unless the caller is root or the lease is unknown."""
-    lease = lessor.leases.get(lease_id) if lease_id else None
+    lease = lessor.leases.get(lease_id) if lease_id and lessor is not None else None
     if lease is None or state.is_admin(info):
         return
     for key in sorted(lease.keys):

@@ -21,13 +21,21 @@ pub struct Peer {
     pub common_name: Option<String>,
 }
 
+/// What a call's metadata tells Python.
+#[derive(Debug, Clone, Default)]
+pub struct CallMeta {
+    /// `hasleader: true` (etcd's WithRequireLeader), see `REQUIRE_LEADER`.
+    pub require_leader: bool,
+    /// etcd's auth token: the `token` metadata, else `authorization`
+    /// (etcd's two names for it), see `AUTH_TOKEN`.
+    pub token: Option<String>,
+}
+
 pub enum Event {
     /// A unary or server-streaming call with its one request message.
-    /// `require_leader`: its metadata says `hasleader: true` (etcd's
-    /// WithRequireLeader), see `REQUIRE_LEADER`.
-    Call { id: u64, method: u32, payload: Bytes, peer: Arc<Peer>, require_leader: bool },
+    Call { id: u64, method: u32, payload: Bytes, peer: Arc<Peer>, meta: CallMeta },
     /// A bidirectional stream began (messages follow as `Message`).
-    Open { id: u64, method: u32, peer: Arc<Peer>, require_leader: bool },
+    Open { id: u64, method: u32, peer: Arc<Peer>, meta: CallMeta },
     Message { id: u64, method: u32, payload: Bytes },
     /// The client sent END_STREAM: no more messages will come.
     HalfClosed { id: u64, method: u32 },
@@ -59,6 +67,9 @@ pub const EV_REJECTED: u8 = 9;
 /// Or-ed into EV_CALL / EV_OPEN for a call with `hasleader: true`: Python
 /// tells those apart with one bit test and the other events pay nothing.
 pub const REQUIRE_LEADER: u8 = 0x80;
+/// Or-ed into EV_CALL / EV_OPEN for a call that carries an auth token; its
+/// event's last item is then (common name, token) instead of the name.
+pub const AUTH_TOKEN: u8 = 0x40;
 
 struct Inner {
     events: VecDeque<Event>,

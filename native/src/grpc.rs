@@ -22,7 +22,7 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use tokio::sync::mpsc;
 
 use crate::calls::{Cmd, Pending, StreamHandle, StreamState};
-use crate::events::{Event, Peer};
+use crate::events::{CallMeta, Event, Peer};
 use crate::shared::Shared;
 
 pub const KIND_UNARY: u8 = 0;
@@ -160,6 +160,17 @@ fn requires_leader(headers: &http::HeaderMap) -> bool {
     headers.get("hasleader").is_some_and(|v| v.as_bytes() == b"true")
 }
 
+/// What Python needs of a call's metadata: require-leader and etcd's auth
+/// token (its TokenFieldNameGRPC "token", else TokenFieldNameSwagger
+/// "authorization"; the first value, as etcd reads it).
+fn call_meta(headers: &http::HeaderMap) -> CallMeta {
+    let token = headers
+        .get("token")
+        .or_else(|| headers.get("authorization"))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    CallMeta { require_leader: requires_leader(headers), token }
+}
+
 fn compressed_text(req_encoding: &str) -> String {
     format!("grpc: Decompressor is not installed for grpc-encoding \"{req_encoding}\"")
 }
@@ -184,10 +195,10 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity")
         .to_string();
-    let require_leader = requires_leader(req.headers());
+    let meta = call_meta(req.headers());
     let id = shared.next_id();
     if kind == KIND_BIDI {
-        serve_stream(shared, id, method, peer, require_leader, req.into_body(), respond, encoding).await;
+        serve_stream(shared, id, method, peer, meta, req.into_body(), respond, encoding).await;
         return;
     }
     let mut body = req.into_body();
@@ -197,11 +208,11 @@ pub async fn serve_call(shared: Arc<Shared>, peer: Arc<Peer>, req: Request<RecvS
             match d {
                 Decoded::Msg(payload) => {
                     if kind == KIND_SERVER_STREAM {
-                        serve_server_stream(shared, id, method, peer, require_leader, body, respond, payload).await;
+                        serve_server_stream(shared, id, method, peer, meta, body, respond, payload).await;
                         return;
                     }
                     shared.calls.insert(id, Pending::Unary(respond));
-                    shared.queue.push(Event::Call { id, method, payload, peer, require_leader });
+                    shared.queue.push(Event::Call { id, method, payload, peer, meta });
                 }
                 Decoded::Oversized(len) => {
                     shared.calls.insert(id, Pending::Unary(respond));
@@ -231,7 +242,7 @@ async fn serve_server_stream(
     id: u64,
     method: u32,
     peer: Arc<Peer>,
-    require_leader: bool,
+    meta: CallMeta,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     payload: Bytes,
@@ -240,7 +251,7 @@ async fn serve_server_stream(
     // whose receive side is over.
     drop(body);
     let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
-    shared.queue.push(Event::Call { id, method, payload, peer, require_leader });
+    shared.queue.push(Event::Call { id, method, payload, peer, meta });
     pump(shared, id, method, None, send, rx, state, String::new()).await;
 }
 
@@ -250,13 +261,13 @@ async fn serve_stream(
     id: u64,
     method: u32,
     peer: Arc<Peer>,
-    require_leader: bool,
+    meta: CallMeta,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     encoding: String,
 ) {
     let Some((send, rx, state)) = open_stream(&shared, id, respond) else { return };
-    shared.queue.push(Event::Open { id, method, peer, require_leader });
+    shared.queue.push(Event::Open { id, method, peer, meta });
     pump(shared, id, method, Some(body), send, rx, state, encoding).await;
 }
 
