@@ -27,6 +27,9 @@ the health service).
 
 from __future__ import annotations
 
+import grpc
+
+from brain.api.grpc_stats import GO_CODE_NAMES
 from brain.api.unary import Deferred, abort_with
 from brain.mvcc import auth_apply, errors, validation
 from brain.mvcc.auth import AuthInfo
@@ -127,9 +130,10 @@ class Gate:
         try:
             self.engine.auth.check_read(caller(), key, range_end)
         except errors.EtcdError as e:
-            if e in (errors.ErrInvalidAuthToken, errors.ErrAuthOldRevision, errors.ErrUserEmpty):
-                return e.message
-            return errors.ErrPermissionDenied.message
+            if e not in (errors.ErrInvalidAuthToken, errors.ErrAuthOldRevision, errors.ErrUserEmpty):
+                e = errors.ErrPermissionDenied
+            # etcd's reason is the gRPC error's text, code and all
+            return f"rpc error: code = {GO_CODE_NAMES[grpc.StatusCode[e.code]]} desc = {e.message}"
         return ""
 
     def check_renew(self, info: AuthInfo | None, lease_id: int) -> None:

@@ -82,6 +82,13 @@ AS_USERS = [
     [ALICE, "del", "/app/", "--prefix"],
     [ALICE, "put", "/app/y", "2"],
     [ALICE, "txn"],
+    # watches: refused at creation outside the permission; from-key on a
+    # key of a prefix permission is outside it (etcd 3.7.1's fix)
+    [ALICE, "watch", "/other"],
+    [ALICE, "watch", "/app/", "--from-key"],
+    [ALICE, "watch", "/app/", "--prefix", "--rev", "1"],
+    [BOB, "watch", "b", "--rev", "1"],
+    [BOB, "watch", "a", "d"],
     [BOB, "get", "/conf"],
     [BOB, "get", "a", "c"],
     [BOB, "get", "b"],
@@ -171,8 +178,10 @@ def run_session(ctl: str, endpoint, steps, extra=()) -> list[tuple]:
     out = []
     for args in steps:
         stdin = TXN_INPUT if "txn" in args else None
-        r = subprocess.run([ctl, f"--endpoints={endpoint}", *etcdctl_flags(endpoint), *extra, *args], input=stdin,
-                           capture_output=True, text=True, timeout=60)
+        command = [ctl, f"--endpoints={endpoint}", *etcdctl_flags(endpoint), *extra, *args]
+        if "watch" in args:  # a watch that was made goes on: what it printed in 3 s
+            command = ["timeout", "-s", "INT", "3", *command]
+        r = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
         stdout = _normal_stdout(r.stdout)
         if "endpoint" in args and "status" in args:
             stdout = re.sub(r'"(Endpoint|version|dbSize\w*|leader|raftIndex|raftAppliedIndex|dbSizeInUse|'
