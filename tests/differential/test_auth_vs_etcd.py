@@ -44,6 +44,7 @@ SETUP = [
     ["user", "add", "bob", "--new-user-password=bpw"],
     ["user", "add", "nopw", "--no-password"],
     ["user", "add", "alice", "--new-user-password=again"],
+    ["user", "add", "long", "--new-user-password=" + "x" * 73],
     ["role", "add", "pfx"],
     ["role", "add", "mixed"],
     ["role", "add", "pfx"],
@@ -282,3 +283,87 @@ def test_over_mutual_tls_the_certificate_name_is_the_user(oracle_factory):
     for b, e in zip(got, want):
         assert b == e, f"step {b[0]}: brain {b[1:]} etcd 3.7 {e[1:]}"
     assert got[8][1] == 0 and got[10][1] != 0  # the name's prefix allowed, the rest refused
+
+
+def _keys(tmp_path, method: str) -> str:
+    """Key files for ``method``; the --auth-token value naming them."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    if method.startswith("HS"):
+        (tmp_path / "hmac.key").write_bytes(b"a shared secret for the test")
+        return f"jwt,priv-key={tmp_path / 'hmac.key'},sign-method={method}"
+    key = {"RS": lambda: rsa.generate_private_key(65537, 2048), "ES": lambda: ec.generate_private_key(ec.SECP256R1()),
+           "Ed": ed25519.Ed25519PrivateKey.generate}[method[:2]]()
+    pkcs = serialization.PrivateFormat.PKCS8
+    (tmp_path / "priv.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, pkcs,
+                                                          serialization.NoEncryption()))
+    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return f"jwt,pub-key={tmp_path / 'pub.pem'},priv-key={tmp_path / 'priv.pem'},sign-method={method}"
+
+
+JWT_SETUP = [
+    ["user", "add", "root", "--new-user-password=rootpw"],
+    ["user", "grant-role", "root", "root"],
+    ["user", "add", "alice", "--new-user-password=apw"],
+    ["role", "add", "pfx"],
+    ["role", "grant-permission", "pfx", "--prefix=true", "readwrite", "/app/"],
+    ["user", "grant-role", "alice", "pfx"],
+    ["auth", "enable"],
+]
+
+
+@pytest.mark.parametrize("method", ["RS256", "ES256", "EdDSA", "HS256"])
+def test_jwt_tokens_of_etcd_and_brain_are_honoured_by_each_other(method, oracle_factory, tmp_path):
+    """The same keys on etcd 3.7 and brain: a token either issues works on
+    the other (same claims, same signature format), so brain's JWTs are
+    etcd's; an auth change after issue makes both refuse it as old."""
+    import grpc
+
+    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    from tests.support.servers import grpc_channel
+
+    ctl = etcd_tool("etcdctl-3.7")
+    option = _keys(tmp_path, method)
+    etcd = oracle_factory("3.7", extra_args=["--auth-token", option])
+    require_brain()
+    brain = start_brain(extra_args=["--auth-token", option])
+    try:
+        for server in (etcd, brain):
+            for args in JWT_SETUP:
+                r = subprocess.run([ctl, f"--endpoints={server.endpoint}", *args], capture_output=True, text=True,
+                                   timeout=60)
+                assert r.returncode == 0, (server, args, r.stderr)
+        stubs = {}
+        for name, server in (("etcd", etcd), ("brain", brain)):
+            ch = grpc_channel(server.endpoint)
+            stubs[name] = (ch, rpc_pb2_grpc.AuthStub(ch), rpc_pb2_grpc.KVStub(ch))
+        tokens = {name: s[1].Authenticate(rpc_pb2.AuthenticateRequest(name="alice", password="apw")).token
+                  for name, s in stubs.items()}
+        assert tokens["brain"].count(".") == 2
+        for issuer, token in tokens.items():
+            for name, (_, _, kv) in stubs.items():
+                md = (("token", token),)
+                kv.Put(rpc_pb2.PutRequest(key=b"/app/k", value=issuer.encode()), metadata=md)
+                with pytest.raises(grpc.RpcError) as e:
+                    kv.Range(rpc_pb2.RangeRequest(key=b"/other"), metadata=md)
+                assert e.value.details() == "etcdserver: permission denied", (issuer, name)
+        # a change of roles after the tokens were issued: both refuse them as old
+        for name, server in (("etcd", etcd), ("brain", brain)):
+            r = subprocess.run([ctl, f"--endpoints={server.endpoint}", "--user=root:rootpw", "role", "add", "x"],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        for issuer, token in tokens.items():
+            for name, (_, _, kv) in stubs.items():
+                with pytest.raises(grpc.RpcError) as e:
+                    kv.Range(rpc_pb2.RangeRequest(key=b"/app/k"), metadata=(("token", token),))
+                assert (e.value.code(), e.value.details()) == (
+                    grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: revision of auth store is old"), (issuer, name)
+        with pytest.raises(grpc.RpcError) as e:
+            stubs["brain"][2].Range(rpc_pb2.RangeRequest(key=b"/app/k"), metadata=(("token", tokens["brain"][:-4] + "AAAA"),))
+        assert e.value.details() == "etcdserver: invalid auth token"
+        for ch, _, _ in stubs.values():
+            ch.close()
+    finally:
+        brain.cleanup()
