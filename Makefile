@@ -25,8 +25,9 @@ test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTEST)
 
-test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server
-	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 BRAIN_CLUSTER_KILLS=24 $(PYTEST)
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server, the auth session on grpcio and 200 auth property examples
+	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 BRAIN_CLUSTER_KILLS=24 \
+	  BRAIN_AUTH_FULL=1 HYPOTHESIS_AUTH_EXAMPLES=200 $(PYTEST)
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s

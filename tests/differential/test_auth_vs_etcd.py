@@ -22,6 +22,7 @@ with 3.7 only and listed in tests/differential/ETCD_BEHAVIOUR.md.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -125,6 +126,7 @@ AS_USERS = [
     [ALICE, "alarm", "list"],
     [ALICE, "alarm", "disarm"],
     [ALICE, "defrag"],
+    [ALICE, "snapshot", "save", "/nonexistent-dir/refused.db"],
     [ALICE, "lease", "grant", "60"],
     ["lease", "grant", "60"],
     [ALICE, "lease", "list"],
@@ -224,6 +226,21 @@ def test_an_etcdctl_auth_session_answers_as_etcd(brain, oracle_factory):
     # every step either changed something or was refused: the session ran
     assert sum(1 for step in got if step[1] != 0) >= 30
     assert [d[0] for d in differences] == KNOWN_36_DIFFERENCES, differences
+
+
+@pytest.mark.skipif(not os.environ.get("BRAIN_AUTH_FULL"), reason="make test-full (BRAIN_AUTH_FULL=1): the session on "
+                    "the grpcio front too")
+def test_the_session_on_the_grpcio_front_answers_as_etcd(oracle_factory):
+    require_brain()
+    ctl = etcd_tool("etcdctl-3.7")
+    srv = start_brain(extra_args=["--grpc-front", "grpcio"])
+    try:
+        got = run_session(ctl, srv.endpoint, SETUP + AS_USERS)
+    finally:
+        srv.cleanup()
+    want = run_session(ctl, oracle_factory("3.7").endpoint, SETUP + AS_USERS)
+    mismatches = [f"step {b[0]}:\n  brain    {b[1:]}\n  etcd 3.7 {e[1:]}" for b, e in zip(got, want) if b != e]
+    assert not mismatches, "\n".join(mismatches)
 
 
 # Steps where etcd 3.6 answers otherwise than 3.7 (and brain, as 3.7): with
