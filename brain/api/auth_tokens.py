@@ -223,18 +223,23 @@ def _read(path: str) -> bytes:
 
 
 def jwt_tokens(opts: dict[str, str]) -> JwtTokens:
-    """etcd's newTokenProviderJWT: the signing method, its key or key pair."""
-    ttl = DEFAULT_JWT_TTL
-    if opts.get("ttl"):
-        try:
-            ttl = _parse_duration(opts["ttl"])
-        except ValueError as e:
-            raise TokenOptionError(str(e)) from None
-    public = _read(opts["pub-key"]) if opts.get("pub-key") else b""
-    private = _read(opts["priv-key"]) if opts.get("priv-key") else b""
-    method = opts.get("sign-method", "")
-    if method not in METHODS:
-        raise TokenOptionError("auth: invalid auth signature method")
+    """etcd's newTokenProviderJWT: the signing method, its key or key pair.
+    What its option parsing refuses is etcd's "invalid auth options", with
+    the reason etcd logs beside it; the keys' own errors are etcd's."""
+    try:
+        ttl = DEFAULT_JWT_TTL
+        if opts.get("ttl"):
+            try:
+                ttl = _parse_duration(opts["ttl"])
+            except ValueError as e:
+                raise TokenOptionError(str(e)) from None
+        public = _read(opts["pub-key"]) if opts.get("pub-key") else b""
+        private = _read(opts["priv-key"]) if opts.get("priv-key") else b""
+        method = opts.get("sign-method", "")
+        if method not in METHODS:
+            raise TokenOptionError("auth: invalid auth signature method")
+    except TokenOptionError as e:
+        raise TokenOptionError(f"auth: invalid auth options ({e})") from None
     if method.startswith("HS"):
         if not private:
             raise TokenOptionError("auth: missing key data")
