@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 
 import bcrypt
 
@@ -29,6 +30,7 @@ from brain.api.pb.authpb import auth_pb2
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import Rpc, ServiceTable
 from brain.api.unary import abort_with
+from brain.engine.timeouts import REQUEST_TIMEOUT
 from brain.mvcc import errors
 from brain.mvcc.auth import ROOT
 from brain.mvcc.auth_perms import PERM_READWRITE
@@ -69,15 +71,28 @@ class AuthService:
 
     def _write(self, context, request, response_cls, method: str):
         """Submit an auth change for the caller; its response, with the
-        header of the revision it was decided at."""
+        header of the revision it was decided at, once this replica applied
+        it (as an etcd member answers once it applied the entry)."""
         try:
             info = self.gate.caller_of_context(context)
-            self.engine.submit(authorized(request, info)).result()
+            res = self.engine.submit(authorized(request, info)).result()
+            self._until(lambda: self.engine.auth.revision >= res.auth_revision)
         except Exception as e:  # noqa: BLE001 - every failure becomes a status
             abort_with(context, e, method)
         resp = response_cls()
         self.header.fill(resp.header, self.engine.committed_rev)
         return resp
+
+    def _until(self, applied) -> None:
+        """Wait until ``applied()``: a write a follower forwarded comes back
+        when the leader decided it, and an auth change makes no key
+        revision for the follower to wait on, so the api waits for its
+        effect (the auth revision, a token) before answering."""
+        deadline = time.monotonic() + REQUEST_TIMEOUT
+        while not applied():
+            if time.monotonic() > deadline:
+                raise errors.ErrTimeout.fresh()
+            time.sleep(0.002)
 
     def _read(self, context, method: str):
         """(the auth state, the caller) once a linearizable read may be
@@ -115,6 +130,8 @@ class AuthService:
                 token = tokens.new_token()
                 res = self.engine.submit(core.AuthenticateRequest(request.name, token)).result()
                 if res.auth_revision == checked:
+                    if token:  # a simple token: usable here once this replica applied it
+                        self._until(lambda: tokens.info(token, 0) is not None)
                     break
             else:
                 raise errors.ErrAuthOldRevision.fresh()

@@ -81,10 +81,13 @@ def test_a_follower_enforces_auth_set_through_the_leader_and_honours_any_replica
         assert _code(c1.kv.Range, rpc_pb2.RangeRequest(key=b"/a/x")) == (
             grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: user name is empty")
 
-        # a token issued by follower 1 ...
+        # a token issued by follower 1 works there at once (it answers once it
+        # applied the token's record) ...
         token = c1.auth.Authenticate(rpc_pb2.AuthenticateRequest(name="alice", password="apw")).token
-        # ... writes through follower 2 (checked by the leader) and reads there
-        c2.kv.Put(rpc_pb2.PutRequest(key=b"/a/x", value=b"1"), metadata=_md(token))
+        c1.kv.Put(rpc_pb2.PutRequest(key=b"/a/x", value=b"0"), metadata=_md(token))
+        # ... and through follower 2 once that one applied it: writes (checked
+        # by the leader) and reads
+        _eventually(lambda: c2.kv.Put(rpc_pb2.PutRequest(key=b"/a/x", value=b"1"), metadata=_md(token)))
         got = _eventually(lambda: c2.kv.Range(rpc_pb2.RangeRequest(key=b"/a/x"), metadata=_md(token)))
         assert [kv.value for kv in got.kvs] == [b"1"]
         for cl in (c1, c2, lc):
