@@ -296,7 +296,10 @@ def decode_batch(payload: bytes) -> list[tuple]:
         elif tag == 0x41:  # A
             if version < AUTH_FORMAT_VERSION:
                 raise ValueError(f"auth entry in a version {version} payload at offset {pos - 1}")
-            entry, pos = decode_auth(payload, pos)
+            try:
+                entry, pos = decode_auth(payload, pos)
+            except (struct.error, IndexError, UnicodeDecodeError) as e:
+                raise ValueError(f"bad auth entry at offset {pos - 1}: {e}") from None
             entries.append(entry)
         else:
             raise ValueError(f"unknown journal entry tag {tag} at offset {pos - 1}")

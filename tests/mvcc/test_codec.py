@@ -43,8 +43,11 @@ def test_auth_entries_make_a_version_2_payload_and_are_refused_in_version_1():
                                ("A", codec.AUTH_TOKENS_DROPPED)]
     with pytest.raises(ValueError):
         decode_batch(b"V\x01" + p[2:])
-    with pytest.raises(ValueError):
-        decode_batch(p[:-12])  # cut inside an entry
+    for cut in range(3, len(p)):  # cut anywhere inside the entries: bad bytes, never another exception
+        try:
+            decode_batch(p[:cut])
+        except ValueError:
+            pass
 
 
 def test_a_payload_from_before_versions_reads_as_version_1():
