@@ -123,3 +123,23 @@ def test_a_follower_enforces_auth_set_through_the_leader_and_honours_any_replica
     finally:
         for cl in (lc, c1, c2):
             cl.close()
+
+
+def test_etcd_members_each_honour_a_simple_token_issued_through_another(etcd_cluster_factory):
+    """What brain does (above) is what etcd 3.6 does: its Authenticate is a
+    raft entry every member applies, assigning the token there too."""
+    c = etcd_cluster_factory(3)
+    first, second = c.members[0], c.members[1]
+    a, b = Client(first.endpoint), Client(second.endpoint)
+    try:
+        a.auth.UserAdd(rpc_pb2.AuthUserAddRequest(name="root", password="rootpw"))
+        a.auth.UserGrantRole(rpc_pb2.AuthUserGrantRoleRequest(user="root", role="root"))
+        a.auth.AuthEnable(rpc_pb2.AuthEnableRequest())
+        token = a.auth.Authenticate(rpc_pb2.AuthenticateRequest(name="root", password="rootpw")).token
+        _eventually(lambda: b.kv.Put(rpc_pb2.PutRequest(key=b"k", value=b"v"), metadata=_md(token)))
+        assert [kv.value for kv in b.kv.Range(rpc_pb2.RangeRequest(key=b"k"), metadata=_md(token)).kvs] == [b"v"]
+        assert _code(b.kv.Range, rpc_pb2.RangeRequest(key=b"k"), metadata=_md("bogus.1")) == (
+            grpc.StatusCode.UNAUTHENTICATED, "etcdserver: invalid auth token")
+    finally:
+        a.close()
+        b.close()
