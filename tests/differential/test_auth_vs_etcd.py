@@ -388,3 +388,42 @@ def test_jwt_tokens_of_etcd_and_brain_are_honoured_by_each_other(method, oracle_
             ch.close()
     finally:
         brain.cleanup()
+
+
+def test_health_and_the_token_checks_of_streams_answer_as_etcd(brain, oracle_factory):
+    """With auth on: the health service names no caller (a bogus token is
+    ignored), a Watch or a LeaseKeepAlive with a bogus token ends as etcd
+    ends it, a Status without one is refused."""
+    import grpc
+
+    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    from brain.api.pb.grpc.health.v1 import health_pb2, health_pb2_grpc
+    from tests.support.servers import grpc_channel
+
+    ctl = etcd_tool("etcdctl-3.7")
+    bogus = (("token", "bogus.1"),)
+
+    def answers(endpoint) -> list:
+        for args in (["user", "add", "root", "--new-user-password=r"], ["user", "grant-role", "root", "root"],
+                     ["auth", "enable"]):
+            r = subprocess.run([ctl, f"--endpoints={endpoint}", *args], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        ch = grpc_channel(endpoint)
+        out = [health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), metadata=bogus).status]
+        for call in (lambda: list(rpc_pb2_grpc.WatchStub(ch).Watch(iter([rpc_pb2.WatchRequest(
+                         create_request=rpc_pb2.WatchCreateRequest(key=b"k"))]), metadata=bogus, timeout=3)),
+                     lambda: list(rpc_pb2_grpc.LeaseStub(ch).LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=1)]),
+                                                                             metadata=bogus, timeout=3)),
+                     lambda: rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=3)):
+            try:
+                got = call()
+                out.append([(r.created, r.canceled, r.cancel_reason) if hasattr(r, "cancel_reason") else r.TTL
+                             for r in got])
+            except grpc.RpcError as e:
+                out.append((e.code(), e.details()))
+        ch.close()
+        return out
+
+    want = answers(oracle_factory("3.7").endpoint)
+    assert answers(brain.endpoint) == want
+    assert want[0] == health_pb2.HealthCheckResponse.SERVING
