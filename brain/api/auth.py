@@ -26,7 +26,6 @@ import bcrypt
 
 from brain.api import convert
 from brain.api.authz import PUBLIC, Gate, authorized
-from brain.api.pb.authpb import auth_pb2
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import Rpc, ServiceTable
 from brain.api.unary import abort_with
@@ -276,4 +275,3 @@ class AuthService:
 
 
 __all__ = ["AuthService", "DEFAULT_BCRYPT_COST", "hash_password", "password_matches"]
-_ = auth_pb2  # the Permission messages the responses hold
