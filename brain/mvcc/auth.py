@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import errors
 from .auth_perms import UserPermissions
@@ -61,10 +62,9 @@ USER_PUT, USER_DELETE, ROLE_PUT, ROLE_DELETE, STATUS = 1, 2, 3, 4, 5
 Effect = tuple
 
 
-@dataclass(frozen=True, slots=True)
-class AuthInfo:
+class AuthInfo(NamedTuple):
     """Who calls: etcd's AuthInfo, a user name and the auth revision its
-    credential stands for (0: no user)."""
+    credential stands for (0: no user).  A tuple: one is made per call."""
 
     user: str
     revision: int
