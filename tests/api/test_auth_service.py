@@ -81,3 +81,22 @@ def test_a_simple_token_is_answered_once_this_replica_knows_it():
                                           PoolContext()).token
     assert time.monotonic() - started >= LAG * 0.9
     assert engine.tokens.user_of(token) == "root"
+
+
+def test_passwords_are_hashed_at_the_bcrypt_cost_given_and_etcds_default_otherwise():
+    hashes = []
+
+    class Recording(LaggingEngine):
+        def submit(self, request):
+            inner = request.request if type(request) is Authorized else request
+            if hasattr(inner, "password_hash"):
+                hashes.append(inner.password_hash)
+            return super().submit(request)
+
+    engine = Recording()
+    token = _service(engine).Authenticate(rpc_pb2.AuthenticateRequest(name="root", password="pw"), PoolContext()).token
+    for cost in (5, 99):  # 99: out of bcrypt's range, etcd's default 10 instead
+        AuthService(engine, Gate(engine, SimpleTokens(engine.tokens)), bcrypt_cost=cost).UserAdd(
+            rpc_pb2.AuthUserAddRequest(name=f"u{cost}", password="secret"), PoolContext((None, token)))
+    assert [h[:7] for h in hashes] == [b"$2a$05$", b"$2a$10$"]
+    assert bcrypt.checkpw(b"secret", hashes[0])

@@ -314,8 +314,9 @@ def _keys(tmp_path, method: str) -> str:
     if method.startswith("HS"):
         (tmp_path / "hmac.key").write_bytes(b"a shared secret for the test")
         return f"jwt,priv-key={tmp_path / 'hmac.key'},sign-method={method}"
-    key = {"RS": lambda: rsa.generate_private_key(65537, 2048), "ES": lambda: ec.generate_private_key(ec.SECP256R1()),
-           "Ed": ed25519.Ed25519PrivateKey.generate}[method[:2]]()
+    curve = ec.SECP384R1() if method == "ES384" else ec.SECP256R1()
+    key = {"RS": lambda: rsa.generate_private_key(65537, 2048), "PS": lambda: rsa.generate_private_key(65537, 2048),
+           "ES": lambda: ec.generate_private_key(curve), "Ed": ed25519.Ed25519PrivateKey.generate}[method[:2]]()
     pkcs = serialization.PrivateFormat.PKCS8
     (tmp_path / "priv.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, pkcs,
                                                           serialization.NoEncryption()))
@@ -335,7 +336,7 @@ JWT_SETUP = [
 ]
 
 
-@pytest.mark.parametrize("method", ["RS256", "ES256", "EdDSA", "HS256"])
+@pytest.mark.parametrize("method", ["RS256", "PS384", "ES256", "ES384", "EdDSA", "HS256"])
 def test_jwt_tokens_of_etcd_and_brain_are_honoured_by_each_other(method, oracle_factory, tmp_path):
     """The same keys on etcd 3.7 and brain: a token either issues works on
     the other (same claims, same signature format), so brain's JWTs are
