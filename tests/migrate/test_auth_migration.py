@@ -128,3 +128,33 @@ def test_users_and_roles_encode_as_etcds_protobuf():
                                                      for p in r.permissions]).SerializeToString()
     assert proto.encode_role(r) == want
     assert proto.decode_role(want) == r
+
+
+def test_snapshot_save_and_mirror_ask_an_etcd_with_auth_on_as_a_user(etcd_of, brain_on, tmp_path):
+    from tests.migrate.test_mirror import MirrorProcess
+
+    etcd = etcd_of("3.7")
+    for args in SETUP:
+        r = _ctl(etcd.endpoint, args)
+        assert r.returncode == 0, (args, r.stderr)
+    refused = brain_cli("snapshot", "save", str(tmp_path / "none.db"), "--endpoints", etcd.endpoint)
+    assert refused.returncode != 0 and "etcdserver: user name is empty" in refused.stderr
+    wrong = brain_cli("snapshot", "save", str(tmp_path / "none.db"), "--endpoints", etcd.endpoint,
+                      "--user", "root:nope")
+    assert wrong.returncode != 0 and "authentication failed" in wrong.stderr
+    r = brain_cli("snapshot", "save", str(tmp_path / "etcd.db"), "--endpoints", etcd.endpoint,
+                  "--user", "root", "--password", "rootpw")
+    assert r.returncode == 0, r.stderr
+
+    m = MirrorProcess(etcd.endpoint, tmp_path / "mirrored", "--user", "root:rootpw")
+    try:
+        m.wait_for(r"mirror: following: revision 4 of etcd's 4 \(0 behind", timeout=60)  # three puts
+        assert _ctl(etcd.endpoint, [ROOT, "put", "/app/b", "2"]).returncode == 0
+        m.wait_for(r"mirror: following: revision 5 of etcd's 5 \(0 behind", timeout=60)
+    finally:
+        rc = m.stop()
+    assert rc == 0, "\n".join(m.lines[-20:])
+    brain = brain_on(tmp_path / "mirrored")
+    got = _answers(brain.endpoint)
+    assert got[3][1] == "1\n" and got[5][2] == "Error: etcdserver: permission denied"
+    assert _ctl(brain.endpoint, [ALICE, "get", "/app/b", "--print-value-only"]).stdout == "2\n"
