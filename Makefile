@@ -12,22 +12,26 @@ PIP ?= $(PYTHON) -m pip
 # brain serve's flags for `make serve`, e.g. ARGS='--listen-client-urls http://127.0.0.1:12379'
 ARGS ?=
 
-.PHONY: serve test venv deps deps-python deps-serve deps-system deps-etcd36 deps-etcd37 proto proto-check test-full e2e clean distclean native
+.PHONY: serve test venv deps deps-fuzz deps-python deps-serve deps-system deps-etcd36 deps-etcd37 proto proto-check test-full e2e clean distclean native
 
 serve: deps-serve             ## run brain on its defaults (http://localhost:2379, i.e. 127.0.0.1:2379; ./default.brain), or with ARGS='brain serve flags'
 	$(PYTHON) -m brain serve $(ARGS)
 
 # -rfEs: the summary at the end lists failures, errors and every skipped test
 # with its reason (under CI=true a missing tool or service fails instead).
-PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider -rfEs --durations=25 -m "not k8s"
+# `make test` leaves out the cargo-fuzz targets (fuzz_rust: cargo-fuzz's cold
+# install and the targets' build take minutes; brain-wire's unit tests, with
+# every input the fuzzers found, do run); `make test-full` runs them.
+PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider -rfEs --durations=25
 
 test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k8s is `make e2e`)
 	$(PYTHON) -m brain.api.genproto --check
-	$(PYTEST)
+	$(PYTEST) -m "not k8s and not fuzz_rust"
 
-test-full: deps deps-etcd36 deps-etcd37 cluster-tools  ## the long versions: 20+ crash cycles, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server, the auth session on grpcio and 200 auth property examples
-	BRAIN_CRASH_CYCLES=25 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 BRAIN_CLUSTER_KILLS=24 \
-	  BRAIN_AUTH_FULL=1 HYPOTHESIS_AUTH_EXAMPLES=200 $(PYTEST)
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools deps-fuzz  ## the long versions: 20+ crash cycles, 4 full-disk and lmdb-fault rounds, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server, 5 min per fuzz target and 1000 random RPC sequences per listener kind, the auth session on grpcio and 200 auth property examples
+	BRAIN_CRASH_CYCLES=25 BRAIN_DISK_CYCLES=4 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 \
+		BRAIN_CLUSTER_KILLS=24 BRAIN_FUZZ_SECONDS=300 BRAIN_RPC_SEQUENCES=1000 BRAIN_AUTH_FULL=1 \
+		HYPOTHESIS_AUTH_EXAMPLES=200 $(PYTEST) -m "not k8s"
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s
@@ -57,6 +61,14 @@ bench-smoke: deps             ## every benchmark workload for a second on each s
 	$(PYTHON) -m benchmarks.run --smoke
 
 deps: deps-system deps-python
+
+# cargo-fuzz, for tests/fuzz's Rust targets (native/fuzz): built from its
+# crate once (a few minutes on 2 cores), then found on PATH.  The targets run
+# with -s none (no sanitizer), which stable Rust builds.
+CARGO_FUZZ_VERSION = 0.13.2
+deps-fuzz:                    ## cargo-fuzz $(CARGO_FUZZ_VERSION) (cargo install; cold ~3-5 min, then < 1 s)
+	@cargo fuzz --version 2>/dev/null | grep -qF '$(CARGO_FUZZ_VERSION)' || \
+		nice cargo install --locked --quiet cargo-fuzz --version $(CARGO_FUZZ_VERSION)
 
 deps-etcd36:                  ## etcd 3.6.16, the second differential oracle (benchmarks/build.sh; cold ~4 min, cached < 1 s)
 	bash benchmarks/build.sh etcd-3.6 >/dev/null

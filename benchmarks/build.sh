@@ -19,7 +19,8 @@
 # versions that would also move the 3.6 server.
 #
 # Idempotent: each group is rebuilt only when its inputs (go.mod, go.sum, its
-# sources, this script) changed or a binary is missing. Prints one line per
+# sources and those of the local modules its go.mod replaces, this script)
+# changed or a binary is missing. Prints one line per
 # binary on stdout, "<name> built|cached <seconds> s <path>", then the bin
 # directory as the last line.
 #
@@ -96,10 +97,17 @@ group_bins_etcd37=(etcd-3.7 etcdctl-3.7 etcdutl-3.7)
 group_pkgs_etcd37=(go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
 groups=(etcd36 kine brainload etcdutl36 etcd35 etcd37)
 
-stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files
+local_modules() {  # local_modules <module dir>: the directories its go.mod's replace directives name
+    awk '$1 == "replace" && $3 == "=>" && $4 ~ /^[.][.]?[/]/ {print $4}' "$1/go.mod" |
+        while read -r rel; do (cd "$1/$rel" && pwd); done
+}
+
+stamp_of() {  # inputs of one group: its recipe (not this script's prose), Go, its module's files and theirs it replaces
     # Worktrees sharing BRAIN_BENCH_CACHE agree on a stamp unless the build itself differs.
+    local -a dirs
+    mapfile -t dirs < <(local_modules "$here/go/$1")
     { declare -f build_group; declare -p "group_bins_$1" "group_pkgs_$1"; go version
-      find "$here/go/$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat
+      find "$here/go/$1" "${dirs[@]}" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat
     } | sha256sum | cut -d' ' -f1
 }
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.cluster_groups import CLUSTER_GROUPS
 from benchmarks.machine import load_average
-from benchmarks.servers import QUOTA_8G, ServerError, StartOptions
+from benchmarks.servers import QUOTA_8G, BrainGroups, ServerError, StartOptions
 from benchmarks.tools import ToolError, tail
 from benchmarks.workloads import CLUSTER
 
@@ -180,14 +180,19 @@ class Capacity:
         self.session = groups.session
         self.s = groups.s
 
-    def search(self, cluster: bool) -> Search:
+    def search(self, workload: str, flavor) -> Search:
         s = self.s
+        if workload.startswith(CLUSTER):
+            steps = s.capacity_cluster_max_steps
+        elif flavor.name == BrainGroups.name:
+            steps = s.capacity_groups_max_steps
+        else:
+            steps = s.capacity_max_steps
         return Search(start=s.capacity_start, factor=s.capacity_factor, resolution=s.capacity_resolution,
-                      quantum=s.capacity_quantum, max_nodes=s.capacity_max_nodes,
-                      max_steps=s.capacity_cluster_max_steps if cluster else s.capacity_max_steps)
+                      quantum=s.capacity_quantum, max_nodes=s.capacity_max_nodes, max_steps=steps)
 
     def run(self, workload: str, flavor, rnd: int) -> None:
-        search = self.search(workload.startswith(CLUSTER))
+        search = self.search(workload, flavor)
         steps: list[dict] = []
         while (nodes := search.next()) is not None:
             step = self._step(workload, flavor, rnd, nodes, len(steps) + 1)
@@ -199,11 +204,16 @@ class Capacity:
         self.session.record(flavor.name, workload, rnd, result, tool="brainload node-capacity", cpu_s=cpu,
                             error=error)
 
-    def _args(self, nodes: int) -> list:
+    def _args(self, nodes: int, by_kind: dict[str, str]) -> list:
+        """brainload node-capacity's flags for one step; ``by_kind``: the endpoints of the kinds that do not
+        go to the target's one endpoint (brain-groups': leases and events to their group, pods to the main)."""
         s = self.s
-        return ["--nodes", nodes, "--duration", f"{s.capacity_seconds:g}s", "--drain", f"{s.capacity_drain:g}s",
+        args = ["--nodes", nodes, "--duration", f"{s.capacity_seconds:g}s", "--drain", f"{s.capacity_drain:g}s",
                 "--pods", s.capacity_pods, "--clients", s.capacity_clients, "--conns", s.capacity_conns,
                 "--compact-interval", f"{s.capacity_compact_interval:g}s", "--registry", REGISTRY]
+        for kind, endpoint in by_kind.items():
+            args += [f"--endpoints-{kind}", endpoint]
+        return args
 
     def _step(self, workload: str, flavor, rnd: int, nodes: int, i: int) -> dict:
         """One step on a fresh server (cluster): start, brainload node-capacity, stop."""
@@ -228,7 +238,8 @@ class Capacity:
         try:
             self.groups.tools.target = target
             res = self.groups.tools.brainload(
-                "node-capacity", target.url if target.opts.tls else target.endpoint, self._args(nodes),
+                "node-capacity", target.url if target.opts.tls else target.endpoint,
+                self._args(nodes, target.endpoints_by_kind()),
                 s.capacity_seconds + s.capacity_drain + nodes / 1000 + 300, target.root / "tools",
                 f"node-capacity-{i}-{nodes}", on_mark=on_mark)
             if not target.alive():

@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 WORKLOADS = ("node-capacity", "cluster-node-capacity")
-SERVER_ORDER = ("brain", "etcd-3.6", "etcd-3.7")
+SERVER_ORDER = ("brain", "brain-groups", "etcd-3.6", "etcd-3.7")
 PEERS = ("etcd-3.6", "etcd-3.7")
+# brain as two groups (benchmarks/servers.py BrainGroups) is compared with one brain of the same run.
+GROUPS = "brain-groups"
 SLO_MS = 1000.0
-COLORS = {"brain": "#d62728", "etcd-3.6": "#1f77b4", "etcd-3.7": "#9467bd"}
+COLORS = {"brain": "#d62728", "brain-groups": "#ff7f0e", "etcd-3.6": "#1f77b4", "etcd-3.7": "#9467bd"}
 
 
 def _num(x) -> str:
@@ -55,8 +57,8 @@ def capacity_cell(res: dict) -> str:
 
 
 def _ratio(b: dict, p: dict, key: str) -> str:
-    """brain's figure over the peer's, from one run only; a capacity whose search never failed a step is a
-    lower bound, so its ratio is one too ("≥", "≤")."""
+    """brain's figure (or brain-groups') over the peer's (or one brain's), from one run only; a capacity whose
+    search never failed a step is a lower bound, so its ratio is one too ("≥", "≤")."""
     if (b.get("source") or "") != (p.get("source") or ""):
         return "n/a (runs differ)"
     rb, rp = b.get("result") or {}, p.get("result") or {}
@@ -102,13 +104,15 @@ def section(data: dict) -> list[str]:
         mine = {s: r for ww, s, r in recs if ww == w}
         if "brain" not in mine:
             continue
-        for peer in PEERS:
+        for peer in (GROUPS, *PEERS):
             if peer in mine:
-                b, p = mine["brain"], mine[peer]
-                ratios.append(f"| {label(w, 'brain')} / {label(w, peer)} | {_ratio(b, p, 'capacity_nodes')} "
+                b, p = (mine[GROUPS], mine["brain"]) if peer == GROUPS else (mine["brain"], mine[peer])
+                name = f"{GROUPS} / brain" if peer == GROUPS else f"{label(w, 'brain')} / {label(w, peer)}"
+                ratios.append(f"| {name} | {_ratio(b, p, 'capacity_nodes')} "
                               f"| {_ratio(b, p, 'ops_per_s')} | {_ratio(b, p, 'server_cpu_us_per_op')} |")
     if ratios:
-        lines += ["", "brain's figures over etcd's (cells of one run only; CPU per op: lower is better):", "",
+        lines += ["", "brain's figures over etcd's, and brain as two groups over one brain (cells of one run "
+                  "only; CPU per op: lower is better):", "",
                   "| ratio | capacity | ops/s at capacity | server CPU µs/op at capacity |", "|---|---|---|---|",
                   *ratios]
     for w, s, r in recs:

@@ -244,6 +244,10 @@ class ClusterTarget:
     def metrics_url(self) -> None:
         return None
 
+    def endpoints_by_kind(self) -> dict[str, str]:
+        """Every kind of brainload node-capacity's goes to every member: none of its own."""
+        return {}
+
     def processes(self) -> list:
         members = list(self.group.members) + (list(self.nats.members) if self.nats else [])
         return [m for m in members if m.running]

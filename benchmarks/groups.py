@@ -56,8 +56,9 @@ SCALE_REGISTRY = "/registry/"
 READY_MARKER = "/bench/ready-marker"
 # The scale group runs on the servers issue 17 compares (etcd 3.7 for its KV.RangeStream).
 SCALE_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
-# The node-capacity group's servers (issue 24): brain against the etcd releases kube-apiserver runs on.
-CAPACITY_SERVERS = ("brain", "etcd-3.6", "etcd-3.7")
+# The node-capacity group's servers (issue 24): brain against the etcd releases kube-apiserver runs on, and
+# brain as two groups (node Leases and Events in one, the rest in the other) against one brain.
+CAPACITY_SERVERS = ("brain", "brain-groups", "etcd-3.6", "etcd-3.7")
 
 
 def scale_quota(keys: int) -> int:
@@ -80,7 +81,9 @@ def etcdctl_binary() -> str | None:
 def servers_for(group: str, flavors: list, cluster_flavors: list, brain_defaults: dict | None = None) -> list:
     """The servers a group runs on: clusters for the cluster groups (those benchmarks/cluster_groups.py
     runs it on under brain's defaults, ``brain_defaults``: brain serve's own unless given); the TLS-only
-    configurations (etcd's fast gRPC listener) in the mutual TLS groups alone."""
+    configurations (etcd's fast gRPC listener) in the mutual TLS groups alone; a configuration made for
+    some groups (brain-groups: node-capacity) in those alone."""
+    flavors = [f for f in flavors if not f.only_in or group in f.only_in]
     if group.startswith(CLUSTER):
         defaults = brain_serve_defaults() if brain_defaults is None else brain_defaults
         return [c for c in cluster_flavors if runs_on(group, c.name, defaults)]

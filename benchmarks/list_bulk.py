@@ -57,7 +57,7 @@ class StoreReads:
 
     cluster_id = 0x1234
     member_id = 0x5678
-    raft_term = 2
+    term = 2
 
     def __init__(self, store: Store) -> None:
         self.store = store

@@ -25,8 +25,8 @@ workloads.py (the catalogue: every workload once), settings.py (full and
 smoke sizes), groups.py (which workloads on which servers, rotation),
 tools.py (running and parsing the load tools), servers.py and cluster.py
 (the servers, on tests/support/harness.py), probes.py (the harness's own
-gRPC calls), machine.py (machine facts), report.py and targets.py (the
-report and the targets it judges).
+gRPC calls), machine.py (machine facts), report.py and the modules it
+names (the report), targets.py (the targets it judges).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks import cluster as clusters
-from benchmarks import report
+from benchmarks import render, report
 from benchmarks.cluster import all_cluster_flavors
 from benchmarks.cluster_groups import CLUSTER_GROUPS, ETCD_TIMEOUTS, brain_serve_defaults, describe, redundant
 from benchmarks.groups import GROUP_SETS, GROUPS, Groups, etcdctl_binary, now_s, round_order, servers_for
@@ -173,7 +173,9 @@ class Bench:
                               f"is bisected to {self.s.capacity_resolution:.0%}; a step passes when every kind's "
                               "p99 from its scheduled time is <= 1 s, >= 97% of the offered rate is achieved and "
                               "<= 0.1% of its operations fail; server CPU is read over the window and the drain, "
-                              "brain's committer as the brain-committer thread's (a cluster's leader's)"),
+                              "brain's committer as the brain-committer thread's (a cluster's leader's); "
+                              "brain-groups: `brain groups` with node Leases and Events in one brain and the pods "
+                              "in another, its CPU every process's, its committer the busier group's"),
             "read_lease_rule": ("cluster- groups run brain at `brain serve`'s default read lease ("
                                 + ("on" if self.brain_defaults["read_lease"] else "off") + "); the other setting "
                                 "runs as labelled rows: cluster-read-barrier (--read-lease=false, every "
@@ -224,7 +226,7 @@ class Bench:
         if extra:
             rec.update(extra)
         self.runs.append(rec)
-        self.say(f"  {server:9s} {workload:14s} r{rnd}: {report.one_line(rec)}")
+        self.say(f"  {server:9s} {workload:14s} r{rnd}: {render.one_line(rec)}")
         return rec
 
     # -- main loop ------------------------------------------------------------

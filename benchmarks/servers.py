@@ -168,6 +168,8 @@ class Flavor:
     process_note = ""
     #: run only in the mutual TLS groups (a configuration that differs from another flavor's only under TLS)
     tls_only = False
+    #: the only benchmark groups this configuration runs in (empty: every group)
+    only_in: tuple[str, ...] = ()
 
     def binary(self) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -199,6 +201,25 @@ class Flavor:
     def metrics_url(self, peer_port: int) -> str | None:
         """Where the server serves Prometheus metrics, if the harness reads them."""
         return None
+
+    def ready_endpoints(self, port: int, peer_port: int) -> list[str]:
+        """The endpoints that must answer before the server is ready (several for a server of several
+        processes)."""
+        return [f"127.0.0.1:{port}"]
+
+    def members(self, pid: int) -> dict[str, int]:
+        """The server's processes as {name: the process group each leads}: the one group ``pid`` leads,
+        or more for a server that starts processes of its own in sessions of their own."""
+        return {self.name: pid}
+
+    def members_up(self, pid: int) -> bool:
+        """Every process the server started is still there (a server of one process: always)."""
+        return True
+
+    def endpoints_by_kind(self, port: int, peer_port: int) -> dict[str, str]:
+        """brainload node-capacity's per-kind endpoints (leases, pods, events) where they are not all the
+        server's one endpoint; {} when they are."""
+        return {}
 
 
 class Etcd(Flavor):
@@ -347,13 +368,89 @@ class Brain(Flavor):
         return "`brain serve` defaults (the restart, scale and node-capacity runs' quotas, as for etcd)"
 
 
+class BrainGroups(Brain):
+    """brain as two groups (docs/groups.md), started as `brain groups` starts them: node Leases and
+    Events (coordination.k8s.io/leases, /events, events.k8s.io/events) in one brain, everything else,
+    pods included, in another.  Only the node-capacity group runs it, against one brain in the same run.
+    The server's port is the main group's, its second port the Leases-and-Events group's; each group
+    runs in a session of its own under `brain groups`, so its CPU, memory and committer are read per
+    group and summed with the supervisor's."""
+
+    name = "brain-groups"
+    process_note = "`brain groups` and its two `brain serve` processes (each group's committer read on its own)"
+    only_in = ("node-capacity",)
+    MOVED = "leases-events"
+    RESOURCES = "coordination.k8s.io/leases,/events,events.k8s.io/events"
+
+    def metrics_url(self, peer_port):
+        return None
+
+    def command(self, data_dir, port, peer_port, opts):
+        cmd = [sys.executable, "-m", "brain", "groups", "--group", f"{self.MOVED}={self.RESOURCES}",
+               "--listen-client-urls", f"default={opts.scheme}://127.0.0.1:{port}",
+               "--listen-client-urls", f"{self.MOVED}={opts.scheme}://127.0.0.1:{peer_port}",
+               "--data-root", str(data_dir), "--restart-delay", "-1"]
+        serve = []
+        if opts.quota_bytes:
+            serve.append(f"quota-backend-bytes={opts.quota_bytes}")
+        if opts.tls:
+            flags = opts.tls.server_flags()
+            while flags:
+                flag = flags.pop(0)[2:]
+                serve.append(f"{flag}={flags.pop(0)}" if flags and not flags[0].startswith("--") else f"{flag}=true")
+        for flag in serve:
+            cmd += ["--serve-flag", flag]
+        return cmd
+
+    def ready_endpoints(self, port, peer_port):
+        return [f"127.0.0.1:{port}", f"127.0.0.1:{peer_port}"]
+
+    def members(self, pid):
+        out = {"brain groups": pid}
+        for child in child_pids(pid):
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            names = [a[len(b"--name="):].decode() for a in argv if a.startswith(b"--name=")]
+            out[names[0] if names else str(child)] = child
+        return out
+
+    def members_up(self, pid):
+        return len(child_pids(pid)) == 2
+
+    def endpoints_by_kind(self, port, peer_port):
+        main, moved = f"127.0.0.1:{port}", f"127.0.0.1:{peer_port}"
+        return {"leases": moved, "events": moved, "pods": main}
+
+    def flags_note(self):
+        return ("`brain groups`: node Leases and Events in one `brain serve`, everything else in another, each on "
+                "`brain serve` defaults (the node-capacity quota as for brain); node-capacity only")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (and not yet reaped zombies)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(rest[1]) == pid and rest[0] != b"Z":  # field 4: ppid; field 3: state
+            out.append(int(entry))
+    return out
+
+
 def all_flavors() -> list[Flavor]:
     return [Etcd("etcd-3.4", "etcd", from_path=True),
             Etcd("etcd-3.6", "etcd-3.6", from_path=False),
             Etcd("etcd-3.6-fast", "etcd-3.6", from_path=False, fast_grpc=True),
             Etcd("etcd-3.7", "etcd-3.7", from_path=False),
             Etcd("etcd-3.7-fast", "etcd-3.7", from_path=False, fast_grpc=True),
-            Kine(), Brain()]
+            Kine(), Brain(), BrainGroups()]
 
 
 # ---------------------------------------------------------------------------
@@ -468,15 +565,18 @@ class Server:
 
     def _probe(self, remaining: float) -> str | None:
         """A TCP connect (every 10 ms until one is accepted), then a linearizable Get of ``ready_key`` on
-        a fresh channel (every 20 ms)."""
+        a fresh channel (every 20 ms), at each endpoint the flavor names (the server's own first)."""
+        endpoints = self.flavor.ready_endpoints(self.port, self.peer_port)
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                pass
+            for ep in endpoints:
+                with socket.create_connection(("127.0.0.1", int(ep.rsplit(":", 1)[1])), timeout=0.5):
+                    pass
         except OSError as e:
             return f"connect: {e}"
         try:
-            self.ready_found = ready_get(self.endpoint, self.ready_key, timeout=min(2.0, max(0.2, remaining)),
-                                         tls=self.opts.tls)
+            for ep in reversed(endpoints):  # the server's own last: ready_found is its answer
+                self.ready_found = ready_get(ep, self.ready_key, timeout=min(2.0, max(0.2, remaining)),
+                                             tls=self.opts.tls)
             return None
         except Exception as e:  # grpc.RpcError and friends
             details = e.details() if hasattr(e, "details") else str(e)
@@ -485,18 +585,40 @@ class Server:
             return f"range: {code}: {details}"
 
     def alive(self) -> bool:
-        return self._process.running
+        return self._process.running and self.flavor.members_up(self.pid)
 
     def cpu_seconds(self) -> float:
-        return cpu_seconds(self.pid) if self.alive() else float("nan")
+        """utime+stime of every process group of the server (one, but for a server of several processes)."""
+        if not self.alive():
+            return float("nan")
+        return sum(cpu_seconds(g) for g in self.flavor.members(self.pid).values())
 
     def memory(self) -> dict:
-        return memory_kb(self.pid) if self.alive() else {}
+        if not self.alive():
+            return {}
+        out: dict = {}
+        for g in self.flavor.members(self.pid).values():
+            for k, v in memory_kb(g).items():
+                out[k] = out.get(k, 0) + v
+        return out
 
     def thread_cpu(self, name: str) -> dict[str, float]:
-        """{server name: CPU seconds of its threads called ``name``}; {} when it has none (or is down)."""
-        v = thread_cpu_seconds(self.pid, name) if self.alive() else None
-        return {} if v is None else {self.flavor.name: v}
+        """{member: CPU seconds of its threads called ``name``} for each process of the server that has
+        such threads (the server's name for a server of one process); {} when none has (or it is down)."""
+        if not self.alive():
+            return {}
+        members = self.flavor.members(self.pid)
+        out = {}
+        for member, g in members.items():
+            v = thread_cpu_seconds(g, name)
+            if v is not None:
+                out[self.flavor.name if len(members) == 1 else member] = v
+        return out
+
+    def endpoints_by_kind(self) -> dict[str, str]:
+        """brainload node-capacity's per-kind endpoints ({} when every kind goes to ``endpoint``)."""
+        scheme = f"{self.opts.scheme}://" if self.opts.tls else ""
+        return {k: scheme + v for k, v in self.flavor.endpoints_by_kind(self.port, self.peer_port).items()}
 
     def stop(self, grace: float = 30.0) -> float:
         """SIGTERM the process group, wait up to ``grace``, then SIGKILL.  Returns seconds taken."""

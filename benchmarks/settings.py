@@ -84,6 +84,7 @@ class Settings:
     capacity_max_nodes: int = 2_560_000  # the ramp stops here: a capacity above it is reported as "at least"
     capacity_max_steps: int = 14       # per server; a search cut short says what it knows
     capacity_cluster_max_steps: int = 14  # per cluster (a cluster's start costs more: the smoke runs one step)
+    capacity_groups_max_steps: int = 14  # brain-groups (two brains to start: the smoke runs one step)
     capacity_seconds: float = 60.0     # the open-loop window of one step
     capacity_drain: float = 10.0       # after it, answers awaited this long
     capacity_pods: int = 1_000         # existing pods the status updates go round (preloaded with the leases)
@@ -128,6 +129,7 @@ SMOKE = Settings(
     failover_isolations=1, failover_isolate_seconds=3.0, failover_nats_rolling_restarts=1,
     failover_rate=200.0, failover_warmup=1.5, failover_settle=1.0,
     capacity_start=100, capacity_quantum=10, capacity_max_steps=2, capacity_cluster_max_steps=1,
+    capacity_groups_max_steps=1,
     capacity_seconds=2.0, capacity_drain=2.0,
     capacity_pods=50, capacity_clients=64, capacity_conns=4, capacity_compact_interval=1.0,
 )

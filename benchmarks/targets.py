@@ -1,6 +1,6 @@
 """The targets the report judges, as data: which issue asked for each, the
-workload and peer it compares, and its goal.  benchmarks/report.py reads
-them (``report.targets``); nothing else names an issue.
+workload and peer it compares, and its goal.  benchmarks/judging.py judges
+them (``judging.targets``); nothing else names an issue.
 
 An issue's targets are judged when the run measured a workload of its mode
 (``plain`` always).  A goal is written as the report shows it: an operator
@@ -22,7 +22,7 @@ The kinds of target:
   lost               acknowledged writes lost, summed over every run
 
 Both restart kinds are judged only on at least MIN_RESTART_SAMPLES starts
-of every server they name (benchmarks/report.py): fewer is n/a, unless a
+of every server they name (benchmarks/aggregation.py): fewer is n/a, unless a
 restart target is already missed.
 
 A target with ``at_keys`` is asked of the scale group at that data set size:

@@ -7,10 +7,12 @@ plain Python so tests and embedding code can build a ServerConfig directly.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from brain import go_duration
 from brain.engine import compactor
 from brain.mvcc.shard_map import layout_problem
 from brain.mvcc.validation import DEFAULT_MAX_TXN_OPS
@@ -110,6 +112,12 @@ class ServerConfig:
     cipher_suites: list[str] = field(default_factory=list)  # Go names, as etcd's --cipher-suites
     tls_min_version: str = ""  # "", TLS1.2 or TLS1.3 (etcd's --tls-min-version; "" = TLS1.2)
     tls_max_version: str = ""  # "" = the highest
+    # Who may connect with a client certificate (etcd's narrowing; the
+    # native transport checks them: native/src/narrowing.rs).  Lists as
+    # etcd's flags split them: on every comma, nothing trimmed.
+    client_cert_allowed_cn: list[str] = field(default_factory=list)
+    client_cert_allowed_hostname: list[str] = field(default_factory=list)
+    client_crl_file: str = ""  # a DER CRL, as etcd reads it
     grpc_keepalive_min_time: float = DEFAULT_GRPC_KEEPALIVE_MIN_TIME  # seconds
     grpc_keepalive_interval: float = DEFAULT_GRPC_KEEPALIVE_INTERVAL
     grpc_keepalive_timeout: float = DEFAULT_GRPC_KEEPALIVE_TIMEOUT
@@ -198,6 +206,7 @@ class ServerConfig:
                 raise ConfigError(f"{flag} must be positive, got {v}")
         if self.client_cert_auth and not self.trusted_ca_file:
             raise ConfigError("--client-cert-auth requires --trusted-ca-file")
+        self._validate_narrowing()
         if self.max_request_bytes <= 0:
             raise ConfigError(f"--max-request-bytes must be positive, got {self.max_request_bytes}")
         if self.max_txn_ops <= 0:
@@ -247,6 +256,23 @@ class ServerConfig:
         ):
             if v is not None and v <= 0:
                 raise ConfigError(f"{flag} must be positive, got {v}")
+
+    def narrowing_flags(self) -> list[str]:
+        """The client certificate narrowing flags that are set."""
+        return [flag for flag, v in (("--client-cert-allowed-cn", self.client_cert_allowed_cn),
+                                     ("--client-cert-allowed-hostname", self.client_cert_allowed_hostname),
+                                     ("--client-crl-file", self.client_crl_file)) if v]
+
+    def _validate_narrowing(self) -> None:
+        cns, hosts = self.client_cert_allowed_cn, self.client_cert_allowed_hostname
+        if cns and hosts:
+            # etcd's TLSInfo refuses the pair in these words (and exits)
+            raise ConfigError(f"--client-cert-allowed-cn and --client-cert-allowed-hostname are mutually exclusive "
+                              f"(cns={go_quoted(cns)}, hostnames={go_quoted(hosts)})")
+        flags = self.narrowing_flags()
+        if flags and self.grpc_front != "native":
+            raise ConfigError(f"{flags[0]} needs --grpc-front native: grpcio's TLS cannot narrow client "
+                              "certificates, and brain does not serve without the narrowing it was given")
 
     def effective_shards(self) -> int | None:
         if self.shards is not None:
@@ -301,6 +327,17 @@ def split_urls(text: str) -> list[str]:
     return [u.strip() for u in text.split(",") if u.strip()]
 
 
+def split_list(text: str) -> list[str]:
+    """A comma-separated list as etcd's flags.StringsValue splits it: on
+    every comma, nothing trimmed or dropped (an empty entry stays)."""
+    return text.split(",")
+
+
+def go_quoted(items: list[str]) -> str:
+    """A list of strings as Go's ``%q`` prints a []string: ["a" "b"]."""
+    return "[" + " ".join(json.dumps(i, ensure_ascii=False) for i in items) + "]"
+
+
 _ESCAPES = {"\\": "\\", ",": ",", "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
 
 
@@ -353,49 +390,13 @@ def format_key(key: bytes) -> str:
     return repr(key)[2:-1]
 
 
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_go_duration(text: str) -> float:
-    """Seconds in a Go time.Duration string ("1h30m", "300ms", "-1.5h")."""
-    s = text.strip()
-    if not s:
-        raise ValueError("empty duration")
-    sign = 1.0
-    if s[0] in "+-":
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
-
-
 def parse_seconds(text: str) -> float:
     """A Go duration ("700ms", "1m") or a bare number of seconds."""
     t = text.strip()
     try:
         return float(t)
     except ValueError:
-        return parse_go_duration(t)
+        return go_duration.seconds(t)
 
 
 def parse_retention(mode: str, text: str) -> float | int:

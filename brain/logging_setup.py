@@ -2,7 +2,8 @@
 line (like etcd's zap logger), to stderr.
 
 Structured values go in ``extra={"fields": {...}}``; the text format appends
-them as key=value pairs, the JSON format merges them into the object.
+them as key=value pairs (a list as JSON), the JSON format merges them into
+the object.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = f"{_timestamp(record)} {record.levelname:<5} {record.name}: {record.getMessage()}"
         for k, v in _fields(record).items():
+            if isinstance(v, (list, tuple)):  # as JSON, ["a","b"]: brackets show an empty one
+                line += f" {k}={json.dumps(list(v), separators=(',', ':'))}"
+                continue
             v = str(v)
             line += f" {k}={json.dumps(v) if (' ' in v or not v) else v}"
         if record.exc_info:

@@ -1,6 +1,8 @@
 """The layout's rules, checked on the source: imports flow downward only, grpc
 and the generated protobuf stay in brain/api, no module reaches into another
-module's underscore names, and docs/architecture.md's map names every module.
+module's underscore names, no modules import each other (in brain/ and in the
+native transport's native/src), and docs/architecture.md's map names every
+module.
 
 Each check parses the code (every import, also those inside functions), so a
 violation fails here with the file and line, before a reviewer has to find it.
@@ -20,7 +22,8 @@ BRAIN = REPO / "brain"
 # one of its own rank or above.  A unit is a package under brain/ or a
 # top-level module.
 LAYERS: list[tuple[str, ...]] = [
-    ("etcd_version", "progress", "logging_setup", "clock", "failpoints", "thread_names", "protowire"),  # facts and helpers, no brain imports
+    ("etcd_version", "progress", "logging_setup", "clock", "failpoints", "thread_names", "protowire",
+     "go_duration"),  # facts and helpers, no brain imports
     ("journal", "backend"),                          # durability and value stores
     ("mvcc",),                                       # the core, no I/O
     ("engine",),                                     # threads, files, roles
@@ -182,3 +185,72 @@ def test_architecture_map_names_every_module() -> None:
             expected.add(str(rel))
     missing, stale = sorted(expected - named), sorted(named - expected)
     assert not missing and not stale, f"not in the map: {missing}; in the map but gone: {stale}"
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of nodes that reach each other along ``graph``'s edges
+    (each a sorted list of two or more), sorted."""
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reach = {node: reachable(node) for node in graph}
+    groups = {tuple(sorted(n for n in reach[node] if node in reach[n])) for node in graph if node in reach[node]}
+    return sorted(list(g) for g in groups)
+
+
+def test_no_modules_of_brain_import_each_other() -> None:
+    """No module of brain/ imports itself through others: every import
+    counts, at the top, inside a function or under TYPE_CHECKING, as the
+    other checks count them (a Protocol in a leaf module breaks a circle that
+    type hints would close: brain/engine/committer_core.py).  A package's
+    __init__ is a module of its own; an import of a package's module is not
+    counted as an import of that package's __init__, which Python runs first
+    (else every package that re-exports its modules would close a circle
+    with each of them).  Nothing else is left out."""
+    modules = {_module_name(p): p for p in _sources()}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    lines: dict[tuple[str, str], str] = {}
+    for module, path in modules.items():
+        for imp in _imports(path):
+            target = imp.target
+            while target and target not in modules:  # brain.x.y.Name -> brain.x.y
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].add(target)
+                lines.setdefault((module, target), f"{path.relative_to(REPO)}:{imp.line}")
+    wrong = []
+    for group in _circles(graph):
+        inside = sorted(f"{lines[(a, b)]}: {a} imports {b}" for a in group for b in graph[a] if b in group)
+        wrong.append(" <-> ".join(group) + "\n    " + "\n    ".join(inside))
+    assert not wrong, "modules that import each other:\n" + "\n".join(wrong)
+
+
+NATIVE_SRC = REPO / "native" / "src"
+
+
+def test_no_native_modules_use_each_other() -> None:
+    """The same for the Rust transport's modules (native/src/*.rs, lib.rs the
+    crate root): module a uses module b when a names ``crate::b`` (or
+    ``$crate::b`` in a macro) outside a comment, in a use line or a path;
+    the root uses the modules whose paths it names.  ``super::`` is left
+    out: here only a file's own test module uses it, for that file's
+    module."""
+    files = {p.stem: p for p in NATIVE_SRC.glob("*.rs")}
+    modules = set(files) - {"lib"}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        code = "\n".join(line.split("//", 1)[0] for line in path.read_text().splitlines())
+        used = set(re.findall(r"\bcrate::(\w+)", code))
+        for group in re.findall(r"\bcrate::\{([^}]*)\}", code):  # use crate::{a::X, b}
+            used |= {item.strip().split("::")[0] for item in group.split(",") if item.strip()}
+        if name == "lib":
+            used |= set(re.findall(r"\b(\w+)::", code)) & modules
+        graph[name] = {u if u in modules else "lib" for u in used} - {name}
+    circles = _circles(graph)
+    assert not circles, f"native/src modules that use each other: {circles}"

@@ -29,6 +29,7 @@ import string
 import threading
 import time
 
+from brain import go_duration
 from brain.mvcc.auth import AuthInfo
 
 _LETTERS = string.ascii_lowercase + string.ascii_uppercase  # etcd's simple token alphabet
@@ -197,9 +198,8 @@ class JwtTokens:
 
 
 def _parse_duration(text: str) -> float:
-    """Go's time.ParseDuration for what a ttl option holds."""
-    from brain.config import parse_go_duration
-    return parse_go_duration(text)
+    """Go's time.ParseDuration for what a ttl option holds (seconds)."""
+    return go_duration.seconds(text)
 
 
 def parse_options(option: str) -> tuple[str, dict[str, str]]:

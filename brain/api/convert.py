@@ -65,41 +65,43 @@ class Header:
     """The identity stamped on every top-level response.
 
     ``fill(msg_header, revision)`` writes the four fields in place; that is
-    cheaper than building a ResponseHeader and copying it in.  A header made
-    with ``Header.of(engine)`` reads ``engine.raft_term`` at every fill: in a
-    cluster the term changes at runtime (a new leader), and a response must
-    carry the term it was answered in.
+    cheaper than building a ResponseHeader and copying it in.  ``term`` is
+    the engine's (the journal's epoch, or a single node's start count), sent
+    in etcd's field ``raft_term``.  A header made with ``Header.of(engine)``
+    reads ``engine.term`` at every fill: in a cluster the term changes at
+    runtime (a new leader), and a response must carry the term it was
+    answered in.
     """
 
-    __slots__ = ("cluster_id", "member_id", "_raft_term", "_engine")
+    __slots__ = ("cluster_id", "member_id", "_term", "_engine")
 
-    def __init__(self, cluster_id: int, member_id: int, raft_term: int, engine=None) -> None:
+    def __init__(self, cluster_id: int, member_id: int, term: int, engine=None) -> None:
         self.cluster_id = cluster_id
         self.member_id = member_id
-        self._raft_term = raft_term
+        self._term = term
         self._engine = engine
 
     @classmethod
     def of(cls, engine) -> "Header":
-        return cls(engine.cluster_id, engine.member_id, engine.raft_term, engine)
+        return cls(engine.cluster_id, engine.member_id, engine.term, engine)
 
     @property
-    def raft_term(self) -> int:
-        return self._engine.raft_term if self._engine is not None else self._raft_term
+    def term(self) -> int:
+        return self._engine.term if self._engine is not None else self._term
 
     def fill(self, h: rpc_pb2.ResponseHeader, revision: int) -> None:
         h.cluster_id = self.cluster_id
         h.member_id = self.member_id
         h.revision = revision
-        h.raft_term = self._engine.raft_term if self._engine is not None else self._raft_term
+        h.raft_term = self._engine.term if self._engine is not None else self._term
 
     def wire(self, revision: int) -> bytes:
         """The header's fields as wire bytes (brain.api.encoded)."""
-        term = self._engine.raft_term if self._engine is not None else self._raft_term
+        term = self._engine.term if self._engine is not None else self._term
         return encoded.header(self.cluster_id, self.member_id, revision, term)
 
     def __repr__(self) -> str:
-        return f"Header(cluster_id={self.cluster_id:x}, member_id={self.member_id:x}, raft_term={self.raft_term})"
+        return f"Header(cluster_id={self.cluster_id:x}, member_id={self.member_id:x}, term={self.term})"
 
 
 # ---------------------------------------------------------------------------

@@ -67,11 +67,11 @@ def length_delimited(field: int, data: bytes) -> bytes:
     return varint(field << 3 | 2) + varint(len(data)) + data
 
 
-def header(cluster_id: int, member_id: int, revision: int, raft_term: int) -> bytes:
+def header(cluster_id: int, member_id: int, revision: int, term: int) -> bytes:
     """A ResponseHeader's fields (cluster_id = 1, member_id = 2, revision = 3,
-    raft_term = 4), zeros left out."""
+    raft_term = 4, which carries ``term``), zeros left out."""
     out = b""
-    for tag, v in ((0x08, cluster_id), (0x10, member_id), (0x18, revision), (0x20, raft_term)):
+    for tag, v in ((0x08, cluster_id), (0x10, member_id), (0x18, revision), (0x20, term)):
         if v:
             out += bytes((tag,)) + varint(v)
     return out

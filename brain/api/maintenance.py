@@ -104,7 +104,7 @@ class MaintenanceService:
             index = st.applied_index if getattr(eng, "forwarder", None) is not None else st.committed_revision
             resp.raftIndex = index
             resp.raftAppliedIndex = index
-            resp.raftTerm = eng.raft_term
+            resp.raftTerm = eng.term
             resp.isLearner = False
             resp.storageVersion = STORAGE_VERSION
             resp.dbSizeQuota = eng.config.quota_backend_bytes or DEFAULT_QUOTA_BYTES  # etcd: its default for 0

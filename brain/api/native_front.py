@@ -88,6 +88,12 @@ def io_threads() -> int:
     return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
+def check_crl(data: bytes) -> int:
+    """The serials a DER CRL revokes, counted as the transport reads it;
+    ValueError for a CRL it cannot parse (brain.cli.preflight)."""
+    return _transport.crl_revoked_count(data)
+
+
 def check_tls(tls: TlsFiles) -> None:
     """Load the TLS files as a listener would; ValueError says what is wrong."""
     _transport.check_tls(tls.args)
@@ -186,7 +192,7 @@ class NativeFront:
     def __init__(self, engine, methods: list[Method], *, recv_limit: int, stats: GrpcStats,
                  pool: futures.Executor, http=None, watch_service=None, lease_service=None, leader_monitor=None,
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
-                 send_queue_bytes: int = 4 << 20, gate=None) -> None:
+                 send_queue_bytes: int = 4 << 20, transport=None, gate=None) -> None:
         if _transport is None:
             raise RuntimeError(unavailable_message())
         self.engine = engine
@@ -195,12 +201,17 @@ class NativeFront:
         self.recv_limit = recv_limit
         self.stats = stats
         self.leader_monitor = leader_monitor  # brain.api.require_leader.LeaderMonitor
-        self.transport = _transport.Transport(
-            [(m.path, m.kind) for m in methods], io_threads=io_threads(),
-            # over the limit the transport passes the length, not the body
-            max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
-            keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
-            keepalive_min_time_ms=keepalive_min_time_ms)
+        # ``transport``: a stand-in with brain._transport.Transport's face
+        # (events out, answers in) serves the front without sockets
+        # (tests/fuzz drives it so); by default a new Transport.
+        if transport is None:
+            transport = _transport.Transport(
+                [(m.path, m.kind) for m in methods], io_threads=io_threads(),
+                # over the limit the transport passes the length, not the body
+                max_recv_bytes=recv_limit, send_queue_bytes=send_queue_bytes,
+                keepalive_interval_ms=keepalive_time_ms, keepalive_timeout_ms=keepalive_timeout_ms,
+                keepalive_min_time_ms=keepalive_min_time_ms)
+        self.transport = transport
         self.inflight = InFlight()
         self.sessions = Sessions(self.transport, stats, engine=engine, watch_service=watch_service,
                                  lease_service=lease_service, on_dispatch_thread=self._on_dispatch_thread, gate=gate)
@@ -421,10 +432,16 @@ class NativeFront:
         elif kind == T.EV_HTTP:
             self.pool.http_request(cid, mid, payload)
         elif kind == T.EV_REJECTED:
-            # etcd's line for a refused handshake (its embed/config_logging.go): a
-            # warning, or debug for a peer that closed or never spoke (cid 1).
+            # etcd's line for a refused connection (its embed/config_logging.go): a
+            # warning, or debug for a peer that closed or never spoke (cid 1); the
+            # client certificate's names when it was read and then refused
+            error, ips, dns = last
+            fields = {"remote-addr": mid, "server-name": payload}
+            if ips is not None:
+                fields.update({"ip-addresses": ips, "dns-names": dns})
+            fields["error"] = error
             log.log(logging.DEBUG if cid else logging.WARNING, "rejected connection on client endpoint",
-                    extra={"fields": {"remote-addr": mid, "server-name": payload, "error": last}})
+                    extra={"fields": fields})
 
     # -- require-leader (brain.api.require_leader) ----------------------------
 

@@ -10,12 +10,15 @@ import socket
 
 class TlsFiles:
     """What an https:// or unixs:// listener needs, in the transport's
-    shape (see brain.config for the flags)."""
+    shape (see brain.config for the flags; ``allowed_cns``,
+    ``allowed_hostnames`` and ``crl_file`` narrow who may connect with a
+    client certificate, as etcd's flags do: native/src/narrowing.rs)."""
 
     def __init__(self, cert_file: str, key_file: str, ca_file: str | None, client_auth: bool,
-                 cipher_suites=(), min_tls13: bool = False, max_tls12: bool = False) -> None:
+                 cipher_suites=(), min_tls13: bool = False, max_tls12: bool = False, *,
+                 allowed_cns=(), allowed_hostnames=(), crl_file: str | None = None) -> None:
         self.args = (cert_file, key_file, ca_file or None, bool(client_auth), list(cipher_suites),
-                     bool(min_tls13), bool(max_tls12))
+                     bool(min_tls13), bool(max_tls12), list(allowed_cns), list(allowed_hostnames), crl_file or None)
 
 
 def reuse_port_socket(host: str, port: int) -> int:

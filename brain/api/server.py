@@ -44,7 +44,7 @@ from brain.api.require_leader import LeaderMonitor, RequireLeaderInterceptor
 from brain.api.rpc_table import SERVER_STREAM, UNARY, ServiceTable
 from brain.api.unary import call_on_bytes
 from brain.api.watch import WatchService
-from brain.config import ConfigError, ListenURL, ServerConfig
+from brain.config import ConfigError, ListenURL, ServerConfig, go_quoted
 from brain.metrics import build_registry
 from brain.metrics.http import HttpEndpoints
 
@@ -98,7 +98,32 @@ def tls_files(config: ServerConfig) -> TlsFiles:
     return TlsFiles(
         config.cert_file, config.key_file, config.trusted_ca_file or None, config.client_cert_auth,
         cipher_suites=config.rustls_cipher_suites(), min_tls13=config.tls_min_version == "TLS1.3",
-        max_tls12=config.tls_max_version == "TLS1.2")
+        max_tls12=config.tls_max_version == "TLS1.2", allowed_cns=config.client_cert_allowed_cn,
+        allowed_hostnames=config.client_cert_allowed_hostname, crl_file=config.client_crl_file or None)
+
+
+def narrowing_notices(config: ServerConfig, listeners: list[ListenURL]) -> list[str]:
+    """Why the client certificate narrowing flags may not do what their
+    values suggest (etcd starts silently with each of these)."""
+    flags = config.narrowing_flags()
+    if not flags:
+        return []
+    if not any(lu.secure for lu in listeners):
+        return [f"scheme is http/unix: ignoring {', '.join(flags)}"]
+    out = []
+    if not config.client_cert_auth:
+        out.append(f"{', '.join(flags)} narrow client certificates, and without --client-cert-auth none is "
+                   "asked for: they change nothing")
+    for flag, items, empty in (
+            ("--client-cert-allowed-cn", config.client_cert_allowed_cn,
+             "lets in a certificate without a common name"),
+            ("--client-cert-allowed-hostname", config.client_cert_allowed_hostname, "matches no certificate")):
+        if "" in items:
+            out.append(f"{flag} has an empty entry, which {empty}")
+        spaced = [i for i in items if i and i != i.strip()]
+        if spaced:
+            out.append(f"{flag}: {go_quoted(spaced)} are matched as written, spaces included (as etcd does)")
+    return out
 
 
 def _remove_stale_socket(path: str) -> None:
@@ -261,6 +286,8 @@ class ApiServer:
         listeners = config.listeners()
         if not any(lu.secure for lu in listeners) and (config.cert_file or config.key_file):
             log.warning("scheme is http/unix while key and cert files are present; ignoring key and cert files")
+        for notice in narrowing_notices(config, listeners):
+            log.warning("%s", notice)
         check_front(config)
         if config.grpc_front == "native":
             self._start_native(listeners)

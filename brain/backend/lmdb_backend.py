@@ -25,6 +25,19 @@ filesystem has less than :data:`_NEARLY_FULL` bytes free is taken for a
 full disk.  A store whose creation fails is removed again, so the next
 open starts afresh instead of finding half a meta page.
 
+A commit whose meta page could not be written (lmdb writes it last, after
+the data pages are synced) leaves lmdb in MDB_PANIC: every transaction
+after it, reads included, fails until the environment is opened again.
+The previous commit is intact on disk (the failed one's meta page never
+landed, or lmdb wrote the old transaction ID back over it), so
+:meth:`LmdbBackend.recover` closes and reopens the environment.  Closing
+it under a reader would unmap the pages that reader is in, so a reopen
+needs every other call out: record reads (``get``, ``get_many``) run under
+the engine's lock, which whoever reopens holds (a reader that meets the
+panic reopens itself and reads again); writes, statistics, ``get_meta``
+and the start of a scan are kept out here, and an unfinished scan makes a
+reopen wait for a later try.
+
 Read-path idioms (measured with py-lmdb 3.0 on 100k 300-byte records):
 
 * one unmanaged read transaction per call, ``env.begin(db=...).get(key)``,
@@ -47,6 +60,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import threading
 import time
@@ -60,6 +74,7 @@ from .protocol import (
     MAX_KEY_SIZE,
     SHARDS_META_KEY,
     BackendClosedError,
+    BackendError,
     BackendFullError,
     BackendStatistics,
     ShardCountMismatchError,
@@ -67,6 +82,8 @@ from .protocol import (
 )
 
 __all__ = ["DEFAULT_MAP_SIZE", "LmdbBackend"]
+
+log = logging.getLogger("brain.backend")
 
 #: Default map size: 1 TiB of address space.  The file is not pre-allocated
 #: (it grows as pages are used), so this costs nothing but virtual memory.
@@ -187,6 +204,11 @@ class LmdbBackend:
         self._begin = self._env.begin
         self._closed = False
         self._write_lock = threading.Lock()
+        # Held while the environment is replaced, and by the calls that are
+        # not kept out by the engine's lock (get_meta, a scan's start and end).
+        self._env_lock = threading.RLock()  # a scan collected while it is held ends under it
+        self._scans = 0  # scans begun and not finished: no reopen meanwhile
+        self._panicked = False  # lmdb said MDB_PANIC: reopen before use
         self._writes = 0
         self._last_write_seconds = 0.0
         self._last_write_time: float | None = None
@@ -194,6 +216,7 @@ class LmdbBackend:
     def _open(self, map_size: int, max_readers: int) -> None:
         # lmdb writes a new lock file's header while it opens it; it sizes
         # the file for its reader slots (a larger one keeps its size).
+        self._map_size, self._max_readers = map_size, max_readers
         _back_lock_file(self.path, _LOCK_HEADER_BYTES)
         self._env = lmdb.open(
             self.path,
@@ -220,6 +243,9 @@ class LmdbBackend:
             raise
 
     def _open_tables(self, shards: int) -> tuple[object, dict[int, object]]:
+        """The meta and shard tables (made in a new store).  Opening those
+        of an existing store changes nothing, so lmdb commits it without a
+        write: a reopen on a disk that still fails opens."""
         env = self._env
         with env.begin(write=True) as txn:
             meta_db = env.open_db(_META_DB, txn=txn)
@@ -267,6 +293,8 @@ class LmdbBackend:
         except lmdb.BadValsizeError:
             return None  # empty key: cannot exist
         except lmdb.Error as exc:
+            if self._reopened_for(exc):
+                return self.get(shard, key)
             raise self._lmdb_error(exc) from exc
 
     def get_many(self, shard: int, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -276,6 +304,8 @@ class LmdbBackend:
         except KeyError:
             raise self._shard_error(shard) from None
         except lmdb.Error as exc:
+            if self._reopened_for(exc):
+                return self.get_many(shard, keys)
             raise self._lmdb_error(exc) from exc
         try:
             try:
@@ -284,6 +314,14 @@ class LmdbBackend:
                 return [txn.get(key) if key else None for key in keys]
         except lmdb.Error as exc:
             raise self._lmdb_error(exc) from exc
+
+    def _reopened_for(self, exc: lmdb.Error) -> bool:
+        """A record read met MDB_PANIC (a commit failed since): reopen, so
+        the read can be made again.  The caller holds the engine's lock."""
+        if not isinstance(exc, lmdb.PanicError) or self._closed:
+            return False
+        self._panicked = True
+        return self.recover()
 
     def scan(
         self, shard: int, start: bytes = b"", end: bytes | None = None
@@ -296,18 +334,23 @@ class LmdbBackend:
             if not isinstance(end, (bytes, bytearray, memoryview)):
                 raise TypeError(f"end must be bytes, not {type(end).__name__}")
             end = bytes(end)
-        try:
-            txn = self._begin(db=self._dbs[shard])  # the snapshot starts now
-        except KeyError:
-            raise self._shard_error(shard) from None
-        except lmdb.Error as exc:
-            raise self._lmdb_error(exc) from exc
-        return self._iterate(txn, start, end)
+        with self._env_lock:
+            try:
+                txn = self._begin(db=self._dbs[shard])  # the snapshot starts now
+            except KeyError:
+                raise self._shard_error(shard) from None
+            except lmdb.Error as exc:
+                raise self._lmdb_error(exc) from exc
+            self._scans += 1
+        iterator = self._iterate(txn, start, end)
+        next(iterator)  # started: its end (exhausted, closed or collected) counts it out
+        return iterator
 
     def _iterate(
         self, txn: lmdb.Transaction, start: bytes, end: bytes | None
     ) -> Iterator[tuple[bytes, bytes]]:
         try:
+            yield None  # primed by scan()
             if end is not None and end <= start:
                 return
             cursor = txn.cursor()
@@ -332,22 +375,25 @@ class LmdbBackend:
         except lmdb.Error as exc:
             raise self._lmdb_error(exc) from exc
         finally:
-            if not self._closed:
-                try:
-                    txn.abort()
-                except lmdb.Error:
-                    pass  # the environment closed under us
+            with self._env_lock:
+                self._scans -= 1
+                if not self._closed:
+                    try:
+                        txn.abort()
+                    except lmdb.Error:
+                        pass  # the environment closed under us
 
     def get_meta(self, key: bytes) -> bytes | None:
         """See :meth:`brain.backend.Backend.get_meta`."""
-        if self._closed:
-            raise BackendClosedError("backend is closed")
-        try:
-            return self._begin(db=self._meta_db).get(key)
-        except lmdb.BadValsizeError:
-            return None
-        except lmdb.Error as exc:
-            raise self._lmdb_error(exc) from exc
+        with self._env_lock:
+            if self._closed:
+                raise BackendClosedError("backend is closed")
+            try:
+                return self._begin(db=self._meta_db).get(key)
+            except lmdb.BadValsizeError:
+                return None
+            except lmdb.Error as exc:
+                raise self._lmdb_error(exc) from exc
 
     # -- writes --------------------------------------------------------------
 
@@ -402,13 +448,48 @@ class LmdbBackend:
             except lmdb.BadValsizeError as exc:
                 raise ValueError(f"invalid key (must be 1..{MAX_KEY_SIZE} bytes): {exc}") from exc
             except (lmdb.Error, OSError) as exc:
+                if isinstance(exc, lmdb.PanicError) or self._env_panicked():
+                    self._panicked = True
                 if _is_full(exc, self.path):
                     raise BackendFullError(f"{self.path}: no space left: {exc}") from exc
+                if self._panicked:
+                    raise BackendError(f"{self.path}: a commit failed and lmdb must be reopened: {exc}") from exc
                 raise
 
             self._writes += 1
             self._last_write_time = time.time()
             self._last_write_seconds = time.perf_counter() - started
+
+    def _env_panicked(self) -> bool:
+        """Whether the failed write left lmdb in MDB_PANIC (its meta page
+        was not written).  Called with the write lock held."""
+        try:
+            self._begin(write=True).abort()
+        except lmdb.PanicError:
+            return True
+        except lmdb.Error:
+            pass
+        return False
+
+    def recover(self) -> bool:
+        """See :meth:`brain.backend.Backend.recover`: after MDB_PANIC, close
+        and reopen the environment (the module docstring says why it is
+        safe and who keeps the readers out).  False when there was nothing
+        to do, or a scan is still open (a later call reopens)."""
+        if not self._panicked:
+            return False
+        with self._write_lock, self._env_lock:
+            if not self._panicked or self._closed:
+                return False
+            if self._scans:
+                return False
+            self._env.close()
+            self._open(self._map_size, self._max_readers)
+            self._begin = self._env.begin
+            self._panicked = False
+        log.warning("%s: reopened the value store after MDB_PANIC (a commit failed to write its meta page)",
+                    self.path)
+        return True
 
     # -- admin ---------------------------------------------------------------
 
@@ -459,7 +540,7 @@ class LmdbBackend:
 
     def close(self) -> None:
         """See :meth:`brain.backend.Backend.close`."""
-        with self._write_lock:
+        with self._write_lock, self._env_lock:
             if self._closed:
                 return
             self._closed = True

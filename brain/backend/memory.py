@@ -129,6 +129,11 @@ class MemoryBackend:
             raise BackendClosedError("backend is closed")
         return state.meta.get(_as_bytes(key, "meta key"))
 
+    def recover(self) -> bool:
+        """See :meth:`brain.backend.Backend.recover`: no write leaves this
+        store unusable."""
+        return False
+
     # -- writes -------------------------------------------------------------
 
     def write(self, batch: WriteBatch) -> None:

@@ -180,6 +180,19 @@ class Backend(Protocol):
         """
         ...
 
+    def recover(self) -> bool:
+        """Make the store usable again after a write failed in a way that
+        left it unusable (LMDB: a commit whose meta page could not be
+        written puts the environment in MDB_PANIC, reads included, until
+        it is reopened).  True if something was done; False when nothing
+        failed so, or it cannot be done yet (call again later).
+
+        Unlike every other method this one needs the readers out: the
+        caller holds the lock its reads of records run under (the
+        engine's).  Writes and metadata reads are kept out by the backend.
+        """
+        ...
+
     def get_meta(self, key: bytes) -> bytes | None:
         """Return the meta value stored under ``key``, or ``None``.
 

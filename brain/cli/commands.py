@@ -14,6 +14,7 @@ COMMAND_MODULES = {
     "snapshot": "brain.cli.snapshot",
     "import": "brain.cli.import_etcd",
     "mirror": "brain.cli.mirror",
+    "groups": "brain.cli.groups",
 }
 
 

@@ -10,9 +10,10 @@ data dir that cannot be one is reported first, naming the real cause:
   between.  Messages read like etcd's: ``listen tcp 127.0.0.1:2379: bind:
   address already in use``;
 * --cert-file, --key-file and --trusted-ca-file are read and loaded with
-  OpenSSL when a listener uses TLS; "Permission denied" says which user
-  brain runs as and who owns the file (the usual cause: a static pod's uid
-  and root-owned keys);
+  OpenSSL when a listener uses TLS, and --client-crl-file is parsed as
+  etcd parses it; "Permission denied" says which user brain runs as and
+  who owns the file (the usual cause: a static pod's uid and root-owned
+  keys);
 * the data dir is created 0700, or checked when present: a regular file, a
   parent that is a file, a pseudo filesystem such as /proc or a directory
   brain cannot write each get their own message instead of the bare errno
@@ -145,6 +146,33 @@ def check_tls_files(config: ServerConfig) -> None:
             ctx.load_verify_locations(cafile=config.trusted_ca_file)
         except ssl.SSLError as e:
             raise StartupError(f"--trusted-ca-file {config.trusted_ca_file}: {_ssl_reason(e)}") from None
+    if config.client_crl_file:
+        check_crl_file(config.client_crl_file)
+
+
+def check_crl_file(path: str) -> None:
+    """--client-crl-file can be read and parsed as etcd parses it (DER).
+    etcd starts with a broken one and then refuses every client
+    certificate; brain says so before it serves."""
+    flag = "--client-crl-file"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        detail = f" ({_whose(path)})" if e.errno in (errno.EACCES, errno.EPERM) else ""
+        raise StartupError(f"{flag} {path}: {e.strerror or e}{detail}") from None
+    from brain.api import native_front
+
+    if not native_front.available():
+        return  # the front's own check names the missing module
+    try:
+        native_front.check_crl(data)
+    except ValueError as e:
+        hint = ""
+        if data.lstrip().startswith(b"-----BEGIN"):
+            hint = (" (the file is PEM; etcd and brain read a DER CRL: "
+                    f"openssl crl -in {path} -outform DER -out crl.der)")
+        raise StartupError(f"{flag} {path}: {e}{hint}") from None
 
 
 _PEM_MARKERS = {"--cert-file": b"CERTIFICATE-----", "--key-file": b"PRIVATE KEY-----",

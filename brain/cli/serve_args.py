@@ -98,6 +98,12 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--key-file", "key_file", str, "client server TLS key file"),
     ("--trusted-ca-file", "trusted_ca_file", str, "client server TLS trusted CA certificate file"),
     ("--client-cert-auth", "client_cert_auth", _bool, "require client certificates signed by the trusted CA"),
+    ("--client-cert-allowed-cn", "client_cert_allowed_cn", C.split_list,
+     "comma-separated list of allowed CNs for client cert authentication (etcd takes these in its config "
+     "file only, as client-transport-security's allowed-cn)"),
+    ("--client-cert-allowed-hostname", "client_cert_allowed_hostname", C.split_list,
+     "comma-separated list of allowed SAN hostnames for client cert authentication"),
+    ("--client-crl-file", "client_crl_file", str, "path to the client certificate revocation list file (DER)"),
     ("--auth-token", "auth_token", str,
      "auth tokens: simple, or jwt,pub-key=<file>,priv-key=<file>,sign-method=<RS256|ES256|EdDSA|HS256|...>"
      "[,ttl=<duration>] (default %(default)s)"),
@@ -164,6 +170,12 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
 _BOOL_DESTS = {"client_cert_auth", "socket_reuse_port", "read_lease"}
 
 
+def flag_names() -> list[str]:
+    """Every `brain serve` flag's name without its dashes: `brain groups`
+    refuses a layout key that is none of them before it starts anything."""
+    return [flag[2:] for flag, _dest, _typ, _help in _SERVE_FLAGS]
+
+
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     defaults = C.ServerConfig()
     for flag, dest, typ, help_ in _SERVE_FLAGS:
@@ -195,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("mirror", help="copy a running etcd, revisions kept, and follow it (brain mirror -h)",
                    add_help=False)
+    sub.add_parser("groups", help="run brain as several groups, each owning some Kubernetes resources, and "
+                                  "print kube-apiserver's flags for them (brain groups -h)", add_help=False)
     return parser
 
 

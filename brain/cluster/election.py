@@ -1,10 +1,11 @@
 """Who should lead: a key in a JetStream key-value bucket, and the
 holder's heartbeats on a core NATS subject.
 
-The key ``leader`` of bucket ``<name>_leader`` holds the leader's member ID.
-A candidate creates it (only possible when it is absent) or replaces a dead
-holder's by a compare-and-set on the revision it last saw; the holder
-renews it by compare-and-set every third of the election timeout.  The
+The key (``leader`` of bucket ``<name>_leader``, brain.cluster.leader_key)
+holds the leader's member ID.  A candidate creates it (only possible when
+it is absent) or replaces a dead holder's by a compare-and-set on the
+revision it last saw; the holder renews it by compare-and-set every third
+of the election timeout.  The
 holder also publishes a heartbeat on ``<name>.heartbeat`` every heartbeat
 interval, naming itself and the key revision it holds.  A follower that
 has heard no heartbeat for the election timeout, and has known the key's
@@ -37,12 +38,9 @@ been heard beating (a replica of a version without heartbeats, during a
 rolling upgrade) is judged by its key alone, unrenewed for
 ``KEY_ONLY_TIMEOUT``, that version's election timeout.
 
-Every request about the key waits at most ``request_timeout`` (the
-election timeout, at least half a second) for its answer, never nats-py's
-default 5 s: an answer lost or late (a JetStream server busy, a leader
-change of the bucket's stream) costs one check interval and a new try, not
-a failover of several seconds (a run saw the key taken 5 s after both
-followers had tried it).
+Every request about the key waits at most ``request_timeout`` for its
+answer (brain.cluster.leader_key: the key in its bucket; brain.cluster.
+heartbeat: the heartbeats' subject and message).
 
 A leader whose renewals fail (no answer, or one still in flight) keeps
 leading, its lease lapsing, until the key's TTL has passed since its last
@@ -66,7 +64,6 @@ until then: it rests on the key alone.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import random
@@ -76,23 +73,16 @@ from typing import Callable
 
 from .. import clock as lease_clock
 from ..journal.natsio import STARTUP_WAIT, when_answering
+from . import heartbeat
+from .leader_key import LeaderKey
 
 log = logging.getLogger("brain.cluster.election")
 
-KEY = "leader"
 POLL_INTERVAL = 0.2  # between reads of the key while no heartbeat arrives
 MIN_REQUEST_TIMEOUT = 0.5  # the shortest wait for an answer about the key
 LEASE_FRACTION = 0.8  # of the election timeout: how long a renewal lets the leader read alone
 RENEWALS_PER_TIMEOUT = 3  # key renewals per election timeout: the lease never lapses between them
 KEY_ONLY_TIMEOUT = 2.0  # a holder never heard beating: how long its key may stay unrenewed
-
-
-def bucket_name(name: str) -> str:
-    return f"{name}_leader"
-
-
-def heartbeat_subject(name: str) -> str:
-    return f"{name}.heartbeat"
 
 
 class Election:
@@ -114,14 +104,14 @@ class Election:
         # through suspend), the journal's acknowledgement time too
         self._clock = clock
         self.conn = conn
-        self.bucket = bucket_name(name)
-        self.subject = heartbeat_subject(name)
+        self.subject = heartbeat.subject(name)
         self.member_id = member_id
         self.timeout = timeout
         self.ttl = max(2, math.ceil(2 * self.timeout))  # the backstop: whole seconds for JetStream
         self.heartbeat_interval = max(0.01, min(heartbeat_interval, self.timeout / 2))
         self.renew_interval = max(self.heartbeat_interval, self.timeout / RENEWALS_PER_TIMEOUT)
         self.request_timeout = max(MIN_REQUEST_TIMEOUT, self.timeout)
+        self.key = LeaderKey(conn, name, ttl=self.ttl, request_timeout=self.request_timeout, replicas=replicas)
         # What this follower knows of the key: its holder (0: absent) at the
         # highest revision seen, when that revision was first seen, and when
         # its holder's last heartbeat came.  Revisions only grow, so a lower
@@ -137,7 +127,6 @@ class Election:
         self.on_elected = on_elected
         self.on_lost = on_lost
         self.on_leader = on_leader
-        self.replicas = replicas
         # the time (brain.clock) the journal last acknowledged this replica's appends
         # as its writer (see the module docstring: leading on without the key)
         self.journal_acknowledged = journal_acknowledged
@@ -157,7 +146,6 @@ class Election:
         self._rev = 0
         self._renewed = 0.0
         self.lease_until = 0.0  # when the hold, and with it the read lease, ends (see holds_key)
-        self._kv = None
         self._task = None
         self._beats = None
         self._sub = None
@@ -172,22 +160,10 @@ class Election:
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
-        self._kv = self.conn.run(when_answering(self._open_bucket, "election bucket"), STARTUP_WAIT + 20)
+        self.conn.run(when_answering(self.key.open, "election bucket"), STARTUP_WAIT + 20)
         self._sub = self.conn.subscribe(self.subject, self._on_heartbeat)
         self._task = self.conn.submit(self._loop())
         self._beats = self.conn.submit(self._beat_loop())
-
-    async def _open_bucket(self):
-        """The bucket (created if absent, with JetStream's usual patience),
-        opened for the election's own requests with ``request_timeout``."""
-        from nats.js.errors import BucketNotFoundError
-
-        try:
-            await self.conn.js.key_value(self.bucket)
-        except BucketNotFoundError:
-            await self.conn.js.create_key_value(
-                bucket=self.bucket, history=1, replicas=self.replicas, limit_marker_ttl=1)
-        return await self.conn.nc.jetstream(timeout=self.request_timeout).key_value(self.bucket)
 
     def holds_key(self) -> bool:
         """True while no other replica can have taken the key from this one:
@@ -249,7 +225,7 @@ class Election:
             self._sub = None
         if resign and self._rev:
             try:
-                self.conn.run(self._kv.delete(KEY, last=self._rev), 3)
+                self.conn.run(self.key.delete(self._rev), 3)
                 log.info("resigned the lead")
             except Exception as e:  # noqa: BLE001 - it will expire anyway
                 log.debug("resign: %r", e)
@@ -271,14 +247,13 @@ class Election:
         no acknowledgement, nothing stored)."""
         rev = self._rev
         if rev:
-            await self.conn.nc.publish(self.subject, _beat_message(self.member_id, rev, self.member_id))
+            await self.conn.nc.publish(self.subject, heartbeat.encode(self.member_id, rev, self.member_id))
 
     async def _on_heartbeat(self, msg) -> None:
         """(on the loop) A holder's heartbeat, or a hand-over naming its target."""
         try:
-            beat = json.loads(msg.data)
-            holder, rev, sender = int(beat["member"], 16), int(beat["rev"]), int(beat["from"], 16)
-        except (ValueError, KeyError, TypeError):
+            holder, rev, sender = heartbeat.decode(msg.data)
+        except ValueError:
             log.debug("not a heartbeat: %r", msg.data[:64])
             return
         if sender == self.member_id:
@@ -330,14 +305,9 @@ class Election:
             await self._campaign()
 
     async def _read_key(self) -> None:
-        from nats.js.errors import KeyNotFoundError
-
         self._asked = self._clock()
         try:
-            entry = await self._kv.get(KEY)
-            holder, rev = _holder(entry.value), entry.revision
-        except KeyNotFoundError:
-            holder, rev = 0, 0
+            holder, rev = await self.key.read()
         except Exception:
             # NATS cannot say who holds the key (no quorum, no connection).
             # The holder cannot renew it either, so after an election timeout
@@ -394,9 +364,9 @@ class Election:
         sent = self._clock()  # before the key names us: the lease counts from here
         try:
             if self._holder:
-                rev = await self._publish_key(self.member_id, self._known_rev)
+                rev = await self.key.move(self.member_id, self._known_rev)
             else:
-                rev = await self._kv.create(KEY, _key_value(self.member_id), msg_ttl=self.ttl)
+                rev = await self.key.create(self.member_id)
         except (KeyWrongLastSequenceError, APIError) as e:
             log.debug("campaign: %r", e)  # someone else got it (10071), or moved it: read it again
             self._asked = -math.inf
@@ -415,14 +385,6 @@ class Election:
         self._busy = True
         await self._beat()  # at once: the other candidate stops trying, forwarders learn the leader
         threading.Thread(target=self._elected, name="brain-elected", daemon=True).start()
-
-    async def _publish_key(self, holder: int, last_rev: int) -> int:
-        """Make the key name ``holder`` if its revision is still ``last_rev``;
-        the new revision."""
-        headers = {"Nats-Expected-Last-Subject-Sequence": str(last_rev), "Nats-TTL": f"{self.ttl}s"}
-        ack = await self.conn.js.publish(f"$KV.{self.bucket}.{KEY}", _key_value(holder), headers=headers,
-                                         timeout=self.request_timeout)
-        return ack.seq
 
     def _elected(self) -> None:
         try:
@@ -443,7 +405,7 @@ class Election:
             rev, self._rev = self._rev, 0
             if rev:
                 try:
-                    self.conn.run(self._kv.delete(KEY, last=rev), 3)
+                    self.conn.run(self.key.delete(rev), 3)
                 except Exception:  # noqa: BLE001
                     pass
             # let another replica try first
@@ -463,13 +425,13 @@ class Election:
         last_renewed = self._renewed
         rev = self._rev
         try:
-            seq = await self._publish_key(self.member_id, rev)
+            seq = await self.key.move(self.member_id, rev)
             if self._rev == rev:  # not handed over meanwhile
                 self._renewed_at(seq, now)
             return
         except APIError as e:
             if e.err_code == 10071:  # wrong last sequence: the key moved on
-                holder, current = await self._key_now()
+                holder, current = await self.key.now()
                 if current > rev and holder == self.member_id and self._rev == rev:
                     self._rev = current  # a renewal that timed out had landed: still ours
                     self._learn(self.member_id, current, now)
@@ -532,9 +494,9 @@ class Election:
         sent = self._clock()
         try:
             if last:
-                seq = await self._publish_key(self.member_id, last)
+                seq = await self.key.move(self.member_id, last)
             else:
-                seq = await self._kv.create(KEY, _key_value(self.member_id), msg_ttl=self.ttl)
+                seq = await self.key.create(self.member_id)
         except (KeyWrongLastSequenceError, APIError) as e:
             log.info("the expired election key was taken by another replica (%r)", e)
             return False
@@ -544,21 +506,6 @@ class Election:
         log.info("the election key had expired while leading on; created it again (revision %d)", seq)
         self._renewed_at(seq, sent)
         return True
-
-    async def _key_now(self) -> tuple[int, int]:
-        """(holder, revision) of the key now: holder 0 when it is absent,
-        revision 0 when no message is left (deleted), else the revision of
-        the marker JetStream leaves for a second where it expired; (0, -1)
-        when NATS cannot say."""
-        from nats.js.errors import KeyNotFoundError
-
-        try:
-            entry = await self._kv.get(KEY)
-        except KeyNotFoundError:
-            return 0, 0
-        except Exception:  # noqa: BLE001 - unknown: treat the key as lost
-            return 0, -1
-        return _holder(entry.value), entry.revision
 
     def hand_over(self, target: int, timeout: float = 5.0) -> None:
         """(not on the loop) Give the key to ``target`` (MoveLeader, a
@@ -580,12 +527,12 @@ class Election:
             self.lease_until = 0.0  # before the key says anyone else's name
             self._rev = 0
             try:
-                seq = await self._publish_key(target, rev)
+                seq = await self.key.move(target, rev)
             except BaseException:
                 self._rev = rev  # still ours
                 raise
             self._learn(target, seq, self._clock())
-            await self.conn.nc.publish(self.subject, _beat_message(target, seq, self.member_id))
+            await self.conn.nc.publish(self.subject, heartbeat.encode(target, seq, self.member_id))
 
     def abdicate(self, why: str) -> None:
         """(any thread) The engine stopped leading the journal on its own
@@ -630,21 +577,3 @@ class Election:
             if self.on_leader is not None:
                 self.on_leader(holder)
 
-
-def _key_value(member_id: int) -> bytes:
-    return json.dumps({"member": f"{member_id:x}"}).encode()
-
-
-def _beat_message(holder: int, rev: int, sender: int) -> bytes:
-    """A heartbeat: ``holder`` holds the key at ``rev`` (``sender`` is the
-    holder, or the leader that handed the key to it)."""
-    return json.dumps({"member": f"{holder:x}", "rev": rev, "from": f"{sender:x}"}).encode()
-
-
-def _holder(value: bytes | None) -> int:
-    if not value:
-        return 0
-    try:
-        return int(json.loads(value)["member"], 16)
-    except (ValueError, KeyError, TypeError):
-        return 0

@@ -42,6 +42,14 @@ def bucket_name(name: str) -> str:
     return f"{name}_members"
 
 
+# What this brain reads that older ones do not, as its member entry lists it:
+# "journal-epochs": journal messages of an epoch older than the newest seen
+# are read as empty records (brain.journal.jetstream), which lets a leader
+# keep several appends in flight (brain.engine.pipeline).
+FEATURES = ["journal-epochs"]
+PIPELINE_FEATURE = "journal-epochs"
+
+
 @dataclass
 class Member:
     id: int
@@ -51,17 +59,22 @@ class Member:
     checkpoint_index: int = 0
     applied_index: int = 0
     updated: float = 0.0  # wall clock of the last heartbeat; 0 for a member added but never started
+    # what its brain reads that an older one does not (FEATURES): a leader
+    # writes what needs a feature only while every member has it
+    features: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         return json.dumps({"id": f"{self.id:x}", "name": self.name, "client_urls": self.client_urls,
                            "peer_urls": self.peer_urls, "checkpoint_index": self.checkpoint_index,
-                           "applied_index": self.applied_index, "updated": self.updated}).encode()
+                           "applied_index": self.applied_index, "updated": self.updated,
+                           "features": self.features}).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> "Member":
         d = json.loads(raw)
         return cls(int(d["id"], 16), d.get("name", ""), list(d.get("client_urls", [])), list(d.get("peer_urls", [])),
-                   int(d.get("checkpoint_index", 0)), int(d.get("applied_index", 0)), float(d.get("updated", 0)))
+                   int(d.get("checkpoint_index", 0)), int(d.get("applied_index", 0)), float(d.get("updated", 0)),
+                   list(d.get("features", [])))
 
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 
-from ..journal.jetstream import api_error, jetstream_api
+from ..journal.jetstream_stream import api_error, jetstream_api
 
 log = logging.getLogger("brain.cluster.placement")
 

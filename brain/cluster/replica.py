@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from .. import clock as lease_clock
 from ..engine import ClusterHooks, Engine, EngineConfig
 from ..journal import JournalError, JournalPurgedError
-from ..journal.jetstream import JetStreamJournal, stream_names
+from ..journal.jetstream import JetStreamJournal
+from ..journal.jetstream_stream import stream_names
 from ..journal.natsio import NatsConnection, parse_journal_url
 from . import bootstrap, placement
 from .election import POLL_INTERVAL, Election
-from .election import bucket_name as election_bucket
 from .forwarding import Forwarder, ForwardingServer, ReadIndexAsker
-from .membership import HEARTBEAT_SECONDS, Member, Membership
+from .leader_key import bucket_name as election_bucket
+from .membership import FEATURES, HEARTBEAT_SECONDS, PIPELINE_FEATURE, Member, Membership
 from .membership import bucket_name as members_bucket
 
 log = logging.getLogger("brain.cluster")
@@ -88,7 +89,15 @@ class EngineSide:
             has_leader=lambda: self._replica is not None and self._replica.has_leader(),
             election_timeout=self._options.election_timeout_ms / 1000.0,
             role_changed=self._role_changed,
-            read_lease=self._lease_valid if self._options.read_lease else None)
+            read_lease=self._lease_valid if self._options.read_lease else None,
+            pipeline_allowed=self._pipeline_allowed)
+
+    def _pipeline_allowed(self) -> bool:
+        """Appends in flight only while every member reads a deposed
+        writer's stale messages as empty (a replica of an older brain would
+        apply them: rolling upgrades)."""
+        r = self._replica
+        return r is not None and all(PIPELINE_FEATURE in m.features for m in r.membership.members())
 
     def _lease_valid(self) -> bool:
         return self._replica is not None and self._replica.election.lease_valid()
@@ -192,7 +201,8 @@ class Replica:
         self.forwarding.start()
         self.snapshots.start()
         self.membership.register(Member(eng.member_id, self.options.name, list(self.options.client_urls), [],
-                                        checkpoint_index=eng.checkpoint_index(), applied_index=eng.applied_index))
+                                        checkpoint_index=eng.checkpoint_index(), applied_index=eng.applied_index,
+                                        features=list(FEATURES)))
         self.membership.on_removed = self._removed
         log.info("joined cluster %s (%x) as member %x (%s); journal R%d, applied index %d",
                  self.cluster_name, eng.cluster_id, eng.member_id, self.options.name,
@@ -397,7 +407,7 @@ def _retrying(fn, what: str, deadline: float):
     another replica creating the same stream right now)."""
     import nats.errors
 
-    from ..journal.jetstream import StreamSettingsError
+    from ..journal.jetstream_stream import StreamSettingsError
 
     delay = 0.2
     while True:

@@ -18,6 +18,7 @@ import logging
 import threading
 
 from ..backend import BackendError, WriteBatch
+from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest, unwrapped
 
 log = logging.getLogger("brain.engine")
 
@@ -115,3 +116,17 @@ class StoredAlarms(AlarmSet):
         except BackendError as e:
             self.activate(member_id, ALARM_NOSPACE)
             log.warning("the NOSPACE alarm could not be stored (%s); it holds until a restart", e)
+
+
+def adds_data(req) -> bool:
+    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
+    (its capped applier and quota refuse a request whose cost is above 0): a
+    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
+    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
+    puts only inside a nested Txn, is applied."""
+    req = unwrapped(req)  # an Authorized write is judged as the write it carries
+    if isinstance(req, (PutRequest, LeaseGrantRequest)):
+        return True
+    if isinstance(req, TxnRequest):
+        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
+    return False

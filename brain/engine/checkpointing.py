@@ -17,7 +17,11 @@ loads the last one and replays the journal after its index.
 A failed checkpoint is retried after a pause that doubles up to
 RETRY_MAX_SECONDS (a full disk would otherwise be written to, and logged,
 after every batch); one that failed for lack of space (BackendFullError)
-also tells the engine (``on_full``), which raises the NOSPACE alarm.
+also tells the engine (``on_full``), which raises the NOSPACE alarm.  A
+failed write may leave the value store unusable, reads included (lmdb
+after a commit whose meta page was not written): the checkpoint's thread
+has it reopened at once (``Backend.recover``), holding the engine's lock,
+under which every read of a record runs.
 
 Threads: everything here but the write runs on the committer.
 """
@@ -81,6 +85,10 @@ class Checkpointer:
         self.journal_bytes += n
         self._last_journaled = time.monotonic()
 
+    def due(self, store) -> bool:
+        """A checkpoint would start now (not while one is being written)."""
+        return self._thread is None and self._due(store)
+
     def _due(self, store) -> bool:
         cfg = self._config
         if self.journal_bytes == 0:
@@ -134,6 +142,7 @@ class Checkpointer:
         self.backend_in_use = st.in_use_bytes
 
     def _start(self, store, index: int) -> None:
+        self._recover_backend()  # if another write (an alarm's) left it unusable
         with self._lock:
             cut = store.checkpoint_cut()
         self._cut_index = index
@@ -161,8 +170,16 @@ class Checkpointer:
                       cut.revision, len(batch.puts), len(batch.deletes), self.last_seconds)
         except BaseException as e:
             self._error = e
+            self._recover_backend()
         finally:
             self._done.set()
+
+    def _recover_backend(self) -> None:
+        with self._lock:  # every reader out
+            try:
+                self._backend.recover()
+            except Exception as e:  # noqa: BLE001 - tried again before the next checkpoint
+                log.error("reopening the value store failed: %r", e)
 
     def _finish(self, store) -> None:
         err = self._error

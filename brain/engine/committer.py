@@ -28,7 +28,10 @@ Reads are served at ``committed_rev``: the store may hold a batch whose
 record is not durable yet, which every key's full history hides from a
 read at the committed revision.  A journal failure after a batch was
 applied cannot be rolled back, so the committer then refuses writes
-(``failed``) until restarted; reads go on at the committed revision.
+(``failed``) until restarted; reads go on at the committed revision.  One
+exception: a local journal that refused a record for space is still
+whole, and the store is rebuilt without the batch
+(brain.engine.journal_space).
 
 Lock order, written on the field below: a watch stream's lock (the
 WatchManager's) before ``lock``; ``lock`` is never held while waiting on
@@ -48,15 +51,26 @@ from typing import Callable
 
 from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
-from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest, unwrapped
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
-from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet
+from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
 from .checkpointing import Checkpointer
 from .config import EngineConfig
-from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome, JournalBarrier
+from .items import (
+    Confirmation,
+    Control,
+    Delivered,
+    Durable,
+    ForwardOutcome,
+    JournalBarrier,
+    SyncFailed,
+    SyncOverdue,
+)
+from .decide import decide
+from .journal_space import JournalSpace
 from .memory import release_free_memory
 from .pending import BatchSink, Pending
+from .pipeline import InFlight, Pipeline
 from .readindex import ReadBarrier
 from .replication import Replication
 from .roles import Follower, Leader
@@ -84,7 +98,7 @@ class Committer:
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
-                 member_id: int, raft_term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
+                 member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
                  make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
@@ -107,7 +121,7 @@ class Committer:
         self.tokens = TokenTable(config.auth_token_ttl)
         self.applied_index = applied_index
         self.member_id = member_id
-        self.raft_term = raft_term
+        self.term = term
         self.journal = journal
         self._alarms = alarms
         self._raise_nospace = raise_nospace
@@ -132,6 +146,9 @@ class Committer:
         self.checkpointer = Checkpointer(backend, journal, self.lock, config, self.checkpoint_hooks,
                                          journal_bytes=replayed_bytes,
                                          on_full=lambda e: raise_nospace(f"a checkpoint found no space ({e})"))
+        # a single node's local journal: what a full disk under it does
+        self.space = (JournalSpace(self, journal, self.checkpointer, load_store, alarms, raise_nospace)
+                      if cluster is None else None)
         self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
                                     max_queued_events=config.watch_queue_events)
         self.barrier: ReadBarrier | None = None
@@ -140,6 +157,10 @@ class Committer:
                                        ahead=lambda index: self.replication.journal_ahead(index),
                                        max_in_flight=READ_INDEX_IN_FLIGHT)
         self.replication = Replication(self, self.lock, journal, self.barrier, self.checkpointer, load_store)
+        # a leader's batches in flight on a shared journal that takes appends
+        # while it acknowledges earlier ones (brain.engine.pipeline)
+        self.pipeline = Pipeline(self, journal) if cluster is not None and getattr(journal, "pipelined", False) \
+            else None
         # a replica starts following; a single node leads from ``start``
         self.role: Leader | Follower = self._new_follower()
         self._thread = threading.Thread(target=self._run, name="brain-committer", daemon=True)
@@ -152,6 +173,8 @@ class Committer:
             self.lead()
         else:
             self.replication.follow()
+        if self.pipeline is not None:
+            self.pipeline.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -160,7 +183,15 @@ class Committer:
             self._stopping = True
             self._cv.notify()
         self._thread.join()
+        if self.pipeline is not None:
+            self.pipeline.stop()
         self.replication.close()
+
+    def giving_up(self) -> bool:
+        """(any thread) An append whose outcome the journal cannot tell now
+        is given up instead of waited for: the engine closes, or the
+        election was lost (the next leader decides)."""
+        return self.closing or self.stopping or self.replication.abandoning_writes
 
     @property
     def stopping(self) -> bool:
@@ -188,11 +219,15 @@ class Committer:
 
     def lead(self) -> None:
         """Take the leader's role (a replica's promotion)."""
+        if self.pipeline is not None:
+            self.pipeline.new_session()
         self.role = self._make_leader(self.commit)
 
     def follow_leader(self) -> None:
         """Give up the leader's role (on the committer thread: the
         compactor, which may be waiting for a write, is not joined)."""
+        if self.pipeline is not None:
+            self.pipeline.new_session()
         self.role.stop(wait=False)
         self.role = self._new_follower()
 
@@ -309,6 +344,14 @@ class Committer:
         for sink in sinks:
             sink.flush()
 
+    def settle_decided(self, admitted: list[Pending], results: list) -> None:
+        """Answer outcomes decided without a record, behind the batches a
+        pipelined journal has in flight (they may have seen their effects)."""
+        if self.pipeline is not None and self.pipeline.busy:
+            self.pipeline.after_appended(InFlight(0, 0, [], admitted, results))
+        else:
+            self.settle_results(admitted, results)
+
     def settle_results(self, admitted: list[Pending], results: list) -> None:
         for p, res in zip(admitted, results):
             if isinstance(res, Exception):  # an EtcdError, or a refused Effects payload's ValueError
@@ -355,9 +398,13 @@ class Committer:
                 self._queue.clear()
                 posted, self._inboxes = self._inboxes, _empty_inboxes()
                 stopping = self._stopping
+            if self.pipeline is not None:
+                self._durability(posted)
             for kind, handle in handlers:
                 if posted[kind]:
                     handle(posted[kind])
+            if batch and self.pipeline is not None and self.pipeline.full and self.is_leader:
+                self._await_durability(lambda: not self.pipeline.full)
             if batch:
                 try:
                     self.role.writes(batch)
@@ -368,6 +415,8 @@ class Committer:
                         self.settle(p, None, errors.ErrStopped)
             self._maintain()
             self.flush_sinks()
+            if posted[Control] and self.pipeline is not None and self.pipeline.busy:
+                self._await_durability(lambda: not self.pipeline.busy)  # controls see the committed state
             for control in posted[Control]:
                 control.fn()
             if stopping and not batch:
@@ -396,9 +445,43 @@ class Committer:
                 else:
                     still.append((rev, p))
             self._compact_waiters = still
+        if self.space is not None:
+            self.space.maintain()
         if self.replication.maintain():
             return  # no checkpoint of a store about to be replaced
-        self.checkpointer.maintain(self.store, self.applied_index, may_start=self._failed is None)
+        may_start = self._failed is None
+        if may_start and self.pipeline is not None and self.pipeline.busy:
+            # a checkpoint cuts the store at the committed state: drain first,
+            # when one is due (a pipeline under load is never empty by itself)
+            if self.checkpointer.due(self.store):
+                self._await_durability(lambda: not self.pipeline.busy)
+            may_start = not self.pipeline.busy
+        self.checkpointer.maintain(self.store, self.applied_index, may_start=may_start)
+
+    def _durability(self, posted: dict) -> None:
+        """What the syncing thread learned: acknowledged batches published
+        and answered in order, overdue callers told, failures handled."""
+        pipeline = self.pipeline
+        if posted[Durable]:
+            pipeline.durable(posted[Durable])
+        if posted[SyncOverdue]:
+            pipeline.overdue(posted[SyncOverdue])
+        for item in posted[SyncFailed]:
+            pipeline.failed(item)
+
+    def _await_durability(self, done: Callable[[], bool]) -> None:
+        """Wait on the committer for the syncing thread's news until
+        ``done()``: the pipeline has room, or is drained."""
+        kinds = (Durable, SyncOverdue, SyncFailed)
+        while not done():
+            with self._cv:
+                while not any(self._inboxes[k] for k in kinds):
+                    self._cv.wait(0.2)
+                posted = {k: self._inboxes[k] for k in kinds}
+                for k in kinds:
+                    self._inboxes[k] = []
+            self._durability(posted)
+            self.flush_sinks()
 
     # ------------------------------------------------------------------
     # a leader's commit: admit, decide, make durable, publish and settle
@@ -408,7 +491,7 @@ class Committer:
         if not admitted and not barriers:
             return
         with self.lock:
-            results, payload = self._decide(admitted) if admitted else ([], b"")
+            results, payload = decide(self.store, admitted) if admitted else ([], b"")
             new_rev = self.store.revision
             events = self.store.take_changes()
             auth = self.store.take_auth()
@@ -416,13 +499,19 @@ class Committer:
         # A barrier needs a record even when nothing else is appended: an
         # empty one, which every replica applies as nothing (brain.mvcc.codec).
         appends = bool(payload) or (bool(barriers) and self.barrier is not None)
+        if appends and self.pipeline is not None:
+            # published and answered once acknowledged (brain.engine.pipeline)
+            self.pipeline.append(InFlight(0, new_rev, events, admitted, results, barriers, len(payload), auth=auth),
+                                 payload)
+            return
         if appends:
             # the append is fenced on this replica's last record: once it
             # lands, every decision of the batch was made on the whole journal
             index = self._make_durable(payload, admitted + barriers)
             if index is None:
                 return
-        self.publish(new_rev, index, events, auth)
+        if self.pipeline is None:  # (a pipelined store may hold batches still in flight: nothing to publish)
+            self.publish(new_rev, index, events, auth)
         for p in barriers:
             self.settle(p, index)
         if not admitted:
@@ -440,9 +529,12 @@ class Committer:
     def _admit(self, batch: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """The writes to decide, and the barrier requests among them;
         every other one is answered here."""
-        if self._failed is not None:
+        refused = self._failed
+        if refused is None and self.space is not None and self.space.refusing:
+            refused = errors.ErrNoSpace
+        if refused is not None:
             for p in batch:
-                self.settle(p, None, self._failed)
+                self.settle(p, None, refused)
             return [], []
         admitted = []
         barriers = []
@@ -464,41 +556,6 @@ class Committer:
             else:
                 admitted.append(p)
         return admitted, barriers
-
-    def _decide(self, admitted: list[Pending]) -> tuple[list, bytes]:
-        """Apply a batch to the store (lock held): requests are decided,
-        effects payloads are replayed as they are.  Returns one result per
-        pending write and the journal payload of them all."""
-        store = self.store
-        if not any(type(p.request) is Effects for p in admitted):
-            return store.apply([p.request for p in admitted])
-        results: list = []
-        parts: list[bytes] = []
-        run: list = []
-
-        def flush_run() -> None:
-            if run:
-                res, payload = store.apply(run)
-                results.extend(res)
-                parts.append(payload)
-                run.clear()
-
-        for p in admitted:
-            if type(p.request) is not Effects:
-                run.append(p.request)
-                continue
-            flush_run()
-            payload = p.request.payload
-            try:
-                store.check_continues(payload)
-            except ValueError as e:
-                results.append(e)
-                continue
-            store.replay(payload, live=True)
-            results.append(store.revision)
-            parts.append(payload)
-        flush_run()
-        return results, b"".join(parts)
 
     def _make_durable(self, payload: bytes, admitted: list[Pending]) -> int | None:
         """Append and sync one batch's record; its journal index.  None: it
@@ -526,6 +583,12 @@ class Committer:
             self.replication.step_down_now(rebuild=True)
             return None
         except BaseException as e:
+            if self.space is not None and self.space.takes(e):
+                for p in admitted:
+                    self.settle(p, None, errors.ErrNoSpace)
+                self.flush_sinks()  # final: the rebuild below drops the batch
+                self.space.append_failed(e)
+                return None
             nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
             err = errors.ErrNoSpace if nospace else errors.ErrStopped
             log.error("journal write failed (%r); refusing writes until restart", e)
@@ -576,7 +639,7 @@ class Committer:
         if auth is not None and auth[1]:
             self.tokens.apply(auth[1])
         if events:
-            self.watches.notify(events, revision)
+            self.watches.publish_committed(events, revision)
         self.batches += 1
         if self.barrier is not None:
             self.barrier.applied(index)
@@ -598,19 +661,4 @@ class Committer:
 
 
 def _empty_inboxes() -> dict[type, list]:
-    return {kind: [] for kind in (Delivered, ForwardOutcome, Confirmation, Control)}
-
-
-def adds_data(req) -> bool:
-    """What the NOSPACE alarm and an exceeded quota refuse, as etcd 3.6 does
-    (its capped applier and quota refuse a request whose cost is above 0): a
-    Put, a LeaseGrant, and a Txn with a Put directly in either branch.
-    etcd's costTxn counts only those Puts, so a Txn that only deletes, or
-    puts only inside a nested Txn, is applied."""
-    req = unwrapped(req)
-    if isinstance(req, (PutRequest, LeaseGrantRequest)):
-        return True
-    if isinstance(req, TxnRequest):
-        return any(isinstance(op, PutRequest) for op in (*req.success, *req.failure))
-    return False
-
+    return {kind: [] for kind in (Durable, SyncOverdue, SyncFailed, Delivered, ForwardOutcome, Confirmation, Control)}

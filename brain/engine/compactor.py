@@ -13,19 +13,18 @@ the compaction itself is an ordinary Compact request through the engine.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import deque
 from typing import Callable
 
+from .. import go_duration
 from ..mvcc import errors
 from ..mvcc.requests import CompactRequest
 
 log = logging.getLogger("brain.compactor")
 
 REVISION_MODE_INTERVAL = 300.0
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_retention(mode: str, retention: str) -> float:
@@ -48,16 +47,13 @@ def parse_retention(mode: str, retention: str) -> float:
         return float(int(retention)) * 3600.0  # a bare number means hours, as in etcd
     except ValueError:
         pass
-    total = 0.0
-    pos = 0
-    for m in re.finditer(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", retention):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(retention) or not retention:
-        raise ValueError(f"invalid --auto-compaction-retention {text!r}")
-    return total
+    try:
+        seconds = go_duration.seconds(retention)
+    except go_duration.DurationError as e:
+        raise ValueError(f"invalid --auto-compaction-retention {text!r}: {e}") from None
+    if seconds < 0:
+        raise ValueError(f"--auto-compaction-retention must not be negative, got {text!r}")
+    return seconds
 
 
 class PeriodicPlanner:

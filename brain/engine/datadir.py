@@ -110,8 +110,8 @@ META_LAYOUT = b"brain.layout"  # the shard boundaries the data was written with
 @dataclass(frozen=True)
 class Identity:
     """Who this data directory is.  ``term`` counts the starts of a single
-    node (its raft_term); ``name`` and ``restored_from`` say where a
-    restored or imported directory came from."""
+    node (the term its response headers carry as raft_term); ``name`` and
+    ``restored_from`` say where a restored or imported directory came from."""
 
     cluster_id: int
     member_id: int

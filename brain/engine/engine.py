@@ -167,7 +167,7 @@ class Engine:
         self._lease_ids = IdGenerator(self.member_id)
         self.committer = Committer(
             cfg, store=store, applied_index=applied_index, journal=self.journal, backend=self.backend,
-            member_id=self.member_id, raft_term=store.epoch if shared is not None else identity.term,
+            member_id=self.member_id, term=store.epoch if shared is not None else identity.term,
             alarms=self.alarms, raise_nospace=lambda why: self.alarms.raise_nospace(self.member_id, why),
             make_leader=self._make_leader,
             cluster=self.cluster, replayed_bytes=replayed_bytes,
@@ -260,10 +260,10 @@ class Engine:
         return self.committer.applied_index
 
     @property
-    def raft_term(self) -> int:
+    def term(self) -> int:
         """The epoch of the journal this replica last saw (a single node:
         how many times it started), etcd's raft term in response headers."""
-        return self.committer.raft_term
+        return self.committer.term
 
     @property
     def watches(self):
@@ -544,11 +544,19 @@ class Engine:
 
     def alarm_activate(self, member_id: int, alarm: int) -> bool:
         """Raise an alarm (stored with the data); False if already raised."""
-        return self.alarms.raise_alarm(member_id, alarm)
+        return self._store_alarms(lambda: self.alarms.raise_alarm(member_id, alarm))
 
     def alarm_deactivate(self, member_id: int, alarm: int) -> bool:
-        """Clear an alarm; False if it was not raised."""
-        return self.alarms.clear_alarm(member_id, alarm)
+        """Clear an alarm; False if it was not raised.  On a disk still
+        full it stays raised: etcd's NOSPACE error."""
+        return self._store_alarms(lambda: self.alarms.clear_alarm(member_id, alarm))
+
+    def _store_alarms(self, change) -> bool:
+        try:
+            return change()
+        except backend_mod.BackendFullError as e:
+            log.warning("the alarms could not be stored: %s", e)
+            raise errors.ErrNoSpace.fresh() from e
 
     def history(self) -> History:
         """The committed history, for readers that walk it while writes go

@@ -25,3 +25,7 @@ class ClusterHooks:
     # True while this replica, leading, may read without asking the journal
     # (brain.cluster.election.Election.lease_valid); None: the lease is off
     read_lease: Callable[[], bool] | None = None
+    # True while every replica reads a deposed writer's stale messages as
+    # empty records, so a leader may keep appends in flight
+    # (brain.engine.pipeline); None: always
+    pipeline_allowed: Callable[[], bool] | None = None

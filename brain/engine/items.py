@@ -1,11 +1,12 @@
 """What other threads hand the committer, one frozen dataclass per kind.
 
-Writes queue as ``_Pending`` entries (engine.py: mutable, settled once);
-everything else is posted as one of these (``Engine._post``) and waits in
-the inbox of its kind until the committer's next turn, which hands each
-inbox to its handler: delivered records first (a forwarded answer may wait
-for them), then forwarded outcomes and confirmations, the writes, and the
-controls last (they see the store as the turn's writes left it).
+Writes queue as ``Pending`` entries (brain.engine.pending: mutable, settled once);
+everything else is posted as one of these (``Committer.post``) and waits
+in the inbox of its kind until the committer's next turn, which hands each
+inbox to its handler: what a pipelined journal's syncing thread learned
+first (brain.engine.pipeline), then delivered records (a forwarded answer
+may wait for them), forwarded outcomes and confirmations, the writes, and
+the controls last (they see the store as the turn's writes left it).
 """
 
 from __future__ import annotations
@@ -66,3 +67,32 @@ class Control:
 
     fn: Callable[[], None]
 
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """A pipelined journal acknowledged every record up to ``index`` of the
+    leading ``session`` (brain.engine.pipeline), ``seconds`` after its
+    syncing thread began waiting."""
+
+    index: int
+    session: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOverdue:
+    """Records up to ``index`` of ``session`` waited past the request
+    timeout: their callers are told (they may still land)."""
+
+    index: int
+    session: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncFailed:
+    """The records of ``session`` not yet acknowledged cannot land (``exc``:
+    another writer's, a lost election with the outcome unknown, a refusal)."""
+
+    exc: BaseException
+    session: int

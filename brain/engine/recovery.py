@@ -51,7 +51,7 @@ def load_store(backend, journal, boundaries: list[bytes], max_txn_ops: int,
     replayed_bytes = 0
     last = journal_index
     last_log = time.monotonic()
-    for index, payload in journal.records(after_index=journal_index):
+    for index, payload in journal.records(after_index=journal_index, epoch=store.epoch):
         if upto_index is not None and index > upto_index:
             break
         store.replay(payload)

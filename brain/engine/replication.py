@@ -42,9 +42,9 @@ without a failed append, the store is exact and following resumes.
 The committer holds a Replication (a single node's holds one too, that
 never follows) and hands it the turns' delivered records, forwarded
 answers and confirmations; Replication works through the committer's
-public methods (brain.engine.committer: the queue and inboxes, settling,
-publishing, the role) and its lock, and runs on the committer thread
-unless a method says otherwise.
+public methods, as brain.engine.committer_core lists them (the queue and
+inboxes, settling, publishing, the role), and its lock, and runs on the
+committer thread unless a method says otherwise.
 
 Invariant: on a follower, everything in the store is in the journal
 (``committed_rev == store.revision``); on the leader, at most the batch
@@ -59,7 +59,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .. import failpoints
 from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
@@ -67,12 +67,10 @@ from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
 from ..mvcc.store import Store
 from .checkpointing import Checkpointer
+from .committer_core import CommitterCore
 from .items import Confirmation, Control, Delivered, Effects, ForwardOutcome
 from .readindex import ReadBarrier
 from .timeouts import REQUEST_TIMEOUT
-
-if TYPE_CHECKING:
-    from .committer import Committer
 
 log = logging.getLogger("brain.engine.replication")
 
@@ -82,11 +80,11 @@ PROMOTE_ATTEMPTS = 20
 class Replication:
     """The replica's following, forwarding and changes of lead (see the
     module docstring), held by the committer (``_core``) and talking to it
-    through its public methods.  ``barrier`` is None on a single node,
+    through what brain.engine.committer_core lists.  ``barrier`` is None on a single node,
     which leads its local journal from the start and never follows.  Every
     method runs on the committer thread unless it says otherwise."""
 
-    def __init__(self, committer: "Committer", lock: threading.Lock, journal, barrier: ReadBarrier | None,
+    def __init__(self, committer: CommitterCore, lock: threading.Lock, journal, barrier: ReadBarrier | None,
                  checkpointer: Checkpointer, load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self._core = committer
         self._lock = lock  # the committer's: guards the store (see brain.engine.committer)
@@ -122,7 +120,8 @@ class Replication:
         """Start receiving the journal's records after the applied index."""
         self._follow_error = None
         self._following = True
-        self._journal.follow(self._core.applied_index, self._deliver, self._follow_failed)
+        self._journal.follow(self._core.applied_index, self._deliver, self._follow_failed,
+                             epoch=self._core.store.epoch)
 
     def _deliver(self, index: int, payload: bytes) -> None:
         """(journal thread) A record to apply."""
@@ -198,8 +197,8 @@ class Replication:
             auth = store.take_auth()
         self._checkpointer.journaled(nbytes)
         core.publish(store.revision, applied, events, auth)
-        if store.epoch != core.raft_term:
-            core.raft_term = store.epoch
+        if store.epoch != core.term:
+            core.term = store.epoch
             core.role_changed()
         self._release_parked()
 
@@ -236,9 +235,9 @@ class Replication:
         core = self._core
         lease = core.read_lease
         if lease is not None and lease():
-            core.settle_results(admitted, results)
+            core.settle_decided(admitted, results)
             return
-        term = core.raft_term
+        term = core.term
         self.unwritten_confirmations += 1
 
         def passed(exc) -> None:  # on an engine or journal thread
@@ -253,7 +252,7 @@ class Replication:
             if c.exc is not None:
                 for p in admitted:
                     core.settle(p, None, c.exc)
-            elif core.is_leader and core.raft_term == term:
+            elif core.is_leader and core.term == term:
                 # the journal ended at or before this replica's own records
                 core.settle_results(admitted, c.results)
             else:
@@ -447,9 +446,9 @@ class Replication:
                     log.warning("not taking the lead: this replica's hold on the election key ended before "
                                 "its epoch record could be appended (the journal ends at index %d)", end)
                     break
-                journal.begin_writing(core.applied_index)
-                enc = BatchEncoder()
                 epoch = core.store.epoch + 1
+                journal.begin_writing(core.applied_index, epoch)
+                enc = BatchEncoder()
                 enc.epoch(epoch, core.member_id)
                 payload = enc.finish()
                 journal.append(payload)
@@ -464,7 +463,7 @@ class Replication:
                 break
             core.apply_epoch(payload, journal.last_index)
             self._abandon_writes = False
-            core.raft_term = epoch
+            core.term = epoch
             core.lead()
             log.info("leading the journal from index %d, revision %d (term %d)",
                      core.applied_index, core.committed_rev, epoch)
@@ -476,7 +475,8 @@ class Replication:
     def _catch_up(self, end: int) -> None:
         """Apply the journal's records up to ``end`` (promotion)."""
         batch: list = []
-        for index, payload in self._journal.records(after_index=self._core.applied_index):
+        for index, payload in self._journal.records(after_index=self._core.applied_index,
+                                                    epoch=self._core.store.epoch):
             batch.append(Delivered(index, payload))
             if len(batch) >= 256 or index >= end:
                 self.apply_records(batch)
@@ -490,7 +490,7 @@ class Replication:
         """Become a follower.  ``rebuild``: the store may hold a batch that
         is not in the journal; rebuild it from what is."""
         core = self._core
-        log.warning("stepping down from leading the journal (term %d)%s", core.raft_term,
+        log.warning("stepping down from leading the journal (term %d)%s", core.term,
                     "; rebuilding the store from the checkpoint and the journal" if rebuild else "")
         core.follow_leader()
         self._journal.stop_writing()

@@ -2,7 +2,7 @@
 progress-notify ticker, and stream handles the api layer reads from.
 
 Lock order: the hub lock, then the store lock (inside the hub).  The
-committer calls `notify` after it has released the store lock.
+committer calls `publish_committed` after it has released the store lock.
 """
 
 from __future__ import annotations
@@ -93,9 +93,11 @@ class WatchManager:
     def open_stream(self, wakeup=None) -> WatchStreamHandle:
         return WatchStreamHandle(self, wakeup)
 
-    def notify(self, events, new_rev: int) -> None:
+    def publish_committed(self, events, new_rev: int) -> None:
+        """The committer's entry: a committed batch's events routed by the
+        hub, and the catch-up thread woken when a watcher fell behind."""
         with self.lock:
-            self.hub.notify(events, new_rev)
+            self.hub.route_committed(events, new_rev)
             pending = bool(self.hub.unsynced)
         if pending:
             self.kick()

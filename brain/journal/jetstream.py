@@ -1,8 +1,8 @@
 """The journal as a NATS JetStream stream, shared by a brain cluster.
 
-Layout: one stream ``<name>_journal`` with one subject ``<name>.journal``,
-file storage, replicated by the NATS cluster (R3 with three servers or
-more).  A record's index is the stream sequence of its (last) message.
+Layout: one stream ``<name>_journal`` with one subject ``<name>.journal``
+(brain.journal.jetstream_stream: its settings, provisioning, the JetStream
+API).  A record's index is the stream sequence of its (last) message.
 Only the leader publishes (every message fenced, below): a replica's read
 barrier is an empty record the leader appends (brain.engine.readindex),
 never a message of its own, which would break the leader's fence.
@@ -11,10 +11,27 @@ Writing (the leader only).  Each append is one publish carrying
 
     Nats-Expected-Last-Sequence: S     the message must land right after S
     Nats-Msg-Id: <nonce>-<S+1>         a retry of it is de-duplicated
+    Brain-Epoch: E                     the writer's epoch (its term)
 
 so a writer that has been deposed (another replica appended meanwhile)
 is refused (API error 10071) instead of interleaving with the new leader,
-whatever the clocks say.  A record larger than the server's max_payload
+whatever the clocks say.  Appends are pipelined (several in flight while
+``sync`` waits for earlier ones: brain.engine.pipeline), and the fence
+alone is not enough then: when a record of ours is refused because the new
+leader's epoch record took its place, our next record, already on its way,
+expects exactly that place's sequence and lands after it.  Such a *stale*
+message is never acknowledged to its writer (the refusal before it fails
+the batch and every later one), and every reader takes it for an empty
+record: readers keep the newest epoch they have seen (from the epoch the
+caller's store is at) and read a message of an older epoch as nothing
+(jetstream_reading.Epochs).  An expectation of the writer's previous
+message ID (Nats-Expected-Last-Msg-Id) would refuse it instead, but
+nats-server checks it again on every stream replica as it applies the
+message, and a replica that caught up from a peer does not know the last
+ID: it stopped applying (seen in tests/cluster with a NATS leader killed).
+The stale message's cost is one election: the new leader's next append
+expects the place it took, is fenced, and the leader after it catches up
+past it.  A record larger than the server's max_payload
 is split into parts, each its own fenced message with a header
 ``Brain-Part: k/n``; readers assemble them and drop a record whose parts
 were never all published (the writer died halfway; its clients were never
@@ -28,11 +45,11 @@ server checks the fence first, refused with 10071 while the message at
 S+1 carries our Nats-Msg-Id), or another message is at S+1 and the writer
 is fenced.  Meanwhile ``sync`` raises JournalUnavailableError.
 
-Reading: ``records`` pulls batches through an ephemeral pull consumer (the
-reader's pace sets the flow); ``follow`` tails the stream with an ordered
-push consumer (lowest latency, re-created by the client on any gap).
-``end_index`` asks the stream leader for its last sequence (a new
-leader's catch-up; see its docstring for why reads never use it).
+Reading (brain.journal.jetstream_reading): ``records`` pulls batches
+through an ephemeral pull consumer; ``follow`` tails the stream with an
+ordered push consumer.  ``end_index`` asks the stream leader for its last
+sequence (a new leader's catch-up; see its docstring for why reads never
+use it).
 
 Retention: ``release(upto)`` reports this replica's checkpoint through
 ``on_release`` (brain.cluster records it); the leader purges below the
@@ -51,7 +68,6 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as futures_wait
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .. import clock as lease_clock
@@ -61,12 +77,13 @@ from .errors import (
     JournalPurgedError,
     JournalUnavailableError,
 )
-from .natsio import NatsConnection, when_answering
+from .jetstream_reading import EPOCH_HEADER, PART_HEADER, Epochs, follow, pull
+from .jetstream_stream import StreamState, api_error, api_request, provision, stream_state
+from .natsio import NatsConnection
 
 log = logging.getLogger("brain.journal.jetstream")
 
 ERR_WRONG_LAST_SEQUENCE = 10071
-ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
 # JetStream errors that say "not now" rather than "never": the cluster or the
 # stream has no leader (10008 cluster not available, 10009 not the leader),
@@ -76,7 +93,6 @@ ERR_NO_MESSAGE_FOUND = 10037
 # Out of space (10023) is not among them: like a full local disk, it stops
 # writes until an operator acts.
 TRANSIENT_ERRORS = {10008, 10009, 10158}
-PART_HEADER = "Brain-Part"
 HEADER_ROOM = 512  # bytes of a message left for headers
 ACK_TIMEOUT = 2.0
 # Seconds without an answer before the same publish goes again, beside the
@@ -88,81 +104,6 @@ ACK_TIMEOUT = 2.0
 # answered 10158 and ignored; the de-duplication makes either harmless.
 HEDGE_AFTER = 0.25
 ERR_DUPLICATE_IN_PROCESS = 10158
-FETCH_BATCH = 512
-PULL_WAIT = 30.0  # seconds a read of records the stream has waits for the next of them
-DUPLICATE_WINDOW_SECONDS = 120
-
-
-def stream_names(name: str) -> tuple[str, str]:
-    """(stream, subject) of cluster ``name``'s journal."""
-    return f"{name}_journal", f"{name}.journal"
-
-
-@dataclass(frozen=True)
-class StreamState:
-    first_seq: int
-    last_seq: int
-    messages: int
-    bytes: int
-    replicas: int
-    leader: str | None
-
-
-class StreamSettingsError(JournalError):
-    """The stream exists with settings a journal cannot live with."""
-
-
-def api_error(resp: dict) -> tuple[int, str] | None:
-    err = resp.get("error")
-    if not err:
-        return None
-    return int(err.get("err_code") or 0), str(err.get("description") or err)
-
-
-def required_config(stream: str, subject: str, replicas: int) -> dict:
-    """The stream configuration brain creates (and checks on open)."""
-    return {
-        "name": stream,
-        "subjects": [subject],
-        "retention": "limits",
-        "storage": "file",
-        "num_replicas": replicas,
-        "max_msgs": -1,
-        "max_bytes": -1,
-        "max_age": 0,
-        "max_msgs_per_subject": -1,
-        "max_msg_size": -1,
-        "discard": "old",
-        "duplicate_window": DUPLICATE_WINDOW_SECONDS * 1_000_000_000,
-        "deny_delete": True,
-        "deny_purge": False,
-        "allow_rollup_hdrs": False,
-        "allow_direct": False,
-    }
-
-
-def check_config(stream: str, config: dict) -> None:
-    """Refuse a stream whose settings would lose journal records."""
-    problems = []
-    if config.get("storage") != "file":
-        problems.append(f"storage is {config.get('storage')!r} (a journal needs file storage)")
-    if config.get("retention") not in (None, "limits"):
-        problems.append(f"retention is {config.get('retention')!r} (it must be 'limits')")
-    for limit in ("max_msgs", "max_bytes", "max_msgs_per_subject"):
-        value = config.get(limit, -1)
-        if value not in (-1, 0, None):
-            problems.append(f"{limit} is {value} (records past it would be dropped)")
-    if config.get("max_age"):
-        problems.append(f"max_age is {config['max_age'] / 1e9:g}s (old records would be dropped)")
-    if config.get("allow_rollup_hdrs"):
-        problems.append("allow_rollup_hdrs is on (a rollup would erase records)")
-    if config.get("sealed"):
-        problems.append("the stream is sealed")
-    if problems:
-        raise StreamSettingsError(
-            f"JetStream stream {stream} exists with settings a brain journal cannot use: "
-            + "; ".join(problems)
-            + ". Delete it (nats stream rm) or choose another cluster name in --journal-url.")
 
 
 def _parse_headers(raw: bytes) -> dict[str, str]:
@@ -184,45 +125,16 @@ class _Publish:
         self.future = None
 
 
-class _Assembler:
-    """Puts records back together from their messages, in stream order."""
-
-    __slots__ = ("parts", "expect")
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.expect = 0  # parts of the record being assembled
-
-    def add(self, seq: int, data: bytes, part: str | None) -> bytes | None:
-        """The record completed by this message, or None."""
-        if part is None:
-            if self.parts:
-                log.warning("dropping a record whose %d of %d parts were published before message %d",
-                            len(self.parts), self.expect, seq)
-                self.parts = []
-            return data
-        k, _, n = part.partition("/")
-        k, n = int(k), int(n)
-        if k == 1:
-            if self.parts:
-                log.warning("dropping an incomplete record before message %d", seq)
-            self.parts, self.expect = [data], n
-        elif self.parts and k == len(self.parts) + 1 and n == self.expect:
-            self.parts.append(data)
-        else:
-            if self.parts:
-                log.warning("dropping an incomplete record at message %d", seq)
-            self.parts = []
-            return None
-        if len(self.parts) == self.expect:
-            record = b"".join(self.parts)
-            self.parts = []
-            return record
-        return None
-
-
 class JetStreamJournal:
-    """A shared journal on a JetStream stream (see the module docstring)."""
+    """A shared journal on a JetStream stream (see the module docstring).
+
+    Pipelined: the writer may append while an earlier ``sync`` still waits
+    (the committer decides and publishes the next batches while a syncing
+    thread waits for the acknowledgements of the last ones); ``sync``
+    waits for what was appended before it was called.  ``_lock`` guards
+    the list of publishes not yet acknowledged between the two."""
+
+    pipelined = True
 
     def __init__(self, conn: NatsConnection, stream: str, subject: str, *, ack_timeout: float = ACK_TIMEOUT) -> None:
         self.conn = conn
@@ -233,7 +145,10 @@ class JetStreamJournal:
         self._writing = False
         self._last = 0  # writer: index of the last record appended
         self._nonce = ""
-        self._unacked: list[_Publish] = []
+        self._unacked: list[_Publish] = []  # in append order, under _lock
+        self._lock = threading.Lock()
+        self._fenced = False  # a sync found another writer: appends are refused as fenced too
+        self._epoch = 0  # the writer's, on each message (0: none, a test's writer)
         self._follower = None  # (subscription future, stop event)
         self._first = 1
         # brain.cluster sets this: ``on_release(index)`` records the
@@ -256,42 +171,16 @@ class JetStreamJournal:
         """The journal of cluster ``name``: the stream is created with
         ``replicas`` replicas when missing, and refused when it exists
         with settings that would lose records."""
-        stream, subject = stream_names(name)
-        info = conn.run(_api(conn, f"$JS.API.STREAM.INFO.{stream}", b""), timeout)
-        err = api_error(info)
-        if err and err[0] == ERR_STREAM_NOT_FOUND:
-            if not create:
-                raise JournalError(f"JetStream stream {stream} does not exist")
-            body = json.dumps(required_config(stream, subject, replicas)).encode()
-            info = conn.run(_api(conn, f"$JS.API.STREAM.CREATE.{stream}", body), timeout)
-            err = api_error(info)
-            if err:
-                raise JournalError(f"cannot create JetStream stream {stream}: {err[1]} (code {err[0]})")
-            log.info("created JetStream stream %s (R%d)", stream, replicas)
-        elif err:
-            raise JournalError(f"cannot read JetStream stream {stream}: {err[1]} (code {err[0]})")
-        else:
-            config = info.get("config", {})
-            if config.get("subjects") != [subject]:
-                raise StreamSettingsError(
-                    f"JetStream stream {stream} exists with subjects {config.get('subjects')}, not [{subject}]; "
-                    "it is not a brain journal. Choose another cluster name in --journal-url.")
-            check_config(stream, config)
+        stream, subject, info = provision(conn, name, replicas=replicas, create=create, timeout=timeout)
         journal = cls(conn, stream, subject)
         journal._first = max(1, int(info.get("state", {}).get("first_seq", 1) or 1))
         return journal
 
     def state(self, timeout: float = 5.0) -> StreamState:
-        info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), timeout)
-        err = api_error(info)
-        if err:
-            raise JournalUnavailableError(f"stream info: {err[1]}")
-        st = info.get("state", {})
-        cluster = info.get("cluster", {}) or {}
-        self._first = max(1, int(st.get("first_seq", 1) or 1))
-        return StreamState(self._first, int(st.get("last_seq", 0)), int(st.get("messages", 0)),
-                           int(st.get("bytes", 0)), int(info.get("config", {}).get("num_replicas", 1)),
-                           cluster.get("leader"))
+        state = stream_state(self.conn.run(api_request(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""),
+                                           timeout))
+        self._first = state.first_seq
+        return state
 
     # ------------------------------------------------------------------
     # the Journal contract
@@ -308,19 +197,33 @@ class JetStreamJournal:
         be below it."""
         return self._last
 
-    def begin_writing(self, last_index: int) -> None:
-        self._writing = True
-        self._last = last_index
-        self._nonce = secrets.token_hex(8)
-        self._unacked = []
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
+        with self._lock:
+            self._writing = True
+            self._fenced = False
+            self._last = last_index
+            self._epoch = epoch
+            self._nonce = secrets.token_hex(8)
+            self._unacked = []
         self.acknowledged_at = -math.inf  # an earlier term's acknowledgements say nothing of this one
 
     def stop_writing(self) -> None:
-        self._writing = False
-        self._unacked = []
+        with self._lock:
+            self._writing = False
+            self._unacked = []
+
+    def _stop_fenced(self) -> None:
+        """Another writer appended: nothing more of ours can land."""
+        with self._lock:
+            self._writing = False
+            self._fenced = True
+            self._unacked = []
 
     def append(self, payload: bytes) -> int:
         if not self._writing:
+            if self._fenced:
+                raise JournalFencedError(f"{self.stream}: another writer appended (found by an earlier sync)",
+                                         self._last)
             raise JournalError(f"{self.stream}: not writing (only the leader appends)")
         chunk = self._chunk
         parts = [payload[i:i + chunk] for i in range(0, len(payload), chunk)] or [b""]
@@ -330,14 +233,17 @@ class JetStreamJournal:
         # its way another thread may see it stored, in the stream or on a
         # follower, while this one has not yet moved on.
         self._last = first + n - 1
-        for k, data in enumerate(parts, 1):
-            seq = first + k - 1
-            headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
-            if n > 1:
-                headers[PART_HEADER] = f"{k}/{n}"
-            pub = _Publish(seq, data, headers)
-            self._send(pub)
-            self._unacked.append(pub)
+        with self._lock:
+            for k, data in enumerate(parts, 1):
+                seq = first + k - 1
+                headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"{self._nonce}-{seq}"}
+                if self._epoch:
+                    headers[EPOCH_HEADER] = str(self._epoch)
+                if n > 1:
+                    headers[PART_HEADER] = f"{k}/{n}"
+                pub = _Publish(seq, data, headers)
+                self._send(pub)
+                self._unacked.append(pub)
         self.appended += 1
         return self._last
 
@@ -345,9 +251,14 @@ class JetStreamJournal:
         pub.future = self.conn.submit(_publish(self.conn, self.subject, pub, self.ack_timeout))
 
     def sync(self) -> None:
-        """Wait for every publish since the last sync (see the module
-        docstring for the outcomes)."""
-        pending = self._unacked
+        """Wait for every publish appended before this call and not yet
+        acknowledged (see the module docstring for the outcomes); appends
+        made meanwhile wait for the next sync."""
+        with self._lock:
+            if self._fenced:  # an earlier sync found another writer: what was appended since cannot land
+                raise JournalFencedError(f"{self.stream}: another writer appended (found by an earlier sync)",
+                                         self._last)
+            pending = list(self._unacked)
         retry = False
         for i, pub in enumerate(pending):
             ack = self._answer(pub)
@@ -357,20 +268,20 @@ class JetStreamJournal:
             err = api_error(ack)
             if err is None:
                 if int(ack.get("seq", 0)) != pub.seq:
-                    self._writing = False
+                    self._stop_fenced()
                     raise JournalFencedError(
                         f"{self.stream}: message stored at {ack.get('seq')}, expected {pub.seq}", int(ack["seq"]))
                 continue
             if err[0] == ERR_WRONG_LAST_SEQUENCE:
                 if self._landed(pub):
                     continue
-                if i > 0 and self._stream_last() == pub.seq - 1:
-                    # our previous message (acknowledged above) landed after
-                    # this one was judged: this one is not stored, resend it
+                if self._stream_last() == pub.seq - 1:
+                    # our previous message (acknowledged here or by an
+                    # earlier sync: appends are pipelined) landed after this
+                    # one was judged: this one is not stored, resend it
                     retry = True
                     break
-                self._writing = False
-                self._unacked = []
+                self._stop_fenced()
                 raise JournalFencedError(f"{self.stream}: {err[1]} (another writer appended after index "
                                          f"{pub.seq - 1})", pub.seq - 1)
             if err[0] in TRANSIENT_ERRORS:
@@ -380,21 +291,25 @@ class JetStreamJournal:
                 break
             # any other API error: the stream refused it for good (too large,
             # sealed, out of space): the batch is not durable
-            self._writing = False
-            self._unacked = []
+            self.stop_writing()
             raise JournalError(f"{self.stream}: publish refused: {err[1]} (code {err[0]})")
         if retry:
-            # resend the unresolved publishes (same ids and fences), in order
-            rest = pending[i:]
+            # resend the unresolved publishes (same ids and fences), in
+            # order, the ones appended since too
             self.retries += 1
-            for pub in rest:
-                self._send(pub)
-            self._unacked = rest
-            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {rest[0].seq} "
+            with self._lock:
+                if self._unacked[:len(pending)] == pending:  # (not cleared by stop_writing meanwhile)
+                    del self._unacked[:i]
+                rest = list(self._unacked)
+                for pub in rest:
+                    self._send(pub)
+            raise JournalUnavailableError(f"{self.stream}: no acknowledgement for index {pending[i].seq} "
                                           f"within {self.ack_timeout:g}s; retrying")
         if pending:
             self.acknowledged_at = lease_clock.now()
-        self._unacked = []
+        with self._lock:
+            if self._unacked[:len(pending)] == pending:
+                del self._unacked[:len(pending)]
 
     def _answer(self, pub: _Publish) -> dict | None:
         """The first answer to ``pub`` that decides something (an ack, an
@@ -433,7 +348,7 @@ class JetStreamJournal:
 
     def _stream_last(self) -> int:
         try:
-            info = self.conn.run(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), 5)
+            info = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b""), 5)
         except Exception as e:  # noqa: BLE001
             raise JournalUnavailableError(f"{self.stream}: cannot read the stream's state: {e!r}") from None
         return int((info.get("state") or {}).get("last_seq", -1))
@@ -442,7 +357,7 @@ class JetStreamJournal:
         """After a refusal: is our message the one at its sequence?"""
         body = json.dumps({"seq": pub.seq}).encode()
         try:
-            resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
+            resp = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.MSG.GET.{self.stream}", body), 5)
         except Exception as e:  # noqa: BLE001
             raise JournalUnavailableError(f"{self.stream}: cannot read message {pub.seq}: {e!r}") from None
         msg = resp.get("message")
@@ -451,8 +366,10 @@ class JetStreamJournal:
         headers = _parse_headers(base64.b64decode(msg.get("hdrs", "") or b""))
         return headers.get("Nats-Msg-Id") == pub.headers["Nats-Msg-Id"]
 
-    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
-        """The records after ``after_index`` that exist now, in order."""
+    def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
+        """The records after ``after_index`` that exist now, in order; a
+        message of an epoch older than the newest seen, starting from
+        ``epoch``, reads as an empty record (the module docstring)."""
         st = self.state()
         if st.last_seq <= after_index:
             return
@@ -460,48 +377,8 @@ class JetStreamJournal:
             raise JournalPurgedError(
                 f"{self.stream}: records {after_index + 1}..{st.first_seq - 1} were purged; the stream "
                 f"starts at {st.first_seq}", st.first_seq)
-        yield from self._pull(after_index + 1, st.last_seq)
-
-    def _pull(self, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
-        """Records from ``start`` to ``stop``, which the stream said it has.
-        A fetch that brings nothing or fails (a consumer lost with its
-        server, a NATS cluster still placing it) is retried on a new
-        consumer from the next sequence; after PULL_WAIT seconds without a
-        message, JournalUnavailableError."""
-        conn = self.conn
-        assembler = _Assembler()  # kept across consumers: a record may span them
-        seq = start - 1
-        deadline = time.monotonic() + PULL_WAIT
-        while seq < stop:
-            psub = conn.run(when_answering(
-                lambda: _pull_subscribe(conn, self.stream, self.subject, seq + 1),
-                f"{self.stream}: reading from {seq + 1}", PULL_WAIT), PULL_WAIT + 10)
-            try:
-                while seq < stop:
-                    msgs = conn.run(_fetch(psub, min(FETCH_BATCH, stop - seq)), 30)
-                    if not msgs:
-                        break
-                    deadline = time.monotonic() + PULL_WAIT
-                    for m_seq, data, part in msgs:
-                        if m_seq != seq + 1 and seq + 1 < self._first:
-                            raise JournalPurgedError(f"{self.stream}: message {seq + 1} was purged", m_seq)
-                        seq = m_seq
-                        record = assembler.add(m_seq, data, part)
-                        if record is not None:
-                            yield m_seq, record
-                        if seq >= stop:
-                            break
-            finally:
-                try:
-                    conn.run(psub.unsubscribe(), 5)
-                except Exception:  # noqa: BLE001 - the consumer expires on its own
-                    pass
-            if seq < stop:
-                if time.monotonic() >= deadline:
-                    raise JournalUnavailableError(
-                        f"{self.stream}: no messages after {seq} (expected up to {stop}) for {PULL_WAIT:g}s")
-                log.info("%s: reading after %d brought nothing; reading again on a new consumer", self.stream, seq)
-                time.sleep(0.25)
+        yield from pull(self.conn, self.stream, self.subject, after_index + 1, st.last_seq, lambda: self._first,
+                        Epochs(epoch))
 
     def release(self, upto_index: int) -> int:
         hook = self.on_release
@@ -513,7 +390,7 @@ class JetStreamJournal:
         """Drop every message with a sequence below ``below`` (leader's
         retention); returns how many were purged."""
         body = json.dumps({"seq": below}).encode()
-        resp = self.conn.run(_api(self.conn, f"$JS.API.STREAM.PURGE.{self.stream}", body), 10)
+        resp = self.conn.run(api_request(self.conn, f"$JS.API.STREAM.PURGE.{self.stream}", body), 10)
         err = api_error(resp)
         if err:
             raise JournalError(f"{self.stream}: purge below {below}: {err[1]}")
@@ -532,7 +409,7 @@ class JetStreamJournal:
         from its own copy without asking its peers, so a stream leader cut
         off from its quorum, until it notices (NATS's lost-quorum interval,
         10 s), reports an end a newer stream leader has already passed."""
-        fut = self.conn.submit(_api(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.ack_timeout))
+        fut = self.conn.submit(api_request(self.conn, f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.ack_timeout))
 
         def done(f) -> None:
             try:
@@ -553,7 +430,7 @@ class JetStreamJournal:
 
         fut.add_done_callback(done)
 
-    def follow(self, after_index: int, deliver, failed) -> None:
+    def follow(self, after_index: int, deliver, failed, epoch: int = 0) -> None:
         self.stop_following()
         try:
             first = self.state().first_seq
@@ -566,7 +443,8 @@ class JetStreamJournal:
                 first))
             return
         stop = threading.Event()
-        fut = self.conn.submit(_follow(self, after_index, deliver, failed, stop))
+        fut = self.conn.submit(follow(self.conn, self.stream, self.subject, after_index, deliver, failed, stop,
+                                      lambda: self._first, Epochs(epoch)))
         self._follower = (fut, stop)
 
     def stop_following(self) -> None:
@@ -590,23 +468,6 @@ class JetStreamJournal:
 # coroutines (run on the connection's loop)
 
 
-def jetstream_api(conn: NatsConnection, subject: str, payload: dict | None = None, timeout: float = 5.0) -> dict:
-    """(any thread but the connection's) One JetStream API request, its
-    decoded reply; an error reply (``api_error``) is returned, not raised."""
-    body = json.dumps(payload).encode() if payload is not None else b""
-    return conn.run(_api(conn, subject, body, timeout), timeout + 1)
-
-
-async def _api(conn: NatsConnection, subject: str, body: bytes, timeout: float = 5.0) -> dict:
-    import nats.errors
-
-    try:
-        msg = await conn.request(subject, body, timeout=timeout)
-    except nats.errors.NoRespondersError:
-        return {"error": {"err_code": 0, "description": "no responders (JetStream has no leader for this stream)"}}
-    return json.loads(msg.data or b"{}")
-
-
 async def _publish(conn: NatsConnection, subject: str, pub: _Publish, timeout: float) -> dict | None:
     """The ack (or API error) as a dict; None when no answer came."""
     import nats.errors
@@ -620,63 +481,3 @@ async def _publish(conn: NatsConnection, subject: str, pub: _Publish, timeout: f
         log.debug("publish error: %r", e)
         return None
     return json.loads(msg.data or b"{}")
-
-
-async def _pull_subscribe(conn: NatsConnection, stream: str, subject: str, start: int):
-    from nats.js import api
-
-    config = api.ConsumerConfig(
-        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start,
-        ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True, num_replicas=1)
-    return await conn.js.pull_subscribe(subject, durable=None, stream=stream, config=config)
-
-
-async def _fetch(psub, want: int) -> list[tuple[int, bytes, str | None]]:
-    import nats.errors
-
-    try:
-        msgs = await psub.fetch(batch=want, timeout=5)
-    except (nats.errors.Error, asyncio.TimeoutError) as e:
-        # nothing within the wait, no responders, the consumer gone with its
-        # server (nats.js.errors.APIError is a nats.errors.Error): the caller
-        # reads again on a new consumer
-        log.debug("fetch: %r", e)
-        return []
-    out = []
-    for m in msgs:
-        headers = m.headers or {}
-        out.append((m.metadata.sequence.stream, m.data, headers.get(PART_HEADER)))
-    return out
-
-
-async def _follow(journal: JetStreamJournal, after_index: int, deliver, failed, stop: threading.Event):
-    from nats.js import api
-
-    assembler = _Assembler()
-    expected = [after_index + 1]
-
-    async def on_msg(m) -> None:
-        if stop.is_set():
-            return
-        seq = m.metadata.sequence.stream
-        if seq < expected[0]:
-            return  # redelivered after a consumer reset
-        if seq > expected[0] and expected[0] < journal._first:
-            stop.set()
-            failed(JournalPurgedError(f"{journal.stream}: message {expected[0]} was purged before this "
-                                      f"replica read it", seq))
-            return
-        expected[0] = seq + 1
-        headers = m.headers or {}
-        record = assembler.add(seq, m.data, headers.get(PART_HEADER))
-        if record is not None:
-            deliver(seq, record)
-
-    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_index + 1)
-    try:
-        return await journal.conn.js.subscribe(journal.subject, stream=journal.stream, cb=on_msg,
-                                               ordered_consumer=True, config=config, idle_heartbeat=1.0,
-                                               pending_msgs_limit=-1, pending_bytes_limit=-1)
-    except Exception as e:  # noqa: BLE001 - reported to the engine
-        failed(JournalUnavailableError(f"{journal.stream}: cannot follow from {after_index + 1}: {e!r}"))
-        return None

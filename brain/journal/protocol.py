@@ -25,7 +25,13 @@ The contract, in the engine's words:
 * a shared journal has more than one writer over time, so its appends are
   *fenced*: each carries the index the writer expects to be the last one,
   and an append after another writer's is refused with JournalFencedError,
-  never interleaved.  ``begin_writing(last_index)`` positions a new writer.
+  never interleaved.  ``begin_writing(last_index, epoch)`` positions a new
+  writer; ``epoch`` (its term) goes with each of its records, and readers
+  given the epoch their store is at (``records``, ``follow``) read a record
+  of an older epoch than the newest they have seen as an empty one: a
+  deposed writer's record that was already on its way when it was fenced
+  and landed after the next writer's epoch record (appends may be
+  pipelined: brain.engine.pipeline).
 
 Errors: JournalError and its subclasses (brain.journal.errors).  After
 JournalFencedError the records appended since the last successful sync were
@@ -55,8 +61,9 @@ class Journal(Protocol):
     def sync(self) -> None:
         """Return once every appended record is durable."""
 
-    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
-        """(index, payload) of the retained records after ``after_index``."""
+    def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
+        """(index, payload) of the retained records after ``after_index``
+        (``epoch``: the reader's, see the module docstring)."""
 
     def release(self, upto_index: int) -> int:
         """Records up to ``upto_index`` are covered by a checkpoint."""
@@ -69,7 +76,7 @@ class Journal(Protocol):
 class SharedJournal(Journal, Protocol):
     """A journal several replicas read and, one at a time, write."""
 
-    def begin_writing(self, last_index: int) -> None:
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
         """Start writing after ``last_index``: every append is fenced on the
         record before it, so the first one fails with JournalFencedError if
         the journal has grown past ``last_index`` meanwhile."""
@@ -86,11 +93,11 @@ class SharedJournal(Journal, Protocol):
         (brain.engine.readindex)."""
 
     def follow(self, after_index: int, deliver: Callable[[int, bytes], None],
-               failed: Callable[[BaseException], None]) -> None:
+               failed: Callable[[BaseException], None], epoch: int = 0) -> None:
         """Deliver every record after ``after_index``, in order and each
         once, as it becomes durable (on another thread), until
         ``stop_following``; ``failed`` is called if that becomes impossible
-        (the records were purged meanwhile)."""
+        (the records were purged meanwhile).  ``epoch``: the reader's."""
 
     def stop_following(self) -> None:
         """Stop delivering; records already handed over stay handed over."""

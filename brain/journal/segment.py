@@ -23,6 +23,15 @@ as zeros, as it always did.
 Torn-tail rule (only the last segment can have one; see scan_segment): a bad
 frame is a torn write only if nothing after it looks like data. Everything
 else is corruption and is reported, never silently dropped.
+
+The spare (``SPARE_NAME``): the next segment's file, preallocated ahead of
+need (as etcd's WAL keeps its next file ready), so that a rollover takes
+space it already holds instead of asking a filesystem that may be full.
+It is zeros at the size of a segment, made under a temporary name and
+renamed, so it either exists whole or not at all; becoming a segment, it
+gets its header (written and synced before the rename), so a crash leaves
+either the spare or a whole, empty segment.  A spare is never a segment:
+recovery does not read it, and a brain that predates it ignores the file.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ FORMAT_VERSION = 1
 HEADER_SEED = 0  # chain crc the header frame is encoded from
 SUFFIX = ".journal"
 TEMP_SUFFIX = ".journal.tmp"
+SPARE_NAME = "next.journal.spare"  # matches neither a segment's name nor a temporary one's
+SPARE_TEMP_NAME = SPARE_NAME + ".tmp"
 
 # magic, version, flags, first_index, prev_crc, size in 8-byte units.  The
 # last field was reserved (always 0) before sizes were recorded, and brains
@@ -75,8 +86,9 @@ def parse_segment_name(name: str) -> int | None:
 
 
 def is_temp_name(name: str) -> bool:
-    """True for a segment that was being created when the process stopped."""
-    return _TEMP_NAME.match(name) is not None
+    """True for a segment, or a spare, that was being created when the
+    process stopped."""
+    return _TEMP_NAME.match(name) is not None or name == SPARE_TEMP_NAME
 
 
 @dataclass(frozen=True)
@@ -265,3 +277,60 @@ def zero_range(fd: int, start: int, stop: int) -> None:
         if n <= 0:
             raise OSError(errno.ENOSPC, "could not zero torn tail")
         offset += n
+
+
+def create_spare(directory: str, size: int) -> None:
+    """Preallocate the spare: ``size`` bytes of zeros, synced, under a
+    temporary name and then renamed, so a spare file is always whole.  On
+    failure nothing is left behind and the OSError (ENOSPC) propagates.
+    No directory fsync: a spare lost in a crash is only made again."""
+    path = os.path.join(directory, SPARE_NAME)
+    temp = os.path.join(directory, SPARE_TEMP_NAME)
+    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.fsync(fd)
+        os.rename(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
+
+
+def spare_size(directory: str) -> int:
+    """The size of the spare in ``directory`` if it is there with all its
+    space allocated, else 0."""
+    try:
+        st = os.stat(os.path.join(directory, SPARE_NAME))
+    except FileNotFoundError:
+        return 0
+    return st.st_size if st.st_blocks * 512 >= st.st_size else 0
+
+
+def segment_from_spare(directory: str, header: SegmentHeader) -> tuple[str, int, int]:
+    """Make the spare the segment ``header`` describes (its size must be
+    the spare's): the header frame written into space the spare holds and
+    synced, then the rename.  Returns what create_segment returns; the
+    caller must fsync the directory.  On failure the OSError propagates and
+    the spare may be gone or still there, never a segment."""
+    spare = os.path.join(directory, SPARE_NAME)
+    path = os.path.join(directory, segment_name(header.first_index))
+    frame, header_crc = encode_segment_header(header)
+    fd = os.open(spare, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size != header.size:
+            raise ValueError(f"the spare is {size} bytes, the segment {header.size}")
+        if os.pwrite(fd, frame, 0) != len(frame):
+            raise OSError(errno.ENOSPC, "short write of segment header")
+        os.fdatasync(fd)
+        os.rename(spare, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    os.lseek(fd, len(frame), os.SEEK_SET)
+    return path, fd, header_crc

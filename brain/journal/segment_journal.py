@@ -7,6 +7,15 @@ durable and a new one is created (see segment.py for the file format).
 Appends never change a segment's length: a segment is created at the size
 its header records and frames stay inside it (so a shorter file is damage).
 
+Space: with preallocation (the default) the next segment's file is made
+ahead of need, the spare (segment.py), at open and after every rollover
+that used it, so a rollover allocates nothing and a full disk is found
+while a whole segment of room is left, not by an append.  When the spare
+cannot be made the journal goes on (``reserve_error`` says why, and
+``reserve()`` tries again); only a rollover without one, or a frame larger
+than a segment, allocates, and an append that fails so leaves nothing
+behind (JournalWriteError).
+
 Durability contract: append only writes to the page cache; nothing is durable
 before sync() returns. A failed fdatasync poisons the journal for good.
 
@@ -31,13 +40,17 @@ from .errors import JournalCorruptError, JournalError, JournalFailedError, Journ
 from .framing import Frame, decode_frames, encode_frame
 from .segment import (
     HEADER_FRAME_SIZE,
+    SPARE_NAME,
     SegmentHeader,
     create_segment,
+    create_spare,
     fsync_directory,
     is_temp_name,
     parse_segment_name,
     scan_segment,
+    segment_from_spare,
     segment_name,
+    spare_size,
     zero_range,
 )
 
@@ -103,6 +116,9 @@ class SegmentJournal:
         self._dirty = False  # active segment has writes not yet fdatasynced
         self._writable = True  # False once closed or failed
         self._failure: BaseException | None = None
+        # With preallocation: whether the spare is there, else why not.
+        self._spare = preallocate and spare_size(directory) == segment_bytes
+        self._reserve_error: JournalWriteError | None = None
         self._appended = 0
         self._syncs = 0
         self._last_sync = 0.0
@@ -136,10 +152,12 @@ class SegmentJournal:
                 fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise JournalError(f"{directory}: journal is already open elsewhere") from None
-            return cls._recover(directory, dir_fd, segment_bytes, preallocate)
+            journal = cls._recover(directory, dir_fd, segment_bytes, preallocate)
         except BaseException:
             os.close(dir_fd)
             raise
+        journal._try_reserve()
+        return journal
 
     @classmethod
     def _recover(
@@ -286,18 +304,31 @@ class SegmentJournal:
             self._fdatasync()
         self._settle()
         first = self._last_index + 1
-        self._replace_active(SegmentHeader(first, self._crc, max(self._segment_bytes, needed)))
+        if self._spare and needed <= self._segment_bytes:
+            self._replace_active(SegmentHeader(first, self._crc, self._segment_bytes), from_spare=True)
+        else:  # no spare (it could not be made), or a frame larger than a segment
+            self._replace_active(SegmentHeader(first, self._crc, max(self._segment_bytes, needed)))
+        if not self._spare:
+            self._try_reserve()
 
-    def _replace_active(self, header: SegmentHeader) -> None:
-        """Create the segment ``header`` describes and make it the active one:
-        the successor of the active segment, or (same first index) its
-        replacement while it is empty."""
+    def _replace_active(self, header: SegmentHeader, from_spare: bool = False) -> None:
+        """Create the segment ``header`` describes (of the spare, if
+        ``from_spare``) and make it the active one: the successor of the
+        active segment, or (same first index) its replacement while it is
+        empty."""
         try:
-            path, fd, header_crc = create_segment(self._directory, header, self._preallocate)
+            if from_spare:
+                self._spare = False  # gone, or not to be trusted after a failure
+                path, fd, header_crc = segment_from_spare(self._directory, header)
+            else:
+                path, fd, header_crc = create_segment(self._directory, header, self._preallocate)
         except OSError as exc:
-            raise JournalWriteError(
+            error = JournalWriteError(
                 exc.errno, f"cannot create segment {segment_name(header.first_index)}: {exc.strerror}"
-            ) from exc
+            )
+            if from_spare:
+                self._reserve_error = error  # reserve() makes a new spare
+            raise error from exc
         try:
             os.fsync(self._dir_fd)
         except OSError as exc:
@@ -347,6 +378,50 @@ class SegmentJournal:
         self._last_sync = elapsed
         self._total_sync += elapsed
 
+    # --- the spare -------------------------------------------------------------
+
+    @property
+    def reserve_error(self) -> JournalWriteError | None:
+        """Why the next segment is not preallocated (the spare could not be
+        made: ENOSPC for a full disk); None when it is, or when segments
+        are not preallocated at all."""
+        return self._reserve_error
+
+    def reserve(self) -> None:
+        """Preallocate the next segment now, if preallocating and it is not
+        (after ``reserve_error``).  A filesystem with less free space than a
+        segment is not asked: taking and giving back its last bytes would
+        fail others' writes meanwhile.  Raises JournalWriteError."""
+        if not self._writable:
+            self._raise_unwritable()
+        if not self._preallocate or self._spare:
+            self._reserve_error = None
+            return
+        try:
+            try:
+                os.unlink(os.path.join(self._directory, SPARE_NAME))  # a wrong size, or half taken
+            except FileNotFoundError:
+                pass
+            free = _free_bytes(self._directory)
+            if free < self._segment_bytes:
+                raise OSError(errno.ENOSPC, f"{free} bytes free, a segment needs {self._segment_bytes}")
+            create_spare(self._directory, self._segment_bytes)
+        except OSError as exc:
+            self._reserve_error = JournalWriteError(
+                exc.errno or errno.EIO,
+                f"cannot preallocate the next segment in {self._directory}: {exc.strerror or exc}",
+            )
+            raise self._reserve_error from exc
+        self._spare = True
+        self._reserve_error = None
+
+    def _try_reserve(self) -> None:
+        """reserve(), a failure only logged (and kept in reserve_error)."""
+        try:
+            self.reserve()
+        except JournalWriteError as exc:
+            log.warning("%s", exc)
+
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
         self._writable = False
@@ -381,7 +456,7 @@ class SegmentJournal:
         """Index of the oldest retained record (last_index + 1 if none)."""
         return self._segments[0].first_index
 
-    def records(self, after_index: int = 0) -> Iterator[tuple[int, bytes]]:
+    def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
         """Iterate (index, payload) for records after after_index, oldest first.
 
         Covers the records present at call time. Segments that end at or
@@ -455,6 +530,13 @@ class SegmentJournal:
             f"SegmentJournal({self._directory!r}, records {self.first_index}..{self._last_index}, "
             f"{len(self._segments)} segments)"
         )
+
+
+def _free_bytes(directory: str) -> int:
+    """Bytes a new file may take on the filesystem holding ``directory``
+    (root may use the blocks reserved for it)."""
+    st = os.statvfs(directory)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def _replay(

@@ -196,8 +196,11 @@ class TransportCollector:
       brain_transport_too_many_pings_total (clients pinging more often than
           --grpc-keepalive-min-time, sent away),
       brain_tls_handshake_failures_total{reason} (no_client_certificate,
-          bad_certificate: e.g. signed by another CA, not_tls: plaintext on
-          a TLS port, incompatible, alert_received, closed, timeout, other).
+          bad_certificate: e.g. signed by another CA, not_allowed: refused
+          by --client-cert-allowed-cn/-hostname, revoked and crl_unusable:
+          closed after the handshake by --client-crl-file, not_tls:
+          plaintext on a TLS port, incompatible, alert_received, closed,
+          timeout, other).
     """
 
     def __init__(self, stats) -> None:
@@ -276,7 +279,7 @@ def build_registry(engine, grpc_stats=None, transport_stats=None) -> Registry:
 
 def _cluster_metrics(eng, st):
     """A replica's view of its cluster (brain.cluster)."""
-    yield _gauge("brain_cluster_term", "The term (epoch) of the journal's current leader.", eng.raft_term)
+    yield _gauge("brain_cluster_term", "The term (epoch) of the journal's current leader.", eng.term)
     yield _gauge("brain_journal_applied_index", "Index of the last journal record this replica applied.",
                  st.applied_index)
     fwd = eng.forwarder

@@ -121,7 +121,7 @@ def write_etcd_snapshot(engine, f: BinaryIO, *, out=None, interval: float = 2.0)
         progress = Progress("export", unit="revisions", total_items=len(covered), out=out,
                             interval=interval) if out is not None else None
         info.leases = len(leases)
-        meta = DbMeta(consistent_index=info.journal_index, term=engine.raft_term,
+        meta = DbMeta(consistent_index=info.journal_index, term=engine.term,
                       compact_revision=info.compact_revision,
                       members=[Member(engine.member_id, engine.config.name)])
         info.size = write_etcd_db(f, _records(pinned, covered, progress), [Lease(lid, ttl) for lid, ttl in leases],

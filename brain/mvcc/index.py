@@ -29,7 +29,7 @@ from typing import Iterable, Iterator
 from sortedcontainers import SortedDict, SortedList
 
 from .key_index import KeyIndex
-from .packed import Block, BlockBuilder, KeyHistory, PackedKey
+from .packed import Block, KeyHistory, PackedKey, rebuild
 from .revision import SUB_BITS, last_of_main
 
 
@@ -552,46 +552,10 @@ class TieredIndex:
             return 0
         changes += [(block.bisect_left(k) if block is not None else 0, 0, k) for k in taken]
         changes.sort()
-        size = self.block_size
-        built: list[Block] = []
-        marks: list[bytes] = []
         old_marks = self._marks(b) if block is not None else None
-        builder = BlockBuilder(marks=True)
-
-        def close() -> None:
-            nonlocal builder
-            marks.append(bytes(builder.marks))
-            built.append(builder.build())
-            builder = BlockBuilder(marks=True)
-
-        def copy(i: int, j: int) -> None:
-            while i < j:
-                upto = min(j, i + size - len(builder))
-                builder.add_run(block, i, upto, old_marks)
-                i = upto
-                if len(builder) == size:
-                    close()
-
-        def add(ki: KeyIndex) -> None:
-            if ki.is_empty():
-                return
-            builder.add_generations(ki.key, ki.generations, ki.lease)
-            if len(builder) == size:
-                close()
-
-        cursor = 0
-        for pos, lifted_entry, k in changes:
-            if pos > cursor:
-                copy(cursor, pos)
-                cursor = pos
-            if lifted_entry:
-                add(self._unlift(k))
-                cursor = pos + 1
-            else:
-                add(overlay[k])
-        copy(cursor, n)
-        if len(builder):
-            close()
+        edits = [(pos, bool(lifted_entry), self._unlift(k) if lifted_entry else overlay[k])
+                 for pos, lifted_entry, k in changes]
+        built, marks = rebuild(block, old_marks, edits, self.block_size)
         for k in taken:
             del overlay[k]
             self.overlay_dead.discard(k)

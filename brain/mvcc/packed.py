@@ -317,6 +317,55 @@ class BlockBuilder:
         return block
 
 
+
+def rebuild(block: Block | None, marks: bytes | None, edits: list[tuple[int, bool, KeyIndex]],
+            size: int) -> tuple[list[Block], list[bytes]]:
+    """``block`` (None: no block, an empty one) with ``edits`` applied, as
+    blocks of ``size`` keys and the fingerprint bytes of each.  An edit
+    (i, False, ki) puts ki before the entry at position i, (i, True, ki) in
+    place of it; edits come in position order, and a KeyIndex with no
+    history left is left out.  Runs of unchanged entries are copied as
+    array slices (BlockBuilder.add_run), with the block's ``marks`` when
+    known."""
+    n = len(block) if block is not None else 0
+    built: list[Block] = []
+    built_marks: list[bytes] = []
+    builder = BlockBuilder(marks=True)
+
+    def close() -> None:
+        nonlocal builder
+        built_marks.append(bytes(builder.marks))
+        built.append(builder.build())
+        builder = BlockBuilder(marks=True)
+
+    def copy(i: int, j: int) -> None:
+        while i < j:
+            upto = min(j, i + size - len(builder))
+            builder.add_run(block, i, upto, marks)
+            i = upto
+            if len(builder) == size:
+                close()
+
+    def add(ki: KeyIndex) -> None:
+        if ki.is_empty():
+            return
+        builder.add_generations(ki.key, ki.generations, ki.lease)
+        if len(builder) == size:
+            close()
+
+    cursor = 0
+    for pos, replaces, ki in edits:
+        if pos > cursor:
+            copy(cursor, pos)
+            cursor = pos
+        add(ki)
+        if replaces:
+            cursor = pos + 1
+    copy(cursor, n)
+    if len(builder):
+        close()
+    return built, built_marks
+
 StoredHead = tuple[int, bool, int, int, int]  # a stored record's (revision, is_delete, create, version, lease)
 
 

@@ -305,8 +305,10 @@ class WatchHub:
         self.events_routed += len(events)
         w.stream.push(WatchResponse(w.id, rev, events, fragment=w.fragment, prev_kv=w.prev_kv))
 
-    def notify(self, events: list[Event], new_rev: int) -> None:
-        """Route the events of revisions (self.rev, new_rev], all committed."""
+    def route_committed(self, events: list[Event], new_rev: int) -> None:
+        """Route the events of revisions (self.rev, new_rev], all committed,
+        to the synced watchers that want them; one too far behind becomes
+        unsynced, to catch up from history."""
         i, n = 0, len(events)
         while i < n:
             rev = events[i].kv.mod_revision

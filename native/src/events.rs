@@ -14,6 +14,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
+use crate::x509::AltNames;
+
 /// Who is on the other end of a connection.
 #[derive(Debug)]
 pub struct Peer {
@@ -48,11 +50,13 @@ pub enum Event {
     Oversized { id: u64, method: u32, len: usize, peer: Arc<Peer> },
     /// A plain HTTP request (HTTP/1.1 or HTTP/2 without gRPC).
     Http { id: u64, method: String, path: String, peer: Arc<Peer> },
-    /// A TLS handshake refused or abandoned, for the log: the peer's
+    /// A TLS connection refused or abandoned, for the log: the peer's
     /// address, the server name it asked for (SNI) and why, in Go's words
     /// where etcd's log has them.  `quiet`: the peer closed or never spoke
-    /// (etcd logs an EOF at debug level, not as a warning).
-    Rejected { remote: String, server_name: String, error: String, quiet: bool },
+    /// (etcd logs an EOF at debug level, not as a warning).  `names`: the
+    /// client certificate's DNS names and IP addresses, when it was read
+    /// and then refused by etcd's narrowing (etcd logs them then).
+    Rejected { remote: String, server_name: String, error: String, quiet: bool, names: Option<AltNames> },
 }
 
 pub const EV_CALL: u8 = 1;

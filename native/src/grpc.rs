@@ -1,4 +1,5 @@
-//! gRPC over HTTP/2: message framing, statuses, and the per-call tasks.
+//! gRPC over HTTP/2: statuses and the per-call tasks (message framing:
+//! brain-wire's framing, native/wire).
 //!
 //! A unary (or server-streaming) call's task reads its one request message,
 //! files the call's `SendResponse` in the registry (calls.rs) and hands the call to
@@ -15,7 +16,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use brain_wire::framing::{Decoded, Decoder};
+pub use brain_wire::framing::frame;
+use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
 use http::{HeaderMap, HeaderValue, Request, Response};
@@ -31,15 +34,6 @@ pub const KIND_BIDI: u8 = 2;
 
 pub const UNIMPLEMENTED: u32 = 12;
 pub const INTERNAL: u32 = 13;
-
-/// `[flag][u32 length][message]`, the gRPC length-prefixed message.
-pub fn frame(msg: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(5 + msg.len());
-    b.put_u8(0);
-    b.put_u32(msg.len() as u32);
-    b.put_slice(msg);
-    b.freeze()
-}
 
 /// grpc-message is percent-encoded: bytes outside printable ASCII and '%'.
 pub fn percent_encode(msg: &str) -> String {
@@ -83,74 +77,6 @@ pub fn respond_ok(mut respond: SendResponse<Bytes>, msg: &[u8]) {
     if let Ok(mut send) = respond.send_response(response_headers(), false) {
         let _ = send.send_data(frame(msg), false);
         let _ = send.send_trailers(status_trailers(0, ""));
-    }
-}
-
-// -- reading messages ----------------------------------------------------
-
-pub enum Decoded {
-    Msg(Bytes),
-    Oversized(usize),
-    Compressed,
-}
-
-/// Splits DATA chunks into messages; whole messages inside one chunk are
-/// sliced out of it without a copy.
-pub struct Decoder {
-    head: Bytes,
-    tail: BytesMut,
-    max: usize,
-}
-
-impl Decoder {
-    pub fn new(max: usize) -> Self {
-        Decoder { head: Bytes::new(), tail: BytesMut::new(), max }
-    }
-
-    pub fn push(&mut self, chunk: Bytes) {
-        if self.head.is_empty() && self.tail.is_empty() {
-            self.head = chunk;
-        } else {
-            if !self.head.is_empty() {
-                self.tail.extend_from_slice(&self.head);
-                self.head = Bytes::new();
-            }
-            self.tail.extend_from_slice(&chunk);
-        }
-    }
-
-    pub fn next(&mut self) -> Option<Decoded> {
-        if !self.head.is_empty() {
-            if self.head.len() >= 5 {
-                let flag = self.head[0];
-                let len = u32::from_be_bytes([self.head[1], self.head[2], self.head[3], self.head[4]]) as usize;
-                if len > self.max {
-                    return Some(Decoded::Oversized(len));
-                }
-                if self.head.len() >= 5 + len {
-                    let m = self.head.slice(5..5 + len);
-                    self.head.advance(5 + len);
-                    return Some(if flag & 1 != 0 { Decoded::Compressed } else { Decoded::Msg(m) });
-                }
-            }
-            self.tail.extend_from_slice(&self.head);
-            self.head = Bytes::new();
-        }
-        if self.tail.len() < 5 {
-            return None;
-        }
-        let flag = self.tail[0];
-        let len = u32::from_be_bytes([self.tail[1], self.tail[2], self.tail[3], self.tail[4]]) as usize;
-        if len > self.max {
-            return Some(Decoded::Oversized(len));
-        }
-        if self.tail.len() < 5 + len {
-            self.tail.reserve(5 + len - self.tail.len());
-            return None;
-        }
-        self.tail.advance(5);
-        let m = self.tail.split_to(len).freeze();
-        Some(if flag & 1 != 0 { Decoded::Compressed } else { Decoded::Msg(m) })
     }
 }
 

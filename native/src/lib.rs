@@ -9,8 +9,9 @@
 //!   the client certificate's common name; a call or stream with etcd's
 //!   `hasleader: true` metadata has `REQUIRE_LEADER` or-ed into its kind,
 //!   one with an auth token `AUTH_TOKEN`, and then (name, token) as its last item;
-//!   a refused TLS handshake is `(EV_REJECTED, quiet, remote address,
-//!   server name, error)`, for the log);
+//!   a refused TLS connection is `(EV_REJECTED, quiet, remote address,
+//!   server name, (error, ip addresses, dns names))`, for the log, the
+//!   names None unless the client's certificate was read and refused);
 //! * bytes in: `respond` / `fail` a unary call, `send` messages on a stream
 //!   (False: its queue is full, an EV_WRITABLE follows when it drains),
 //!   `finish` a stream with a status, `http_respond` to an HTTP request.
@@ -40,14 +41,18 @@ mod passthrough;
 mod pings;
 mod server;
 mod shared;
+mod narrowing;
 mod tls;
+mod x509;
 
 use calls::{Cmd, HttpReply, Pending};
 use events::*;
 use server::Listener;
 use shared::{Config, Shared, HANDSHAKE_REASONS};
 
-type TlsArgs = (String, String, Option<String>, bool, Vec<String>, bool, bool);
+/// (cert, key, ca or None, client_auth, tls12 cipher suites, tls13 only,
+/// tls12 only, allowed CNs, allowed hostnames, CRL file or None).
+type TlsArgs = (String, String, Option<String>, bool, Vec<String>, bool, bool, Vec<String>, Vec<String>, Option<String>);
 
 #[pyclass(module = "brain._transport", frozen)]
 struct Transport {
@@ -86,10 +91,23 @@ fn os_error(e: std::io::Error) -> PyErr {
 }
 
 fn tls_state(args: Option<TlsArgs>) -> PyResult<Option<Arc<tls::TlsState>>> {
-    let Some((cert_file, key_file, ca_file, client_auth, cipher_suites, min_tls13, max_tls12)) = args else {
+    let Some((cert_file, key_file, ca_file, client_auth, cipher_suites, min_tls13, max_tls12, cns, hostnames, crl_file)) =
+        args
+    else {
         return Ok(None);
     };
-    let s = tls::TlsSettings { cert_file, key_file, ca_file, client_auth, cipher_suites, min_tls13, max_tls12 };
+    let allowed = narrowing::Allowed { cns, hostnames };
+    let s = tls::TlsSettings {
+        cert_file,
+        key_file,
+        ca_file,
+        client_auth,
+        cipher_suites,
+        min_tls13,
+        max_tls12,
+        allowed,
+        crl_file,
+    };
     tls::TlsState::new(s).map(|t| Some(Arc::new(t))).map_err(PyValueError::new_err)
 }
 
@@ -131,8 +149,8 @@ impl Transport {
     }
 
     /// Bind a TCP listener now (a taken port fails here); returns the port.
-    /// `tls`: (cert, key, ca or None, client_auth, tls12 cipher suites,
-    /// tls13 only, tls12 only) or None for plaintext.
+    /// `tls`: a `TlsArgs` tuple (brain.api.native_listeners.TlsFiles makes
+    /// it) or None for plaintext.
     #[pyo3(signature = (host, port, tls=None))]
     fn listen_tcp(&self, host: &str, port: u16, tls: Option<TlsArgs>) -> PyResult<u16> {
         let tls = tls_state(tls)?;
@@ -213,8 +231,12 @@ impl Transport {
                 Event::Http { id, method, path, peer } => {
                     (EV_HTTP, id, method, path, peer.common_name.as_deref()).into_pyobject(py)?
                 }
-                Event::Rejected { remote, server_name, error, quiet } => {
-                    (EV_REJECTED, quiet as u64, remote, server_name, error).into_pyobject(py)?
+                Event::Rejected { remote, server_name, error, quiet, names } => {
+                    let (ips, dns) = match names {
+                        Some(n) => (Some(n.ip_strings()), Some(n.dns)),
+                        None => (None, None),
+                    };
+                    (EV_REJECTED, quiet as u64, remote, server_name, (error, ips, dns)).into_pyobject(py)?
                 }
             };
             list.append(item)?;
@@ -346,6 +368,13 @@ fn check_tls(tls: TlsArgs) -> PyResult<()> {
     tls_state(Some(tls)).map(|_| ())
 }
 
+/// How many serial numbers a DER CRL revokes, read as etcd reads a
+/// --client-crl-file (ValueError with Go's text when it cannot be).
+#[pyfunction]
+fn crl_revoked_count(der: &[u8]) -> PyResult<usize> {
+    x509::revoked_serials(der).map(|s| s.len()).map_err(PyValueError::new_err)
+}
+
 /// rustls' names of the cipher suites this transport implements.
 #[pyfunction]
 fn supported_cipher_suites() -> Vec<String> {
@@ -361,6 +390,7 @@ fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
     m.add_function(wrap_pyfunction!(supported_cipher_suites, m)?)?;
     m.add_function(wrap_pyfunction!(check_tls, m)?)?;
+    m.add_function(wrap_pyfunction!(crl_revoked_count, m)?)?;
     m.add_function(wrap_pyfunction!(kvenc::encode_key_values, m)?)?;
     m.add("EV_CALL", EV_CALL)?;
     m.add("EV_OPEN", EV_OPEN)?;

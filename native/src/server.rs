@@ -18,13 +18,17 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::oneshot;
 use tokio_rustls::LazyConfigAcceptor;
 
+use brain_wire::http1::{self as h1, Head, Request as Http1Request, Sniff};
+
 use crate::authority::AuthorityFix;
 use crate::calls::{HttpReply, Pending};
 use crate::events::{Event, Peer};
 use crate::grpc;
+use crate::narrowing;
 use crate::pings::{PingGuard, PingPolicy};
 use crate::shared::{Shared, HANDSHAKE_REASONS};
 use crate::tls::{self, TlsState};
+use crate::x509;
 
 pub enum Listener {
     Tcp(std::net::TcpListener),
@@ -101,7 +105,8 @@ where
         let server_name = start.client_hello().server_name().unwrap_or("").to_string();
         start.into_stream(tls.config()).await.map_err(|e| (e, server_name))
     };
-    let stream = match tokio::time::timeout(shared.cfg.handshake_timeout, handshake).await {
+    let (stream, refused) = narrowing::capture(tokio::time::timeout(shared.cfg.handshake_timeout, handshake)).await;
+    let mut stream = match stream {
         Ok(Ok(s)) => s,
         Ok(Err((e, server_name))) => {
             let reason = tls::failure_reason(&e);
@@ -110,16 +115,28 @@ where
                 eprintln!("brain transport: TLS handshake failed ({reason}): {e}");
             }
             let quiet = reason == "closed";
-            shared.queue.push(Event::Rejected { remote, server_name, error: tls::failure_text(&e), quiet });
+            let error = tls::failure_text(&e);
+            shared.queue.push(Event::Rejected { remote, server_name, error, quiet, names: refused });
             return;
         }
         Err(_) => {
             count_handshake_failure(&shared, "timeout");
             let error = format!("tls: no handshake within {:?}", shared.cfg.handshake_timeout);
-            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true });
+            shared.queue.push(Event::Rejected { remote, server_name: String::new(), error, quiet: true, names: None });
             return;
         }
     };
+    let (_, conn) = stream.get_ref();
+    // etcd's CRL check: after the handshake, before a byte is served
+    if let Some((reason, error)) = tls.refusal(conn.peer_certificates()) {
+        count_handshake_failure(&shared, reason);
+        let server_name = conn.server_name().unwrap_or("").to_string();
+        let names = conn.peer_certificates().and_then(|c| c.first()).map(|c| x509::alt_names(c.as_ref()));
+        shared.queue.push(Event::Rejected { remote, server_name, error, quiet: false, names });
+        // close_notify, then the close, as Go's tls.Conn.Close does
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
+        return;
+    }
     let (_, conn) = stream.get_ref();
     let common_name = conn
         .peer_certificates()
@@ -133,8 +150,6 @@ fn count_handshake_failure(shared: &Shared, reason: &str) {
     let i = HANDSHAKE_REASONS.iter().position(|r| *r == reason).unwrap_or(HANDSHAKE_REASONS.len() - 1);
     shared.stats.handshake_failures[i].fetch_add(1, Ordering::Relaxed);
 }
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 async fn serve<S>(shared: Arc<Shared>, mut io: S, peer: Arc<Peer>, alpn: Option<Vec<u8>>, unix: bool)
 where
@@ -154,13 +169,13 @@ where
                 if n == 0 {
                     return;
                 }
-                let k = buf.len().min(PREFACE.len());
-                if buf[..k] != PREFACE[..k] {
-                    http1(shared, io, peer, buf).await;
-                    return;
-                }
-                if buf.len() >= PREFACE.len() {
-                    break;
+                match h1::sniff(&buf) {
+                    Sniff::Http1 => {
+                        http1(shared, io, peer, buf).await;
+                        return;
+                    }
+                    Sniff::Http2 => break,
+                    Sniff::More => {}
                 }
             }
             Some(buf.freeze())
@@ -311,8 +326,6 @@ async fn ask_python(shared: &Arc<Shared>, method: String, path: String, peer: Ar
 
 // -- HTTP/1.1 ------------------------------------------------------------------
 
-const MAX_HEAD: usize = 1 << 20; // Go's http.DefaultMaxHeaderBytes
-const MAX_BODY: usize = 1 << 20;
 const IDLE: Duration = Duration::from_secs(120);
 
 fn reason(status: u16) -> &'static str {
@@ -325,62 +338,22 @@ where
 {
     loop {
         // read one request head
-        let (method, path, head_len, body_len, close) = loop {
-            let mut headers = [httparse::EMPTY_HEADER; 64];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(&buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let mut body_len = 0usize;
-                    let mut close = req.version == Some(0);
-                    let mut chunked = false;
-                    for h in req.headers.iter() {
-                        if h.name.eq_ignore_ascii_case("content-length") {
-                            body_len = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(usize::MAX);
-                        } else if h.name.eq_ignore_ascii_case("connection") {
-                            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-                            if v.contains("close") {
-                                close = true;
-                            } else if v.contains("keep-alive") {
-                                close = false;
-                            }
-                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            chunked = true;
-                        }
-                    }
-                    if chunked || body_len > MAX_BODY {
-                        // only small, length-delimited bodies are read (etcd's endpoints take none)
-                        shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                        let _ = io
-                            .write_all(b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n413 Request Entity Too Large")
-                            .await;
-                        return;
-                    }
-                    let method = req.method.unwrap_or("GET").to_string();
-                    let path = req.path.unwrap_or("/").to_string();
-                    break (method, path, n, body_len, close);
-                }
-                Ok(httparse::Status::Partial) => {
-                    if buf.len() > MAX_HEAD {
-                        shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                        let _ = io
-                            .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large")
-                            .await;
-                        return;
-                    }
-                    match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
-                        Ok(Ok(n)) if n > 0 => continue,
-                        _ => return,
-                    }
-                }
-                Err(_) => {
-                    // Go's net/http answer to a malformed request
-                    shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                    let _ = io
-                        .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request")
-                        .await;
-                    return;
-                }
-            }
+        let Http1Request { method, path, head_len, body_len, close } = loop {
+            let refusal: &[u8] = match h1::parse_head(&buf) {
+                Head::Request(r) => break r,
+                Head::Partial => match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => continue,
+                    _ => return,
+                },
+                // only small, length-delimited bodies are read (etcd's endpoints take none)
+                Head::BodyRefused => b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n413 Request Entity Too Large",
+                Head::HeadTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large",
+                // Go's net/http answer to a malformed request
+                Head::Malformed => b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
+            };
+            shared.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+            let _ = io.write_all(refusal).await;
+            return;
         };
         // skip the body
         while buf.len() < head_len + body_len {

@@ -11,8 +11,22 @@ use tokio::sync::watch;
 use crate::calls::Calls;
 use crate::events::EventQueue;
 
-pub const HANDSHAKE_REASONS: [&str; 8] =
-    ["no_client_certificate", "bad_certificate", "not_tls", "incompatible", "alert_received", "closed", "timeout", "other"];
+/// Why a TLS connection was refused; `not_allowed` (the allowed names),
+/// `revoked` and `crl_unusable` (the CRL) are etcd's narrowing
+/// (`narrowing`), the CRL's after the handshake.
+pub const HANDSHAKE_REASONS: [&str; 11] = [
+    "no_client_certificate",
+    "bad_certificate",
+    "not_allowed",
+    "revoked",
+    "crl_unusable",
+    "not_tls",
+    "incompatible",
+    "alert_received",
+    "closed",
+    "timeout",
+    "other",
+];
 
 #[derive(Default)]
 pub struct Stats {
@@ -22,7 +36,7 @@ pub struct Stats {
     pub bad_requests: AtomicU64,
     pub keepalive_timeouts: AtomicU64,
     pub too_many_pings: AtomicU64,
-    pub handshake_failures: [AtomicU64; 8],
+    pub handshake_failures: [AtomicU64; HANDSHAKE_REASONS.len()],
 }
 
 pub struct Config {

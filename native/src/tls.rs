@@ -1,12 +1,14 @@
 //! TLS for https:// and unixs:// listeners: rustls with the ring provider.
 //!
 //! * Certificates are re-read when their files change (etcd reads them on
-//!   every handshake): each accepted connection stats the three files, and
-//!   a changed mtime or size builds a new config (a broken new file is
-//!   logged and the previous config kept).
+//!   every handshake): each accepted connection stats the certificate, key
+//!   and CA bundle files, and a changed mtime, size or inode builds a new
+//!   config for the handshakes that follow (a broken new file is logged
+//!   and the previous config kept); connections already open keep theirs.
 //! * `--client-cert-auth` requires a client certificate chaining to the
 //!   trusted CA; without it no certificate is asked for (as Go's
-//!   tls.NoClientCert, etcd's setting then).
+//!   tls.NoClientCert, etcd's setting then).  The allowed names and the
+//!   CRL narrow who may connect with one (`narrowing`).
 //! * Cipher suites restrict TLS 1.2 only; TLS 1.3 suites are not
 //!   configurable, as in Go.  Names arrive here already checked and mapped
 //!   by Python (brain.config), as rustls' names.
@@ -14,7 +16,6 @@
 use std::fs;
 use std::io::BufReader;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use rustls::crypto::CryptoProvider;
@@ -22,6 +23,9 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::narrowing::{self, Allowed, NarrowingVerifier, Revocations};
+pub use crate::x509::subject_common_name;
 
 #[derive(Clone, Debug)]
 pub struct TlsSettings {
@@ -32,13 +36,16 @@ pub struct TlsSettings {
     pub cipher_suites: Vec<String>,
     pub min_tls13: bool,
     pub max_tls12: bool,
+    pub allowed: Allowed,
+    pub crl_file: Option<String>,
 }
 
-type Stamp = Vec<Option<(SystemTime, u64)>>;
+type Stamp = Vec<Option<(std::time::SystemTime, u64, u64)>>;
 
 pub struct TlsState {
     settings: TlsSettings,
     current: Mutex<(Arc<ServerConfig>, Stamp)>,
+    crl: Option<Revocations>,
 }
 
 fn stamp(settings: &TlsSettings) -> Stamp {
@@ -46,10 +53,7 @@ fn stamp(settings: &TlsSettings) -> Stamp {
     if let Some(ca) = &settings.ca_file {
         files.push(ca.as_str());
     }
-    files
-        .into_iter()
-        .map(|f| fs::metadata(f).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
-        .collect()
+    files.into_iter().map(narrowing::file_stamp).collect()
 }
 
 fn provider(settings: &TlsSettings) -> Result<CryptoProvider, String> {
@@ -97,7 +101,11 @@ pub fn build(settings: &TlsSettings) -> Result<ServerConfig, String> {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| format!("{ca}: {e}"))?;
-        builder.with_client_cert_verifier(verifier)
+        if settings.allowed.is_empty() {
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_client_cert_verifier(Arc::new(NarrowingVerifier { inner: verifier, allowed: settings.allowed.clone() }))
+        }
     } else {
         builder.with_no_client_auth()
     };
@@ -113,7 +121,15 @@ impl TlsState {
     pub fn new(settings: TlsSettings) -> Result<Self, String> {
         let st = stamp(&settings);
         let cfg = build(&settings)?;
-        Ok(TlsState { settings, current: Mutex::new((Arc::new(cfg), st)) })
+        let crl = settings.crl_file.as_deref().map(Revocations::load).transpose()?;
+        Ok(TlsState { settings, current: Mutex::new((Arc::new(cfg), st)), crl })
+    }
+
+    /// After a handshake: None when the client may stay, else the reason
+    /// and why it may not (a certificate it sent is revoked, or the CRL is
+    /// unusable).
+    pub fn refusal(&self, peer_certs: Option<&[CertificateDer<'_>]>) -> Option<(&'static str, String)> {
+        self.crl.as_ref()?.refusal(peer_certs?)
     }
 
     /// The config for a new handshake, rebuilt first if a file changed.
@@ -142,6 +158,7 @@ pub fn failure_reason(err: &std::io::Error) -> &'static str {
     if let Some(e) = err.get_ref().and_then(|e| e.downcast_ref::<E>()) {
         return match e {
             E::NoCertificatesPresented => "no_client_certificate",
+            E::InvalidCertificate(rustls::CertificateError::NotValidForName) => "not_allowed",
             E::InvalidCertificate(_) => "bad_certificate",
             E::InvalidMessage(_) => "not_tls",
             E::PeerIncompatible(_) => "incompatible",
@@ -164,6 +181,8 @@ pub fn failure_text(err: &std::io::Error) -> String {
     use rustls::{CertificateError as C, Error as E};
     match err.get_ref().and_then(|e| e.downcast_ref::<E>()) {
         Some(E::NoCertificatesPresented) => "tls: client didn't provide a certificate".into(),
+        // only the allowed names refuse a client certificate this way (narrowing)
+        Some(E::InvalidCertificate(C::NotValidForName)) => narrowing::NOT_ALLOWED.into(),
         Some(E::InvalidCertificate(C::UnknownIssuer)) => {
             "tls: failed to verify certificate: x509: certificate signed by unknown authority".into()
         }
@@ -176,70 +195,4 @@ pub fn failure_text(err: &std::io::Error) -> String {
         None if err.kind() == std::io::ErrorKind::UnexpectedEof => "EOF".into(),
         None => format!("tls: {err}"),
     }
-}
-
-// -- the certificate's common name -----------------------------------------
-
-fn der_header(b: &[u8]) -> Option<(u8, usize, usize)> {
-    // (tag, header length, content length)
-    let tag = *b.first()?;
-    let first = *b.get(1)? as usize;
-    if first < 0x80 {
-        return Some((tag, 2, first));
-    }
-    let n = first & 0x7f;
-    if n == 0 || n > 4 || b.len() < 2 + n {
-        return None;
-    }
-    let mut len = 0usize;
-    for i in 0..n {
-        len = (len << 8) | b[2 + i] as usize;
-    }
-    Some((tag, 2 + n, len))
-}
-
-/// The elements of a DER SEQUENCE/SET's content.
-fn der_children(mut b: &[u8]) -> Option<Vec<(u8, &[u8])>> {
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        let (tag, h, len) = der_header(b)?;
-        let end = h.checked_add(len)?;
-        if end > b.len() {
-            return None;
-        }
-        out.push((tag, &b[h..end]));
-        b = &b[end..];
-    }
-    Some(out)
-}
-
-const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
-
-/// The subject's common name of a DER certificate (already verified by
-/// webpki, so well formed; None if it has none).
-pub fn subject_common_name(cert: &[u8]) -> Option<String> {
-    let (_, h, len) = der_header(cert)?;
-    let top = der_children(cert.get(h..h + len)?)?;
-    let (_, tbs) = top.first()?;
-    let fields = der_children(tbs)?;
-    // [0] version (optional), serial, signature, issuer, validity, subject
-    let skip = if fields.first()?.0 == 0xa0 { 1 } else { 0 };
-    let (_, subject) = fields.get(skip + 4)?;
-    for (_, rdn) in der_children(subject)? {
-        for (_, atv) in der_children(rdn)? {
-            let parts = der_children(atv)?;
-            if parts.len() == 2 && parts[0].0 == 0x06 && parts[0].1 == OID_CN {
-                let (tag, value) = parts[1];
-                return match tag {
-                    0x1e => {
-                        // BMPString: UTF-16BE
-                        let units: Vec<u16> = value.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])).collect();
-                        Some(String::from_utf16_lossy(&units))
-                    }
-                    _ => Some(String::from_utf8_lossy(value).into_owned()),
-                };
-            }
-        }
-    }
-    None
 }

@@ -31,7 +31,7 @@ LAG = 0.3
 class LaggingEngine:
     """Decides at once, applies LAG seconds later (a follower behind)."""
 
-    cluster_id = member_id = raft_term = leader_id = 1
+    cluster_id = member_id = term = raft_term = leader_id = 1
     committed_rev = 1
 
     def __init__(self) -> None:

@@ -10,7 +10,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.mvccpb import kv_pb2
 from brain.mvcc import requests as core
 
-HDR = convert.Header(cluster_id=0xC1, member_id=0xFFFF_FFFF_FFFF_FFF0, raft_term=7)
+HDR = convert.Header(cluster_id=0xC1, member_id=0xFFFF_FFFF_FFFF_FFF0, term=7)
 
 
 def kv(key: bytes, rev: int = 5, value: bytes = b"v", lease: int = 0) -> core.KeyValue:
@@ -193,7 +193,7 @@ def test_compaction_response():
 
 
 def test_top_level_header_carries_large_ids():
-    hdr = convert.Header(cluster_id=2**64 - 1, member_id=2**63, raft_term=2**40)
+    hdr = convert.Header(cluster_id=2**64 - 1, member_id=2**63, term=2**40)
     r = pb.PutResponse.FromString(convert.put_response(core.PutResult(revision=1), hdr).SerializeToString())
     assert (r.header.cluster_id, r.header.member_id, r.header.raft_term) == (2**64 - 1, 2**63, 2**40)
 

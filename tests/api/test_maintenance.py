@@ -94,7 +94,7 @@ def test_status(client, engine):
     assert st.version == ETCD_VERSION and st.version.startswith("3.7.")  # the version brain behaves as
     assert st.leader == engine.member_id == st.header.member_id
     assert st.header.cluster_id == engine.cluster_id and st.header.revision == 2
-    assert st.raftIndex == st.raftAppliedIndex == 2 and st.raftTerm == engine.raft_term == st.header.raft_term
+    assert st.raftIndex == st.raftAppliedIndex == 2 and st.raftTerm == engine.term == st.header.raft_term
     assert st.storageVersion == STORAGE_VERSION and not st.isLearner
     assert st.dbSizeQuota == 1 << 30
     assert st.dbSize >= st.dbSizeInUse > 0
@@ -243,7 +243,7 @@ def test_snapshot_stream_is_etcd_shaped_and_restorable(client, engine, tmp_path)
 def test_member_list_and_membership_changes(api, client, engine, etcd):
     r = client.cluster.MemberList(pb.MemberListRequest())
     assert (r.header.cluster_id, r.header.member_id, r.header.raft_term, r.header.revision) == (
-        engine.cluster_id, engine.member_id, engine.raft_term, 0)
+        engine.cluster_id, engine.member_id, engine.term, 0)
     assert len(r.members) == 1
     m = r.members[0]
     assert (m.ID, m.name, list(m.clientURLs), list(m.peerURLs), m.isLearner) == (

@@ -34,7 +34,7 @@ class FakeEngine:
 
     cluster_id = CLUSTER_ID
     member_id = MEMBER_ID
-    raft_term = 5
+    term = 5
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

@@ -1,6 +1,8 @@
 """brain._transport's guarantees, checked from the wire: mutual TLS
 (handshakes refused and counted, the client's common name delivered, TLS
-1.2 and 1.3, cipher suites, certificate reload, no plaintext on https),
+1.2 and 1.3, cipher suites, certificate, CA bundle and CRL reload under an
+open connection, etcd's client certificate narrowing as the transport
+reports it, no plaintext on https),
 bad input (HTTP/1.1 and garbage on the gRPC port), keepalive on half-open
 connections, bounded send queues, and the unix-socket authority of grpc-go
 clients.
@@ -33,7 +35,7 @@ from brain.config import ConfigError, ServerConfig
 from brain.engine import Engine, EngineConfig
 from tests.k8s.pki import Issuer, save_pair
 from tests.support.servers import in_ci, unavailable
-from tests.support.tls import CLIENT_CN, channel, make_test_pki
+from tests.support.tls import CLIENT_CN, channel, issue_client, make_test_pki, serial_of, write_crl
 
 if not native_front.available():  # skipped outside CI only: under CI a missing build fails
     unavailable(native_front.unavailable_message(), module=True)
@@ -109,6 +111,19 @@ def test_common_name_reaches_python(echo_tls, pki):
         assert _unary(ch) == b"hi"
     ev = echo_tls.wait_for(lambda e: e[0] == T.EV_CALL)
     assert ev[4] == CLIENT_CN
+
+
+def test_the_common_name_is_the_last_cn_as_go_reads_it(tmp_path, pki):
+    """Go's Subject.CommonName is the subject's last CN attribute: etcd's
+    allowed CNs and its auth see that one, and so does brain."""
+    two = issue_client(pki.ca, tmp_path, "two", ["first-cn", "second-cn"])
+    e = _Echo(_tls_args(pki))
+    try:
+        with grpc.secure_channel(e.target, pki.channel_credentials(two)) as ch:
+            assert _unary(ch) == b"hi"
+        assert e.wait_for(lambda ev: ev[0] == T.EV_CALL)[4] == "second-cn"
+    finally:
+        e.close()
 
 
 def _failures(t) -> dict:
@@ -195,30 +210,113 @@ def test_cipher_suite_names_are_etcds():
                      tls_min_version="TLS1.3").validate()
 
 
-def test_certificates_reload_when_the_files_change(tmp_path, pki):
-    files = tmp_path / "live"
-    files.mkdir()
-    shutil.copy(pki.server.cert, files / "server.crt")
-    shutil.copy(pki.server.key, files / "server.key")
-    args = (str(files / "server.crt"), str(files / "server.key"), str(pki.ca.cert), True, [], False, False)
-    e = _Echo(args)
+def _client_ctx(cafile, client) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    ctx.load_cert_chain(str(client.cert), str(client.key))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def _seen(port: int, ctx: ssl.SSLContext) -> str:
+    """What a client sees: "served" (an HTTP answer), the handshake's
+    alert, or "closed" (close_notify after the handshake)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = s.recv(12)
+        except ssl.SSLZeroReturnError:
+            return "closed"
+        except ssl.SSLError as e:
+            return f"alert {e.reason}"
+    return "served" if data.startswith(b"HTTP/1.1 ") else "closed" if data == b"" else repr(data)
+
+
+def _replace(path, data: bytes) -> None:
+    """Rotate a file as deployments do: write a new one, rename it over."""
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _rejected(e: "_Echo", start: str):
+    return e.wait_for(lambda ev: ev[0] == T.EV_REJECTED and ev[4][0].startswith(start))
+
+
+def test_certificates_the_ca_bundle_and_the_crl_rotate_under_an_open_connection(tmp_path, pki):
+    """Each file is re-read for the connections that follow its change; a
+    connection opened before keeps working through all of them (were it
+    dropped, its client could not come back: it trusts the old server
+    certificate, its CA leaves the bundle, its certificate is revoked)."""
+    live = tmp_path / "live"
+    live.mkdir()
+    for src, name in ((pki.server.cert, "server.crt"), (pki.server.key, "server.key"), (pki.ca.cert, "ca.crt")):
+        shutil.copy(src, live / name)
+    crl = write_crl(pki.ca, live / "crl.der")
+    e = _Echo(TlsFiles(str(live / "server.crt"), str(live / "server.key"), str(live / "ca.crt"), True,
+                       crl_file=str(crl)).args)
+    ch = channel(e.target, pki)
     try:
-        assert dict(x[0] for x in _handshake(e.port, _ssl_client(pki))[2]["subject"])["commonName"] == "brain"
-        # a renewed certificate from another CA, then the CA bundle with both
-        other = Issuer("brain-test-renewal-ca")
-        renewed = save_pair(tmp_path, "renewed", other.issue("brain-renewed", dns=("localhost",),
+        assert _unary(ch) == b"hi"
+        # the server certificate: a renewal from another CA
+        renewal = Issuer("brain-test-renewal-ca")
+        renewal_ca = renewal.save(tmp_path, "renewal-ca")
+        renewed = save_pair(tmp_path, "renewed", renewal.issue("brain-renewed", dns=("localhost",),
                                                                ips=("127.0.0.1",), server=True, client=True))
-        other_ca = other.save(tmp_path, "renewal-ca")
-        time.sleep(0.01)
-        shutil.copy(renewed.cert, files / "server.crt")
-        shutil.copy(renewed.key, files / "server.key")
-        ctx = ssl.create_default_context(cafile=str(other_ca.cert))
-        ctx.load_cert_chain(str(pki.client.cert), str(pki.client.key))
-        ctx.set_alpn_protocols(["http/1.1"])
-        cert = _handshake(e.port, ctx)[2]
+        _replace(live / "server.key", renewed.key.read_bytes())
+        _replace(live / "server.crt", renewed.cert.read_bytes())
+        cert = _handshake(e.port, _client_ctx(renewal_ca.cert, pki.client))[2]
         assert dict(x[0] for x in cert["subject"])["commonName"] == "brain-renewed"
+        assert _unary(ch) == b"hi"
+        # the CA bundle: the other CA's clients only
+        _replace(live / "ca.crt", pki.other_ca.cert.read_bytes())
+        assert _seen(e.port, _client_ctx(renewal_ca.cert, pki.client)) == "alert TLSV1_ALERT_UNKNOWN_CA"
+        assert _seen(e.port, _client_ctx(renewal_ca.cert, pki.other_client)) == "served"
+        assert _unary(ch) == b"hi"
+        # the CRL: both clients revoked; a revoked one is closed after its handshake
+        _replace(crl, write_crl(pki.other_ca, tmp_path / "crl2.der", [pki.client, pki.other_client]).read_bytes())
+        assert _seen(e.port, _client_ctx(renewal_ca.cert, pki.other_client)) == "closed"
+        ev = _rejected(e, "transport: certificate serial ")
+        assert ev[4] == (f"transport: certificate serial {serial_of(pki.other_client):x} revoked", [], [])
+        assert _counted(e.t, "revoked") == 1
+        assert _unary(ch) == b"hi"
+        # a CRL that cannot be parsed refuses every client certificate until it can
+        _replace(crl, b"not a CRL")
+        assert _seen(e.port, _client_ctx(renewal_ca.cert, pki.other_client)) == "closed"
+        assert _rejected(e, "x509: ")[4][0] == "x509: malformed crl"
+        assert _counted(e.t, "crl_unusable") == 1
+        _replace(crl, write_crl(pki.other_ca, tmp_path / "crl3.der").read_bytes())
+        assert _seen(e.port, _client_ctx(renewal_ca.cert, pki.other_client)) == "served"
+        assert _unary(ch) == b"hi"
+    finally:
+        ch.close()
+        e.close()
+
+
+def test_a_refused_certificate_is_logged_with_its_names(tmp_path, pki):
+    """The allowed names refuse in the handshake (bad_certificate, as Go);
+    the log gets the certificate's DNS names and IP addresses, as etcd's."""
+    named = issue_client(pki.ca, tmp_path, "named", ["named"], dns=("a.brain.test",), ips=("::ffff:10.1.2.3",))
+    e = _Echo(_tls_args(pki, allowed_cns=["someone-else"]))
+    try:
+        assert _seen(e.port, _client_ctx(pki.ca.cert, named)) == "alert SSLV3_ALERT_BAD_CERTIFICATE"
+        ev = _rejected(e, "client certificate")
+        assert ev[4] == ("client certificate authentication failed", ["10.1.2.3"], ["a.brain.test"])
+        assert _counted(e.t, "not_allowed") == 1
+        # no certificate: refused before the names are looked at, and logged without them
+        ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+        assert _seen(e.port, ctx) == "alert TLSV13_ALERT_CERTIFICATE_REQUIRED"
+        assert _rejected(e, "tls: client didn't")[4] == ("tls: client didn't provide a certificate", None, None)
     finally:
         e.close()
+
+
+def test_a_crl_that_cannot_be_used_is_refused_at_start(tmp_path, pki):
+    with pytest.raises(ValueError, match=r"--client-crl-file .*crl.pem: x509: malformed crl"):
+        T.check_tls(_tls_args(pki, crl_file=str(write_crl(pki.ca, tmp_path / "crl.pem", pem=True))))
+    with pytest.raises(ValueError, match=r"--client-crl-file .*nothing.der: open .*nothing.der: no such file"):
+        T.check_tls(_tls_args(pki, crl_file=str(tmp_path / "nothing.der")))
+    T.check_tls(_tls_args(pki, crl_file=str(write_crl(pki.ca, tmp_path / "crl.der"))))
 
 
 def test_no_plaintext_on_an_https_listener(echo_tls):

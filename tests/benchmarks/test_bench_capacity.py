@@ -8,7 +8,7 @@ import os
 import threading
 import time
 
-from benchmarks import capacity_report, report
+from benchmarks import aggregation, capacity_report, render
 from benchmarks.capacity import Search, step_figures, step_line, summarise
 from benchmarks.servers import thread_cpu_seconds
 from brain.thread_names import name_os_thread
@@ -146,11 +146,11 @@ def test_the_report_gives_each_capacity_its_costs_ratios_and_every_step():
     assert "| brain cluster / etcd-3.6 cluster | 2.00 |" in text
     assert "### etcd-3.6 cluster: every step" in text and text.count("| fail: event p99 1200 ms > 1000 ms |") == 4
     # The summary table's cells and ratios say the same.
-    agg = report.aggregate(_data(runs))
-    assert report._value_cell(agg["node-capacity"]["etcd-3.7"], {}).startswith("≥ 30,000")
-    assert report._ratio_cell(report.compare(agg, "node-capacity", "etcd-3.6")) == "2.00"
-    assert report._ratio_cell(report.compare(agg, "node-capacity", "etcd-3.7")) == "≤ 1.33"
-    md = report.markdown(_data(runs), [])
+    agg = aggregation.aggregate(_data(runs))
+    assert render.value_cell(agg["node-capacity"]["etcd-3.7"], {}).startswith("≥ 30,000")
+    assert render.ratio_cell(aggregation.compare(agg, "node-capacity", "etcd-3.6")) == "2.00"
+    assert render.ratio_cell(aggregation.compare(agg, "node-capacity", "etcd-3.7")) == "≤ 1.33"
+    md = render.markdown(_data(runs), [])
     assert md.index("## Node capacity") < md.index("## Workloads")
 
 
@@ -159,8 +159,8 @@ def test_capacities_of_different_runs_or_open_on_both_sides_have_no_ratio():
     assert "| brain / etcd-3.6 | n/a (runs differ) |" in "\n".join(capacity_report.section(_data(runs)))
     runs = [_record("brain", 40_000, False), _record("etcd-3.6", 20_000, False)]
     assert "| brain / etcd-3.6 | n/a (no step failed on either) |" in "\n".join(capacity_report.section(_data(runs)))
-    agg = report.aggregate(_data(runs))
-    assert report._ratio_cell(report.compare(agg, "node-capacity", "etcd-3.6")) == "n/a (no step failed on either)"
+    agg = aggregation.aggregate(_data(runs))
+    assert render.ratio_cell(aggregation.compare(agg, "node-capacity", "etcd-3.6")) == "n/a (no step failed on either)"
 
 
 def test_the_plot_has_a_point_per_measured_step(tmp_path):
@@ -199,3 +199,52 @@ def test_thread_cpu_is_read_by_the_threads_os_name():
     finally:
         read.set()
         t.join()
+
+
+def test_brain_as_groups_is_set_beside_one_brain_of_the_same_run():
+    runs = [_record("brain", 40_000, True, cpu=400.0), _record("brain-groups", 60_000, True, cpu=500.0),
+            _record("etcd-3.6", 20_000, True)]
+    text = "\n".join(capacity_report.section(_data(runs)))
+    assert "| brain-groups | 60,000 (120,000 failed) |" in text
+    assert "| brain-groups / brain | 1.50 |" in text and text.index("| brain-groups / brain |") < text.index(
+        "| brain / etcd-3.6 |")
+    assert "| brain-groups / etcd-3.6 |" not in text
+    assert "### brain-groups: every step" in text
+    runs[1]["source"] = "other.json"
+    assert "| brain-groups / brain | n/a (runs differ) |" in "\n".join(capacity_report.section(_data(runs)))
+
+
+def test_brain_groups_runs_node_capacity_alone_as_brain_groups_starts_it(tmp_path):
+    from benchmarks.capacity import Capacity
+    from benchmarks.groups import GROUPS, servers_for
+    from benchmarks.servers import BrainGroups, StartOptions, all_flavors
+    from benchmarks.settings import SMOKE
+    from brain.cli import groups
+    from tests.support.tls import make_test_pki
+
+    flavors = all_flavors()
+    for group in GROUPS:
+        names = [f.name for f in servers_for(group, flavors, [])]
+        assert ("brain-groups" in names) == (group == "node-capacity"), group
+    g = BrainGroups()
+    pki = make_test_pki(tmp_path / "pki")
+    cmd = g.command(tmp_path / "data", 1111, 2222, StartOptions(quota_bytes=8 << 30, tls=pki))
+    assert cmd[1:4] == ["-m", "brain", "groups"]
+    # the layout `brain groups` reads from that command line: leases and events on the second port
+    args = groups.build_parser().parse_args(cmd[4:])
+    layout = groups.layout_from_args(args)
+    assert layout.apiserver_flags() == [
+        "--etcd-servers=https://127.0.0.1:1111",
+        "--etcd-servers-overrides=coordination.k8s.io/leases#https://127.0.0.1:2222,/events#https://127.0.0.1:2222"]
+    for group in layout.groups:
+        assert group.flag("quota-backend-bytes") == str(8 << 30) and group.flag("client-cert-auth") == "true"
+        assert group.flag("cert-file") == str(pki.server.cert) and group.data_dir.startswith(str(tmp_path / "data"))
+    assert g.endpoints_by_kind(1111, 2222) == {"leases": "127.0.0.1:2222", "events": "127.0.0.1:2222",
+                                               "pods": "127.0.0.1:1111"}
+    assert g.ready_endpoints(1111, 2222) == ["127.0.0.1:1111", "127.0.0.1:2222"]
+    # brainload gets each kind's endpoint; the smoke runs one step of it
+    cap = Capacity.__new__(Capacity)
+    cap.s = SMOKE
+    assert cap._args(100, {"leases": "a:1", "pods": "b:2"})[-4:] == ["--endpoints-leases", "a:1", "--endpoints-pods",
+                                                                     "b:2"]
+    assert cap.search("node-capacity", g).max_steps == 1 and cap.search("node-capacity", flavors[-2]).max_steps == 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import report
+from benchmarks import render
 from benchmarks.profiles import OTHER, client_split, parse_raw, parse_traces, server_by_function
 
 TRACES = """File: brainload
@@ -72,7 +72,7 @@ def test_the_report_gives_a_profiled_reads_split_beside_its_row():
            "result": {"keys_per_s": 60000.0, "ops": 400000, "profile": profile}, "cpu_s": 4.9, "cpu_us_per_op": 12.0}
     data = {"meta": {"started": "2026-01-01T00:00:00", "settings": {"rounds": 1, "name": "full"},
                      "machine": {"nproc": 2, "cpu": "x"}, "servers": {}, "tools": {}}, "runs": [run]}
-    md = report.markdown(data, [])
+    md = render.markdown(data, [])
     assert "the client's 2.20 s sampled: decoding 1.20 s (55%), garbage collection 0.500 s (23%)" in md
     assert "`runtime.memclrNoHeapPointers` 54.55%" in md
     assert "the server's 100 samples (py-spy, non-idle threads) by function, own: " \

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from benchmarks import report
+from benchmarks import aggregation, judging, merging, readme, render, report
 from benchmarks.tools import parse_benchmark, parse_check_perf
 from benchmarks.workloads import WORKLOADS
 
@@ -73,15 +73,15 @@ def test_medians_ratios_and_targets():
     runs += [_run("etcd-3.6", "put-c64", v, i) for i, v in enumerate((100, 100, 50))]
     runs += [_run("kine", "put-c64", v, i) for i, v in enumerate((10, 10, 10))]
     runs += [_run("brain", "list", None, ok=False), _run("etcd-3.6", "list", 5.0)]
-    agg = report.aggregate(_data(runs))
+    agg = aggregation.aggregate(_data(runs))
     assert agg["put-c64"]["brain"]["value"] == 200 and agg["put-c64"]["brain"]["n"] == 3
-    assert report.ratio(agg, "put-c64", "etcd-3.6") == 2.0
-    by_name = {t["target"]: t for t in report.targets(agg)}
+    assert aggregation.ratio(agg, "put-c64", "etcd-3.6") == 2.0
+    by_name = {t["target"]: t for t in judging.targets(agg)}
     assert by_name["put-c64: brain/etcd-3.6 throughput"]["status"] == "pass"
     assert by_name["put-c64: brain/kine throughput"]["status"] == "pass"
     assert by_name["list: brain/etcd-3.6 throughput"]["status"] == "miss"  # brain failed
     assert by_name["put-c256: brain/etcd-3.6 throughput"]["status"] == "n/a"
-    md = report.markdown(_data(runs), [])
+    md = render.markdown(_data(runs), [])
     assert "| put-c64 | ops/s | 3 | 200 (100-300, 3 runs) | 100 (50.0-100, 3 runs) |" in md and "## Targets" in md
 
 
@@ -94,12 +94,12 @@ def test_fewer_runs_than_planned_are_shown_and_met_targets_need_every_run():
     runs += [_run("brain", "restart", 3.0, ready_after_kill9_s=4.0, rss_after_load_kb=1024),
              _run("etcd-3.6", "restart", 4.0, ready_after_kill9_s=5.0, rss_after_load_kb=2048)]
     data = _data(runs)
-    agg = report.aggregate(data)
+    agg = aggregation.aggregate(data)
     assert (agg["put-c256"]["kine"]["n"], agg["put-c256"]["kine"]["planned"]) == (2, 3)
-    assert report.ratio(agg, "put-c256", "kine") == 15.0
-    t = {x["target"]: x for x in report.targets(agg)}["put-c256: brain/kine throughput"]
+    assert aggregation.ratio(agg, "put-c256", "kine") == 15.0
+    t = {x["target"]: x for x in judging.targets(agg)}["put-c256: brain/kine throughput"]
     assert t["status"] == "n/a" and "kine 2/3" in t["note"]
-    md = report.markdown(data, [])
+    md = render.markdown(data, [])
     assert "| put-c256 | ops/s | 3 | 300 (300-300, 3 runs) | – | 20.0 (20.0-20.0, 2/3 runs) |" in md
     assert "| rss | MiB (lower is better) | 1 | 1.00 (1 run) | 2.00 (1 run) |" in md
 
@@ -107,7 +107,7 @@ def test_fewer_runs_than_planned_are_shown_and_met_targets_need_every_run():
 def test_all_runs_failed_is_an_error_cell():
     runs = [_run("brain", "count", 5.0, i) for i in range(3)]
     runs += [_run("kine", "count", None, i, ok=False) for i in range(3)]
-    md = report.markdown(_data(runs), [])
+    md = render.markdown(_data(runs), [])
     assert "| count | ops/s | 3 | 5.00 (5.00-5.00, 3 runs) | error (0/3) |" in md
 
 
@@ -117,7 +117,7 @@ def test_merge_replaces_the_rerun_workloads():
     rerun = _data([_run("brain", "restart", 7.0, ready_after_kill9_s=9.0)])
     rerun["meta"].update(started="2026-02-02T00:00:00", order_rule="rotating",
                          settings={"rounds": 3, "name": "full", "restart_tail": 5})
-    merged = report.merge(base, rerun, "rerun.json")
+    merged = merging.merge(base, rerun, "rerun.json")
     got = {(r["workload"], r["result"].get("ready_after_s")) for r in merged["runs"]}
     assert ("restart", 7.0) in got and ("restart", 3.0) not in got
     assert ("restart", 8.0) in got  # kine was not re-run: its run stays
@@ -125,9 +125,9 @@ def test_merge_replaces_the_rerun_workloads():
     assert merged["meta"]["merged"][0]["workloads"] == ["restart", "restart-kill9", "rss"]
     assert merged["meta"]["merged"][0]["servers"] == ["brain"]
     assert merged["meta"]["settings"]["restart_tail"] == 5
-    md = report.markdown(merged, [])
+    md = render.markdown(merged, [])
     assert "**Re-measured** on 2026-02-02" in md and "rerun.json" in md
-    assert "[B] 2026-02-02" in report.readme_block(merged, "x.md")
+    assert "[B] 2026-02-02" in readme.readme_block(merged, "x.md")
     assert {r["source"] for r in merged["runs"]} == {"base.json", "rerun.json"}
 
 
@@ -143,16 +143,16 @@ def test_server_order_rotates_per_round_and_group():
 
 
 def test_readme_block_is_replaced_in_place(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\nintro\n")
+    path = tmp_path / "README.md"
+    path.write_text("# x\n\nintro\n")
     data = _data([_run("brain", "put-c1", 10.0), _run("etcd-3.6", "put-c1", 5.0)])
-    report.update_readme(readme, report.readme_block(data, "benchmarks/results/a.md"))
-    first = readme.read_text()
-    assert first.startswith("# x\n\nintro\n") and first.count(report.README_BEGIN) == 1
-    readme.write_text(first + "\n## after\n")
-    report.update_readme(readme, report.readme_block(data, "benchmarks/results/b.md"))
-    second = readme.read_text()
-    assert second.count(report.README_BEGIN) == 1 and "results/b.md" in second and "results/a.md" not in second
+    readme.update_readme(path, readme.readme_block(data, "benchmarks/results/a.md"))
+    first = path.read_text()
+    assert first.startswith("# x\n\nintro\n") and first.count(readme.README_BEGIN) == 1
+    path.write_text(first + "\n## after\n")
+    readme.update_readme(path, readme.readme_block(data, "benchmarks/results/b.md"))
+    second = path.read_text()
+    assert second.count(readme.README_BEGIN) == 1 and "results/b.md" in second and "results/a.md" not in second
     assert second.endswith("## after\n")
 
 
@@ -183,26 +183,26 @@ def _base_and_rerun():
                      for i in (1, 2, 3)]}
     rerun = {"meta": _meta("2026-02-02T00:00:00", "Intel Xeon", "0.15, 0.46, 0.98", "3.28, 1.82, 1.42"),
              "runs": [_run(s, "put-c64", v, i) for s, v in (("brain", 80.0), ("etcd-3.6", 40.0)) for i in (1, 2, 3)]}
-    return report.merge(base, rerun, "rerun.json", base_name="base.json")
+    return merging.merge(base, rerun, "rerun.json", base_name="base.json")
 
 
 def test_merged_ratio_is_given_only_for_cells_of_one_run():
     merged = _base_and_rerun()
-    agg = report.aggregate(merged)
-    assert report.ratio(agg, "put-c64", "etcd-3.6") == 2.0          # both from the re-run
-    assert report.ratio(agg, "put-c64", "kine") is None             # brain re-run, kine base: 16 across runs
-    assert report.compare(agg, "put-c64", "kine").why == "runs differ"
-    md = report.markdown(merged, [])
+    agg = aggregation.aggregate(merged)
+    assert aggregation.ratio(agg, "put-c64", "etcd-3.6") == 2.0          # both from the re-run
+    assert aggregation.ratio(agg, "put-c64", "kine") is None             # brain re-run, kine base: 16 across runs
+    assert aggregation.compare(agg, "put-c64", "kine").why == "runs differ"
+    md = render.markdown(merged, [])
     assert ("| put-c64 | ops/s | 3 | 80.0 (80.0-80.0, 3 runs) [B] | 40.0 (40.0-40.0, 3 runs) [B] "
             "| 5.00 (5.00-5.00, 3 runs) [A] | 2.00 | n/a (runs differ) |") in md
     # The target would pass (80 / 5 = 16 >= 10) if runs were mixed: it is n/a, and says why.
-    t = {x["target"]: x for x in report.targets(agg)}["put-c64: brain/kine throughput"]
+    t = {x["target"]: x for x in judging.targets(agg)}["put-c64: brain/kine throughput"]
     assert t["status"] == "n/a" and t["value"] is None
     assert "runs differ" in t["note"] and "rerun.json" in t["note"] and "base.json" in t["note"]
 
 
 def test_merged_header_lists_every_runs_machine_and_load():
-    md = report.markdown(_base_and_rerun(), [])
+    md = render.markdown(_base_and_rerun(), [])
     assert "| A | `base.json` | 2026-01-01 00:00 | 2 CPUs AMD EPYC | not recorded | not recorded |" in md
     assert "| B | `rerun.json` | 2026-02-02 00:00 | 2 CPUs Intel Xeon | 0.15, 0.46, 0.98 | 3.28, 1.82, 1.42 |" in md
     assert "All servers of a row ran in the same run" not in md
@@ -213,15 +213,15 @@ def test_a_second_merge_keeps_the_sources_of_the_first():
     merged = _base_and_rerun()
     third = {"meta": _meta("2026-03-03T00:00:00", "Intel Xeon", "1.00, 1.00, 1.00", "2.00, 2.00, 2.00"),
              "runs": [_run("kine", "put-c64", 8.0, i) for i in (1, 2, 3)]}
-    merged = report.merge(merged, third, "third.json", base_name="ignored.json")
+    merged = merging.merge(merged, third, "third.json", base_name="ignored.json")
     assert {r["source"] for r in merged["runs"]} == {"rerun.json", "third.json"}  # kine's base runs replaced
     assert [x["file"] for x in merged["meta"]["sources"]] == ["base.json", "rerun.json", "third.json"]
-    assert report.ratio(report.aggregate(merged), "put-c64", "kine") is None
+    assert aggregation.ratio(aggregation.aggregate(merged), "put-c64", "kine") is None
 
 
 def test_a_single_run_report_has_no_run_marks():
     runs = [_run(s, "put-c64", v, i) for s, v in (("brain", 10.0), ("kine", 1.0)) for i in (1, 2, 3)]
-    md = report.markdown(_data(runs), [])
+    md = render.markdown(_data(runs), [])
     assert "| put-c64 | ops/s | 3 | 10.0 (10.0-10.0, 3 runs) | 1.00 (1.00-1.00, 3 runs) | 10.00 |" in md and "[A]" not in md
 
 
@@ -239,31 +239,31 @@ def _mtls_runs(fast: bool):
 
 
 def test_mtls_target_is_judged_against_the_faster_etcd_configuration():
-    agg = report.aggregate(_data(_mtls_runs(fast=True)))
-    r = report.compare(agg, "mtls-put-c64", "etcd-3.6")
+    agg = aggregation.aggregate(_data(_mtls_runs(fast=True)))
+    r = aggregation.compare(agg, "mtls-put-c64", "etcd-3.6")
     assert r.peer == "etcd-3.6-fast" and abs(r.value - 7000 / 6000) < 1e-9 and not r.default_only
-    by_name = {t["target"]: t for t in report.targets(agg)}
+    by_name = {t["target"]: t for t in judging.targets(agg)}
     assert by_name["mtls-put-c64: brain/etcd-3.6 throughput"]["status"] == "miss"   # 1.17 < 1.5
     cpu = by_name["mtls-put-c64: brain/etcd-3.6 server CPU per op"]
     assert cpu["value"] == 2.0 and cpu["status"] == "miss"  # brain 1000 µs/op against the fast config's 500
-    md = report.markdown(_data(_mtls_runs(fast=True)), [])
+    md = render.markdown(_data(_mtls_runs(fast=True)), [])
     assert ("| mtls-put-c64 | ops/s | 3 | 7,000 (7,000-7,000, 3 runs) | 3,000 (3,000-3,000, 3 runs) "
             "| 6,000 (6,000-6,000, 3 runs) | 1.17 |") in md   # both cells shown
 
 
 def test_mtls_target_without_the_fast_configuration_is_not_called_met():
-    agg = report.aggregate(_data(_mtls_runs(fast=False)))
-    r = report.compare(agg, "mtls-put-c64", "etcd-3.6")
+    agg = aggregation.aggregate(_data(_mtls_runs(fast=False)))
+    r = aggregation.compare(agg, "mtls-put-c64", "etcd-3.6")
     assert r.default_only and abs(r.value - 7000 / 3000) < 1e-9
-    t = {x["target"]: x for x in report.targets(agg)}["mtls-put-c64: brain/etcd-3.6 throughput"]
+    t = {x["target"]: x for x in judging.targets(agg)}["mtls-put-c64: brain/etcd-3.6 throughput"]
     assert t["status"] == "n/a" and "etcd-3.6-fast" in t["note"]
-    assert "2.33 (default only)" in report.markdown(_data(_mtls_runs(fast=False)), [])
+    assert "2.33 (default only)" in render.markdown(_data(_mtls_runs(fast=False)), [])
 
 
 def test_plaintext_rows_do_not_use_the_fast_configuration():
     runs = [_run("brain", "put-c64", 100.0), _run("etcd-3.6", "put-c64", 50.0),
             _run("etcd-3.6-fast", "put-c64", 200.0)]
-    assert report.ratio(report.aggregate(_data(runs)), "put-c64", "etcd-3.6") == 2.0
+    assert aggregation.ratio(aggregation.aggregate(_data(runs)), "put-c64", "etcd-3.6") == 2.0
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def _restart(server, sigterm, kill9):
 
 
 def _restart_targets(runs):
-    tg = {t["target"]: t for t in report.targets(report.aggregate(_data(runs)))}
+    tg = {t["target"]: t for t in judging.targets(aggregation.aggregate(_data(runs)))}
     return (tg["restart (SIGTERM) with 1,000,000 keys: brain seconds, worst sample"],
             tg["restart (kill -9) with 1,000,000 keys: brain seconds, worst sample"])
 
@@ -286,13 +286,13 @@ def _restart_targets(runs):
 def test_restart_row_gives_median_and_worst_and_the_target_takes_the_worst():
     runs = [_restart("brain", [6.0, 6.5, 7.0], [7.2, 25.6, 7.0]),
             _restart("etcd-3.6", [5.0, 5.5, 6.0], [6.4, 6.5, 6.6])]
-    agg = report.aggregate(_data(runs))
+    agg = aggregation.aggregate(_data(runs))
     cell = agg["restart-kill9"]["brain"]
     assert cell["value"] == 7.2 and cell["worst"] == 25.6 and cell["samples"] == [7.2, 25.6, 7.0]
     sigterm, kill9 = _restart_targets(runs)
     assert sigterm["status"] == "pass" and sigterm["value"] == 7.0
     assert kill9["status"] == "miss" and kill9["value"] == 25.6   # the median (7.2) would have passed
-    md = report.markdown(_data(runs), [])
+    md = render.markdown(_data(runs), [])
     assert ("| restart-kill9 | s (lower is better) | 1 | 7.20 (7.00-25.6, 3 samples) "
             "| 6.50 (6.40-6.60, 3 samples) |") in md
     assert "cpu_to_ready_s_samples 1.50, 1.50, 1.50" in md
@@ -305,7 +305,7 @@ def test_restart_target_on_fewer_samples_is_not_called_met():
     # ... but one start over the goal is a miss.
     _, kill9 = _restart_targets([_run("brain", "restart", 3.0, ready_after_kill9_s=12.0)])
     assert kill9["status"] == "miss"
-    md = report.markdown(_data([_run("brain", "restart", 3.0, ready_after_kill9_s=4.0)]), [])
+    md = render.markdown(_data([_run("brain", "restart", 3.0, ready_after_kill9_s=4.0)]), [])
     assert "| restart | s (lower is better) | 1 | 3.00 (1 sample) |" in md
 
 
@@ -340,18 +340,18 @@ def test_an_unsupported_rpc_is_its_own_cell_and_no_ratio():
     runs = [_unsupported("brain", "scale-stream"), _unsupported("etcd-3.6", "scale-stream"),
             _run("etcd-3.7", "scale-stream", 90_000.0)]
     data = _scale_data(runs, 1_000_000)
-    agg = report.aggregate(data)
-    assert agg["scale-stream"]["brain"]["value"] is None and report.ratio(agg, "scale-stream", "etcd-3.7") is None
-    md = report.markdown(data, [])
+    agg = aggregation.aggregate(data)
+    assert agg["scale-stream"]["brain"]["value"] is None and aggregation.ratio(agg, "scale-stream", "etcd-3.7") is None
+    md = render.markdown(data, [])
     assert "| scale-stream | keys/s | 1 | unsupported | unsupported | 90,000 (1 run) | – | – |" in md
-    [t] = [t for t in report.targets(agg) if t["target"].startswith("scale-stream")]
+    [t] = [t for t in judging.targets(agg) if t["target"].startswith("scale-stream")]
     assert t["status"] == "n/a" and t["issue"] == "17"
 
 
 def _scale_restart_target(runs, scale_keys, which="scale-restart-kill9"):
     for r in runs:
         r["workload"] = "scale-restart"
-    tg = report.targets(report.aggregate(_scale_data(runs, scale_keys)), {"scale_keys": scale_keys})
+    tg = judging.targets(aggregation.aggregate(_scale_data(runs, scale_keys)), {"scale_keys": scale_keys})
     return next(t for t in tg if t["target"].startswith(which + " "))
 
 
@@ -398,15 +398,15 @@ def test_fault_rows_give_p99_p50_max_and_samples_beside_etcd():
             _failover("brain", 2, isolate=[0.9], nats_restart=[0.1, 0.2]),
             _failover("brain", 3, isolate=[0.7], nats_restart=[0.4, 0.6])]
     runs += [_failover("etcd-3.6", i, isolate=[x]) for i, x in enumerate((1.2, 1.4, 1.3), 1)]
-    agg = report.aggregate(_data(runs))
+    agg = aggregation.aggregate(_data(runs))
     iso = agg["cluster-pause-isolate"]
     assert iso["brain"]["value"] == 0.9 and iso["brain"]["p50"] == 0.7 and iso["brain"]["max"] == 0.9
     assert iso["etcd-3.6"]["samples"] == [1.2, 1.4, 1.3]
     assert agg["cluster-pause-nats-roll"]["etcd-3.6"]["value"] is None  # no such fault on etcd: no figure
     assert agg["cluster-pause-nats-excess"]["brain"]["value"] == 0.25
-    [t] = [t for t in report.targets(agg) if "beyond NATS's own election" in t["target"]]
+    [t] = [t for t in judging.targets(agg) if "beyond NATS's own election" in t["target"]]
     assert t["issue"] == "18" and t["status"] == "pass"
-    md = report.markdown(_data(runs), [])
+    md = render.markdown(_data(runs), [])
     assert ("| cluster-pause-isolate | s (p99 of isolations) (lower is better) | 3 | 0.900 (p50 0.700, "
             "0.500-0.900, 3 samples) | 1.40 (p50 1.30, 1.20-1.40, 3 samples) |") in md
     # p50 by nearest rank too: the 3rd of 6 (0.1 0.2 0.2 0.3 0.4 0.6), not the mean of the middle two
@@ -421,11 +421,11 @@ def test_read_confirmation_table_sets_lease_off_beside_lease_on_and_etcd():
     data = _data(runs)
     data["meta"]["brain_serve_defaults"] = {"read_lease": True, "election_timeout_ms": 500,
                                             "heartbeat_interval_ms": 100}
-    md = report.markdown(data, [])
+    md = render.markdown(data, [])
     assert ("| 64 | 4,000/s, p99 2.00 ms (default) | 1,000/s, p99 2.00 ms (--read-lease=false) | 5,000/s, p99 "
             "2.00 ms | 0.250 | 0.200 | 0.800 |") in md
     assert "(brain at `brain serve`'s default: read lease on)" in md  # the default rows say which it was
-    assert report.read_confirmation_table(report.aggregate(_data(runs[:1]))) == []
+    assert render.read_confirmation_table(aggregation.aggregate(_data(runs[:1]))) == []
 
 
 def test_with_the_lease_off_by_default_the_lease_on_rows_are_the_labelled_second_ones():
@@ -434,7 +434,7 @@ def test_with_the_lease_off_by_default_the_lease_on_rows_are_the_labelled_second
     data = _data(runs)
     data["meta"]["brain_serve_defaults"] = {"read_lease": False, "election_timeout_ms": 500,
                                             "heartbeat_interval_ms": 100}
-    md = report.markdown(data, [])
+    md = render.markdown(data, [])
     assert ("| 64 | 4,000/s, p99 2.00 ms (--read-lease=true) | 1,000/s, p99 2.00 ms (default) | 5,000/s, p99 "
             "2.00 ms | 0.250 | 0.200 | 0.800 |") in md
     assert "(brain at `brain serve`'s default: read lease off)" in md
@@ -471,12 +471,12 @@ def test_brains_leader_kill_is_judged_at_its_default_timeout_beside_both_at_etcd
     runs += [dict(_failover("brain", 1, leader=[0.5, 0.7, 0.6]), workload="cluster-failover-brain-defaults")]
     data = _data(runs)
     data["meta"]["settings"]["rounds"] = 1
-    agg = report.aggregate(data)
+    agg = aggregation.aggregate(data)
     assert agg["cluster-pause-leader-brain-defaults"]["brain"]["value"] == 0.7
-    t = next(t for t in report.targets(agg) if t["issue"] == "18" and "brain's leader" in t["target"])
+    t = next(t for t in judging.targets(agg) if t["issue"] == "18" and "brain's leader" in t["target"])
     assert t["status"] == "pass" and t["value"] == 0.7
     assert "both at etcd's election timeout (cluster-pause-leader): brain 1.20 s, etcd 3.6 1.50 s" in t["note"]
-    assert report.ratio(agg, "cluster-pause-leader", "etcd-3.6") == 1.2 / 1.5  # the servers at equal settings
+    assert aggregation.ratio(agg, "cluster-pause-leader", "etcd-3.6") == 1.2 / 1.5  # the servers at equal settings
 
 
 # ---------------------------------------------------------------------------
@@ -493,24 +493,24 @@ def test_header_says_per_group_how_often_it_ran_and_warns_of_a_group_started_on_
          "load_average_end": "1.10, 0.50, 0.40"},
         {"group": "cluster-failover", "rounds": 3, "started": "2026-01-01T00:05:00",
          "load_average_start": "1.97, 1.20, 0.90", "load_average_end": "2.50, 1.50, 1.00"}]
-    md = report.markdown(data, [])
+    md = render.markdown(data, [])
     assert "time(s)" not in md
     assert "| put | 3 times | 00:00 | 0.15, 0.20, 0.30 | 1.10, 0.50, 0.40 |  |" in md
     assert "| cluster-failover | once | 00:05 | 1.97, 1.20, 0.90 | 2.50, 1.50, 1.00 | **not quiet** |" in md
     assert "**Not quiet**: 1 of 2 groups started with a 1-minute load average above 0.5: cluster-failover (1.97)" in md
-    assert "**Not quiet**: cluster-failover (1.97) started" in report.readme_block(data, "x.md")
+    assert "**Not quiet**: cluster-failover (1.97) started" in readme.readme_block(data, "x.md")
 
 
 def test_a_group_its_servers_ran_a_different_number_of_times_says_so_per_server():
     runs = [_run("brain", "list", 2.0, i) for i in (1, 2, 3)] + [_run("kine", "list", 0.1, 1)]
-    md = report.markdown(_data(runs), [])
+    md = render.markdown(_data(runs), [])
     assert "list brain 3, kine 1" in md
 
 
 def test_a_run_without_per_group_loads_is_judged_by_its_start():
     data = _data([_run("brain", "put-c64", 100.0)])
     data["meta"]["machine"]["load_average_start"] = "1.44, 1.00, 0.80"
-    md = report.markdown(data, [])
+    md = render.markdown(data, [])
     assert "**Not quiet**: the 1-minute load average was 1.44 at the start of the run" in md
     data["meta"]["machine"]["load_average_start"] = "0.20, 1.00, 0.80"
-    assert "Not quiet" not in report.markdown(data, [])
+    assert "Not quiet" not in render.markdown(data, [])

@@ -3,8 +3,8 @@ workloads for about a second each, with the restart group's samples (SIGTERM
 and kill -9 starts, each with its CPU time).
 
 Under ``make test`` every workload runs on brain and etcd 3.6 and on their
-3-replica clusters (load and a leader kill each), and only their binaries
-are built.  ``BRAIN_BENCH_SMOKE=all`` (``make test-full``) runs every
+3-replica clusters (load and a leader kill each), and node-capacity on brain
+as two groups (`brain groups`, one step); only their binaries are built.  ``BRAIN_BENCH_SMOKE=all`` (``make test-full``) runs every
 workload on every configuration (etcd 3.4 and 3.7, kine, and under mutual
 TLS etcd 3.6 and 3.7 on the fast gRPC listener too), as ``make bench-smoke``
 does; ``BRAIN_BENCH_SMOKE=others`` adds to the make test run the put groups
@@ -67,6 +67,7 @@ def bench_bin() -> Path:
 
 
 EVERYWHERE = ("etcd-3.6", "brain")  # every workload, and the clusters, in make test too
+GROUPS_CONFIG = "brain-groups"  # brain as two groups: node-capacity alone, one step, in make test too
 PUT_GROUPS = "put,mtls-put"  # what the other configurations run in make test
 
 
@@ -87,7 +88,7 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     from benchmarks.workloads import WORKLOADS, mode_of
 
     out = tmp_path / "main"
-    data = _smoke(bench_bin, out, *([] if ALL else ["--servers", ",".join(EVERYWHERE)]))
+    data = _smoke(bench_bin, out, *([] if ALL else ["--servers", ",".join((*EVERYWHERE, GROUPS_CONFIG))]))
     runs = list(data["runs"])
     meta = data["meta"]
     servers = dict(meta["servers"])
@@ -97,7 +98,7 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
         runs += rest["runs"]
         servers.update(rest["meta"]["servers"])
     smoked = SERVERS if OTHERS else EVERYWHERE
-    for name in smoked:
+    for name in (*smoked, GROUPS_CONFIG):
         assert servers[name]["available"], f"{name}: {servers[name]['reason']}"
 
     for name in ("etcd-3.6", "brain"):
@@ -180,6 +181,20 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
                     assert members == 1 or step["committer_cpu_s"] == step["committer_cpu_s_by_member"][step["leader"]]
                 else:
                     assert step["committer_us_per_op"] is None, step
+    # brain as two groups, started by `brain groups`: node-capacity alone, its one step passed with the
+    # Leases and Events at one group and the pods at the other, each group's committer read on its own (the
+    # busiest is the step's), each group compacted by brainload as the apiserver compacts each store.
+    assert set(seen[GROUPS_CONFIG]) == {"node-capacity"}, sorted(seen[GROUPS_CONFIG])
+    res = seen[GROUPS_CONFIG]["node-capacity"]["result"]
+    assert [x["nodes"] for x in res["steps"]] == [100] and res["capacity_nodes"] == 100, res
+    [step] = res["steps"]
+    assert step["pass"] and step["error"] is None, step
+    kinds = step["load"]["endpoints_by_kind"]
+    assert kinds["leases"] == kinds["events"] != kinds["pods"], kinds
+    by_member = step["committer_cpu_s_by_member"]
+    assert set(by_member) == {"default", "leases-events"} and all(v > 0 for v in by_member.values()), step
+    assert step["committer_cpu_s"] == max(by_member.values()) and step["committer_us_per_op"] > 0, step
+    assert step["server_cpu_us_per_op"] > 0 and step["load"]["compactions"]["done"] >= 2, step
     # Restart: every sample of both kinds was taken, each with the server's CPU time to ready.
     samples = meta["settings"]["restart_samples"]
     for server in ("etcd-3.6", "etcd-3.7", "brain") if ALL else EVERYWHERE:
@@ -198,6 +213,7 @@ def test_smoke_run_covers_every_workload(bench_bin: Path, tmp_path: Path) -> Non
     [md_path] = out.glob("*.md")
     md = md_path.read_text()
     assert "## Targets" in md and "| brain |" in md
+    assert "| brain-groups / brain |" in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:

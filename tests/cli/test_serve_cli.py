@@ -18,7 +18,7 @@ from brain.cli import serve, serve_args
 from brain.config import (
     ConfigError,
     ServerConfig,
-    parse_go_duration,
+    parse_seconds,
     parse_listen_url,
     parse_retention,
     parse_shard_boundaries,
@@ -165,6 +165,12 @@ def test_no_abbreviated_flags(capsys):
         (["--log-level", "chatty"], "--log-level"),
         (["--log-format", "xml"], "--log-format"),
         (["--client-cert-auth"], "--trusted-ca-file"),
+        (["--client-cert-allowed-cn", "a", "--client-cert-allowed-hostname", "b,c"],
+         '--client-cert-allowed-cn and --client-cert-allowed-hostname are mutually exclusive '
+         '(cns=["a"], hostnames=["b" "c"])'),
+        (["--grpc-front", "grpcio", "--client-cert-allowed-hostname", "h"],
+         "--client-cert-allowed-hostname needs --grpc-front native"),
+        (["--grpc-front", "grpcio", "--client-crl-file", "crl.der"], "--client-crl-file needs --grpc-front native"),
         (["--max-txn-ops", "0"], "--max-txn-ops"),
         (["--shards", "0"], "--shards"),
     ],
@@ -174,6 +180,44 @@ def test_bad_values_exit_2_with_a_message(argv, msg, capsys):
         parse(*argv)
     assert ei.value.code == 2
     assert msg in capsys.readouterr().err
+
+
+def test_client_certificate_narrowing_flags_split_as_etcd_splits_them():
+    c = parse("--client-cert-allowed-hostname", "a.test,,10.0.0.1, b.test", "--client-crl-file", "crl.der")
+    # every comma splits, nothing is trimmed or dropped (etcd's flags.StringsValue)
+    assert c.client_cert_allowed_hostname == ["a.test", "", "10.0.0.1", " b.test"]
+    assert (c.client_cert_allowed_cn, c.client_crl_file) == ([], "crl.der")
+    assert parse("--client-cert-allowed-cn=").client_cert_allowed_cn == [""]
+    c = parse(env={"ETCD_CLIENT_CRL_FILE": "e.der", "BRAIN_CLIENT_CERT_ALLOWED_CN": "x,y"})
+    assert (c.client_cert_allowed_cn, c.client_crl_file) == (["x", "y"], "e.der")
+    assert parse(env={"ETCD_CLIENT_CERT_ALLOWED_HOSTNAME": "e.test"}).client_cert_allowed_hostname == ["e.test"]
+
+
+def test_both_allowed_lists_from_the_environment_are_named(capsys):
+    with pytest.raises(SystemExit):
+        parse("--client-cert-allowed-hostname", "h", env={"ETCD_CLIENT_CERT_ALLOWED_CN": "c"})
+    assert "mutually exclusive" in capsys.readouterr().err
+
+
+def test_narrowing_notices():
+    from brain.api.server import narrowing_notices
+
+    def notices(*argv):
+        c = parse("--cert-file", "c", "--key-file", "k", "--trusted-ca-file", "ca", *argv)
+        return narrowing_notices(c, c.listeners())
+
+    https = ["--listen-client-urls", "https://127.0.0.1:2379"]
+    assert notices(*https, "--client-cert-auth") == []
+    assert notices(*https, "--client-cert-auth", "--client-cert-allowed-hostname", "a") == []
+    assert notices("--client-crl-file", "x") == ["scheme is http/unix: ignoring --client-crl-file"]
+    assert notices(*https, "--client-cert-allowed-hostname", "a", "--client-crl-file", "x") == [
+        "--client-cert-allowed-hostname, --client-crl-file narrow client certificates, and without "
+        "--client-cert-auth none is asked for: they change nothing"]
+    assert notices(*https, "--client-cert-auth", "--client-cert-allowed-hostname", "a,, b") == [
+        "--client-cert-allowed-hostname has an empty entry, which matches no certificate",
+        '--client-cert-allowed-hostname: [" b"] are matched as written, spaces included (as etcd does)']
+    assert notices(*https, "--client-cert-auth", "--client-cert-allowed-cn=") == [
+        "--client-cert-allowed-cn has an empty entry, which lets in a certificate without a common name"]
 
 
 def test_shards_from_boundaries_alone():
@@ -213,11 +257,12 @@ def test_retention_parsing_like_etcd():
     assert parse_retention("periodic", "1h30m") == 5400
     assert parse_retention("periodic", "1.5h") == 5400
     assert parse_retention("revision", "1000") == 1000
-    assert parse_go_duration("300ms") == pytest.approx(0.3)
-    assert parse_go_duration("-2s") == -2
+    assert parse_seconds("300ms") == pytest.approx(0.3)
+    assert parse_seconds("-2s") == -2
+    assert parse_seconds(" 1.5 ") == 1.5  # a bare number counts seconds
     for bad in ("", "h", "5 m", "1d"):
         with pytest.raises(ValueError):
-            parse_go_duration(bad)
+            parse_seconds(bad)
     with pytest.raises(ConfigError):
         parse_retention("periodic", "-1h")
 
@@ -243,7 +288,8 @@ def _log_line(fmt: str) -> str:
     buf = io.StringIO()
     logging_setup.configure("debug", fmt, stream=buf)
     try:
-        logging.getLogger("brain.test").info("hello %s", "world", extra={"fields": {"a": 1, "b": "x y"}})
+        logging.getLogger("brain.test").info("hello %s", "world", extra={"fields": {
+            "a": 1, "b": "x y", "ips": [], "dns": ["a.test", "b c"]}})
     finally:
         logging_setup.configure("info", "text")  # back to stderr
     return buf.getvalue().strip()
@@ -251,13 +297,14 @@ def _log_line(fmt: str) -> str:
 
 def test_text_log_format():
     line = _log_line("text")
-    assert line.endswith('INFO  brain.test: hello world a=1 b="x y"')
+    assert line.endswith('INFO  brain.test: hello world a=1 b="x y" ips=[] dns=["a.test","b c"]')
 
 
 def test_json_log_format():
     obj = json.loads(_log_line("json"))
     assert obj["level"] == "info" and obj["msg"] == "hello world" and obj["logger"] == "brain.test"
     assert obj["a"] == 1 and obj["b"] == "x y" and obj["ts"].endswith("Z")
+    assert obj["ips"] == [] and obj["dns"] == ["a.test", "b c"]
 
 
 def test_engine_tuning_flags():
@@ -429,3 +476,47 @@ def test_tls_files_are_checked_before_the_data_dir(tmp_path):
     assert not Path(data).exists()
     check_before_data_dir(cfg("--cert-file", str(crt), "--key-file", str(key), "--trusted-ca-file", str(crt)))
     assert Path(data).is_dir()
+
+
+def test_the_crl_file_is_checked_before_the_data_dir(tmp_path):
+    """etcd starts with a CRL it cannot read and then refuses every client
+    certificate; brain names the file first."""
+    from brain.cli.preflight import check_before_data_dir
+    from tests.support.tls import make_test_pki, write_crl
+
+    pki = make_test_pki(tmp_path / "pki")
+    data = str(tmp_path / "d")
+
+    def cfg(crl):
+        return parse("--data-dir", data, "--listen-client-urls", "https://127.0.0.1:0", *_tls_flags(pki),
+                     "--client-crl-file", str(crl))
+
+    missing = tmp_path / "missing.der"
+    assert _startup_error(check_before_data_dir, cfg(missing)) == (
+        f"--client-crl-file {missing}: No such file or directory")
+    pem = write_crl(pki.ca, tmp_path / "crl.pem", [pki.client], pem=True)
+    assert _startup_error(check_before_data_dir, cfg(pem)) == (
+        f"--client-crl-file {pem}: x509: malformed crl (the file is PEM; etcd and brain read a DER CRL: "
+        f"openssl crl -in {pem} -outform DER -out crl.der)")
+    v1 = tmp_path / "v1.der"  # a version 1 CRL: Go's parser wants version 2
+    v1.write_bytes(_v1_crl())
+    assert _startup_error(check_before_data_dir, cfg(v1)).endswith(": x509: unsupported crl version")
+    assert not Path(data).exists()
+    check_before_data_dir(cfg(write_crl(pki.ca, tmp_path / "crl.der", [pki.client])))
+    assert Path(data).is_dir()
+
+
+def _tls_flags(pki) -> list[str]:
+    return ["--cert-file", str(pki.server.cert), "--key-file", str(pki.server.key),
+            "--trusted-ca-file", str(pki.ca.cert), "--client-cert-auth"]
+
+
+def _v1_crl() -> bytes:
+    """A CRL whose TBS has no version field (v1), otherwise well formed."""
+    def tlv(tag: int, body: bytes) -> bytes:
+        assert len(body) < 128
+        return bytes([tag, len(body)]) + body
+    alg = tlv(0x30, tlv(0x06, bytes([0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02])))
+    issuer = tlv(0x30, tlv(0x31, tlv(0x30, tlv(0x06, b"\x55\x04\x03") + tlv(0x0c, b"ca"))))
+    tbs = tlv(0x30, alg + issuer + tlv(0x17, b"260101000000Z"))
+    return tlv(0x30, tbs + alg + tlv(0x03, b"\x00\x01"))

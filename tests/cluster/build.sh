@@ -11,8 +11,9 @@
 #                 -> ${BRAIN_CLUSTER_CACHE:-<repo>/.cache/cluster}/toxiproxy-<version>/toxiproxy
 #
 # Idempotent: a binary is rebuilt only when it is missing or its inputs
-# changed (nats-server, toxiproxy: the version; clustercheck: its go.mod, go.sum and
-# sources, and this script). Concurrent runs cannot corrupt a cache: a build
+# changed (nats-server, toxiproxy: the version; clustercheck: its go.mod, go.sum
+# and sources, those of the local modules its go.mod replaces, and this
+# script). Concurrent runs cannot corrupt a cache: a build
 # goes into a fresh temporary directory inside the cache and is renamed into
 # place (rename(2) is atomic within one filesystem), and a lock file makes a
 # second run wait for the first and then find the binary cached.
@@ -123,12 +124,19 @@ test_clustercheck() {
     (cd "$here/go" && env "${cc_env[@]}" go test -p "$jobs" -count=1 . >&2)
 }
 
+local_modules() {  # local_modules <module dir>: the directories its go.mod's replace directives name
+    awk '$1 == "replace" && $3 == "=>" && $4 ~ /^[.][.]?[/]/ {print $4}' "$1/go.mod" |
+        while read -r rel; do (cd "$1/$rel" && pwd); done
+}
+
 build_clustercheck() {
     local cache="$cc_cache"
     local src="$here/go"
     local target="$cache/bin/clustercheck"
     local stamp
-    stamp="$({ cat "$here/build.sh"; go version; find "$src" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)"
+    local -a shared
+    mapfile -t shared < <(local_modules "$src")
+    stamp="$({ cat "$here/build.sh"; go version; find "$src" "${shared[@]}" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)"
     if [[ $force == 0 && -x "$target" && -f "$cache/stamp" && "$(cat "$cache/stamp")" == "$stamp" ]]; then
         printf '%-12s cached %6.1f s %s\n' clustercheck 0 "$target"
         return

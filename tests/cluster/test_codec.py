@@ -89,3 +89,12 @@ def test_unknown_types_and_tags_are_refused():
     deep = b"L\x01\x00\x00\x00" * 100 + b"N"
     with pytest.raises(codec.CodecError):
         codec.decode(deep)
+
+
+def test_a_member_entry_says_what_its_brain_reads_and_an_old_one_reads_nothing_new():
+    from brain.cluster.membership import FEATURES, PIPELINE_FEATURE, Member
+
+    m = Member(0xAB, "b1", ["http://b1:2379"], [], 3, 4, 1.5, list(FEATURES))
+    assert Member.from_json(m.to_json()) == m and PIPELINE_FEATURE in m.features
+    old = b'{"id": "ab", "name": "b1", "client_urls": [], "peer_urls": [], "checkpoint_index": 0, "applied_index": 0}'
+    assert Member.from_json(old).features == []

@@ -107,7 +107,7 @@ def no_threads(monkeypatch):
 def candidate(bucket: Bucket, timeout: float = 0.5) -> Election:
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=timeout, heartbeat_interval=0.1,
                  on_elected=lambda: True, on_lost=lambda: None, clock=bucket.clock)
-    e._kv = bucket
+    e.key.kv = bucket
     return e
 
 
@@ -334,7 +334,7 @@ def _leader_with_journal(bucket: Bucket, clock: Clock, acked: list, asked: list)
                  on_elected=lambda: True, on_lost=lambda: None,
                  journal_acknowledged=lambda: acked[0], confirm_with_journal=lambda: asked.append(clock.now),
                  clock=clock)
-    e._kv = bucket
+    e.key.kv = bucket
     e._rev, e._renewed, e.leading = 7, clock.now, True
     return e
 
@@ -480,7 +480,7 @@ def test_a_holder_whose_engine_stopped_leading_gives_the_key_up(clock, no_thread
     leads = [True]
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
                  on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: leads[0], clock=clock)
-    e._kv = bucket
+    e.key.kv = bucket
     e._rev, e.leader_id = 7, 0xB
     e._elected()
     assert e.leading
@@ -497,7 +497,7 @@ def test_an_engine_that_stopped_leading_while_taking_the_lead_loses_the_key(cloc
     bucket = Bucket(clock, holder=0, revision=0)
     e = Election(Conn(bucket), "t", member_id=0xB, timeout=0.5, heartbeat_interval=0.1,
                  on_elected=lambda: True, on_lost=lambda: None, engine_leads=lambda: False, clock=clock)
-    e._kv = bucket
+    e.key.kv = bucket
     e._rev, e.leader_id = 7, 0xB
     e._elected()
     assert not e.leading and not e._rev

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from brain.journal.errors import JournalUnavailableError
-from brain.journal import jetstream
+from brain.journal import jetstream_reading
 from brain.journal.jetstream import JetStreamJournal
 from brain.journal.natsio import NatsConnection
 
@@ -97,7 +97,7 @@ def test_an_append_to_a_stream_leader_without_its_peers_stays_retryable(nats3):
 def test_a_read_goes_on_through_a_fetch_that_fails(nats3, monkeypatch):
     """A read of records the stream has waits out a stream leader that
     cannot answer for a while, on a new consumer, and misses nothing."""
-    monkeypatch.setattr(jetstream, "FETCH_BATCH", 8)  # several fetches
+    monkeypatch.setattr(jetstream_reading, "FETCH_BATCH", 8)  # several fetches
     conn, journal = _journal(nats3, "outage2")
     try:
         journal.begin_writing(0)

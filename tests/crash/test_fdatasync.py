@@ -25,6 +25,10 @@ reader see is checked:
   thread that calls fdatasync, then runs the real call): while it is held,
   the write gets no answer and a reader does not see it, though reads are
   answered; once fdatasync returns, the write succeeds at the next revision.
+* fail at a rollover (the journal's segment filled to its last bytes, then
+  a write that needs the preallocated next one, whose header is synced
+  before it becomes a segment): the same error and the same stop, not the
+  rebuild a journal out of space gets.
 
 An engine that answered before fdatasync returned fails both: its client gets
 success (or gets it at once during the stall), and a reader sees the write.
@@ -48,7 +52,10 @@ import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
 from brain.api.pb.etcdserverpb import rpc_pb2_grpc
+from brain.journal import parse_segment_name
+from brain.journal.segment import scan_segment
 from tests.support.servers import free_port, http_get, kv_stub, require_brain, require_tool, start_brain
+from tests.support.strace import traced_by
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -152,20 +159,6 @@ def test_failed_fdatasync_acknowledges_nothing_and_stops_writes(err, tmp_path):
         srv.cleanup()
 
 
-def _traced(pid: int, tracer: int) -> bool:
-    """Whether every thread of ``pid`` is traced by ``tracer``."""
-    tids = os.listdir(f"/proc/{pid}/task")
-    for tid in tids:
-        try:
-            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-        except OSError:
-            continue
-        line = next(ln for ln in status.splitlines() if ln.startswith("TracerPid:"))
-        if int(line.split()[1]) != tracer:
-            return False
-    return bool(tids)
-
-
 def test_stalled_fdatasync_holds_the_answer(tmp_path):
     require_brain()
     require_tool("strace", "strace")
@@ -180,7 +173,7 @@ def test_stalled_fdatasync_holds_the_answer(tmp_path):
                  "-e", f"inject=fdatasync:delay_enter={int(STALL_S * 1000)}ms", "-o", str(log)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 30
-            while not _traced(srv.proc.pid, tracer.pid):
+            while not traced_by(srv.proc.pid, tracer.pid):
                 assert tracer.poll() is None, f"strace exited: {tracer.stderr.read()}"
                 assert time.monotonic() < deadline, "strace did not attach to every thread"
                 time.sleep(0.05)
@@ -215,4 +208,60 @@ def test_stalled_fdatasync_holds_the_answer(tmp_path):
         if tracer is not None and tracer.poll() is None:
             tracer.kill()
             tracer.wait(30)
+        srv.cleanup()
+
+
+def _segment_room(journal_dir: Path) -> int:
+    """Bytes left in the journal's active segment (its size less its frames)."""
+    last = sorted(p for p in journal_dir.iterdir() if parse_segment_name(p.name) is not None)[-1]
+    data = last.read_bytes()
+    return len(data) - scan_segment(data, str(last), is_last=True).end
+
+
+def test_failed_fdatasync_at_a_rollover_stops_writes(tmp_path):
+    """A rollover syncs what it hands over (the segment it completes, the
+    preallocated next one's header): a failure there is a failed fdatasync
+    too, not a full disk: etcd's "etcdserver: server stopped" until a
+    restart, never success, and not the rebuild a full journal gets."""
+    require_brain()
+    require_tool("fiu-run", "fiu-utils")
+    require_tool("fiu-ctrl", "fiu-utils")
+    ctrl = tmp_path / "fiu-ctrl"
+    segment = 64 << 10
+    srv = start_brain(1, [*QUIET_CHECKPOINTS, "--journal-segment-bytes", str(segment)], on_disk=True,
+                      wrapper=["fiu-run", "-x", "-f", str(ctrl)])
+    code, text = grpc.StatusCode.UNAVAILABLE, "etcdserver: server stopped"
+    try:
+        journal = srv.data_dir / "journal"
+        acked = {}
+        with kv_stub(srv.endpoint) as st:
+            n = 0
+            while (room := _segment_room(journal)) > 400:  # the active segment filled to its last bytes
+                key, value = b"r/%03d" % n, os.urandom(min(room - 300, 8000) // 2).hex().encode()
+                acked[key] = (value, put(st.kv, key, value))
+                n += 1
+            segments = len([p for p in journal.iterdir() if p.name.endswith(".journal")])
+            fiu_ctrl(ctrl, srv.proc.pid, f"enable name=posix/io/sync/fdatasync,failinfo={errno.EIO}")
+            with pytest.raises(grpc.RpcError) as ei:
+                put(st.kv, b"r/rollover", b"x" * 1000)  # does not fit: the next segment
+            assert (ei.value.code(), ei.value.details()) == (code, text)
+            fiu_ctrl(ctrl, srv.proc.pid, "disable name=posix/io/sync/fdatasync")
+            with pytest.raises(grpc.RpcError) as ei:
+                put(st.kv, b"r/after", b"v")
+            assert (ei.value.code(), ei.value.details()) == (code, text)
+            r = st.kv.Range(pb.RangeRequest(key=b"r/", range_end=b"r0"), timeout=10)
+            assert len(r.kvs) == len(acked), "reads go on, and do not see the refused write"
+        log = srv.log_tail()
+        assert "journal write failed" in log and "rebuilding the store" not in log, log
+        assert segments == 1
+        srv.restart()
+        with kv_stub(srv.endpoint) as st:
+            for key, (value, rev) in acked.items():
+                r = st.kv.Range(pb.RangeRequest(key=key), timeout=10)
+                assert [(kv.value, kv.mod_revision) for kv in r.kvs] == [(value, rev)], key
+            r = st.kv.Range(pb.RangeRequest(key=b"r/rollover"), timeout=10)
+            assert all(kv.value == b"x" * 1000 for kv in r.kvs), r.kvs  # indeterminate, as in etcd
+            assert st.kv.Range(pb.RangeRequest(key=b"r/after"), timeout=10).count == 0
+            put(st.kv, b"r/restarted", b"v")
+    finally:
         srv.cleanup()

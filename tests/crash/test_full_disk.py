@@ -10,12 +10,21 @@ data dir on a full filesystem died of it (exit 135, no message).  Checked:
   first write or the journal's first segment: exit 1 with one line naming
   the data dir and the free space; after the space is freed the same data
   dir starts and takes writes (a failed creation left nothing half made);
-* an existing data dir filled while it takes writes, once where the
-  journal needs a new segment and once where a checkpoint needs lmdb's file
-  to grow: no signal, every write answered either with success or etcd's
-  NOSPACE error ("etcdserver: mvcc: database space exceeded") and the alarm
-  raised, reads answered; after the space is freed and brain restarted,
-  every acknowledged write is there.
+* an existing data dir filled while it takes writes, with a tmpfs of
+  its own under the journal, one under the value store, or one under the
+  whole data dir filled so that the journal's rollover, or lmdb's growth
+  in a checkpoint, comes first: no signal; every put answered with success
+  or etcd's NOSPACE error ("etcdserver: mvcc: database space exceeded"),
+  none succeeding after the first refusal; the NOSPACE alarm raised
+  (`etcdctl alarm list`); reads answered, every acknowledged write there
+  and no refused one; deletes still taken.  Where the journal fills, a
+  rollover takes the preallocated next segment, and a record larger than
+  a segment (a DeleteRange of ~300 KB) is refused with NOSPACE and is not
+  visible (the store is rebuilt without it), after which every write is
+  refused until there is space.  Then the operator frees the space and
+  disarms the alarm (`etcdctl alarm disarm`): writes are taken again with
+  no restart, and after a restart every acknowledged write is there and
+  no refused one.
 
 Mounting needs root: under CI its absence fails the test.
 """
@@ -26,77 +35,52 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 
 from brain.api.pb.etcdserverpb import rpc_pb2 as pb
-from tests.support.servers import REPO_ROOT, BrainServer, require_brain, require_tool, unavailable
+from tests.crash.space_support import (
+    NOSPACE,
+    check_acked,
+    checkpoints,
+    etcdctl,
+    member_id,
+    put_until_nospace,
+    refused_for_space,
+    wait_for,
+)
+from tests.support.servers import REPO_ROOT, BrainServer, free_port, require_brain
+from tests.support.small_fs import SmallFilesystem
 
 pytestmark = pytest.mark.timeout(180)
 
-NOSPACE = "etcdserver: mvcc: database space exceeded"
 QUIET = ["--checkpoint-interval", "1h", "--checkpoint-journal-bytes", str(1 << 30),
          "--checkpoint-memtable-records", "10000000"]
 
 
-class SmallFilesystem:
-    """A size-limited tmpfs mounted at ``path``, and a file that fills it."""
-
-    def __init__(self, path: Path, size: str) -> None:
-        require_tool("mount", "mount")
-        if os.geteuid() != 0:
-            unavailable("mounting a tmpfs needs root")
-        path.mkdir(parents=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                           capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:
-            unavailable(f"cannot mount a tmpfs: {r.stderr.strip()}")
-        self.path = path
-        self.filler = path / "filler"
-
-    def free(self) -> int:
-        st = os.statvfs(self.path)
-        return st.f_bavail * st.f_frsize
-
-    def fill(self, leave: int) -> None:
-        """Take all the free space but ``leave`` bytes (page-rounded)."""
-        have = self.filler.stat().st_size if self.filler.exists() else 0
-        take = self.free() - leave
-        if take > 0:
-            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                os.posix_fallocate(fd, have, take)
-            finally:
-                os.close(fd)
-        assert self.free() <= leave, (self.free(), leave)
-
-    def release(self) -> None:
-        self.filler.unlink(missing_ok=True)
-
-    def unmount(self) -> None:
-        r = subprocess.run(["umount", str(self.path)], capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:  # still busy (a process of ours not yet reaped): detach it
-            subprocess.run(["umount", "-l", str(self.path)], capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def on_small_fs():
-    """A BrainServer whose data dir is on a small tmpfs: (server, fs)
-    factory; the servers are stopped and the filesystems unmounted after."""
+    """A BrainServer with a small tmpfs under its data dir: (server, fs)
+    factory.  ``under`` is what the tmpfs holds: "data" (the whole data
+    dir), "journal" or "values" (mounted at that directory of the data dir,
+    as an operator puts them on disks of their own; the rest stays where
+    the server's temporary directory is).  The servers are stopped and the
+    filesystems unmounted after."""
     require_brain()
     made: list[tuple[BrainServer, SmallFilesystem]] = []
 
-    def make(size: str, extra_args=()) -> tuple[BrainServer, SmallFilesystem]:
+    def make(size: str, extra_args=(), under: str = "data") -> tuple[BrainServer, SmallFilesystem]:
         srv = BrainServer(shards=1, extra_args=list(extra_args))
         try:
-            fs = SmallFilesystem(srv.root / "fs", size)
+            mount = srv.root / "fs" if under == "data" else srv.data_dir / under
+            fs = SmallFilesystem(mount, size)
         except BaseException:
             srv.cleanup()
             raise
         made.append((srv, fs))
-        srv.data_dir = fs.path / "data"
+        if under == "data":
+            srv.data_dir = fs.path / "data"
         return srv, fs
 
     yield make
@@ -152,76 +136,120 @@ def test_new_data_dir_without_space_is_refused_in_one_line(on_small_fs, free_kib
         assert st.kv.Range(pb.RangeRequest(key=b"k"), timeout=10).kvs[0].mod_revision == rev
 
 
-def _put_until_nospace(srv: BrainServer, value_bytes: int, limit: int = 3000) -> dict[bytes, tuple[int, bytes]]:
-    """Puts until etcd's NOSPACE error answers several in a row; every
-    answer is success or that error.  The acknowledged ones."""
-    acked: dict[bytes, tuple[int, bytes]] = {}
-    refused = 0
-    with srv.stubs() as st:
-        for i in range(limit):
-            key, value = b"k%05d" % i, os.urandom(value_bytes // 2).hex().encode()
-            try:
-                rev = st.kv.Put(pb.PutRequest(key=key, value=value), timeout=10).header.revision
-            except grpc.RpcError as e:
-                assert (e.code(), e.details()) == (grpc.StatusCode.RESOURCE_EXHAUSTED, NOSPACE), \
-                    (e.code(), e.details(), srv.log_tail())
-                refused += 1
-                if refused == 5:
-                    break
-                continue
-            assert refused == 0, "a put succeeded after NOSPACE"
-            acked[key] = (rev, value)
-    assert refused == 5, f"no NOSPACE after {limit} puts:\n{srv.log_tail()}"
-    assert srv.proc.poll() is None, f"brain exited ({srv.proc.returncode}):\n{srv.log_tail()}"
-    return acked
-
-
-def _check_acked(st, acked: dict[bytes, tuple[int, bytes]]) -> None:
-    for key, (rev, value) in acked.items():
-        kvs = st.kv.Range(pb.RangeRequest(key=key), timeout=10).kvs
-        assert kvs and (kvs[0].mod_revision, kvs[0].value) == (rev, value), key
-
-
-def _nospace_alarms(st) -> list:
-    r = st.maintenance.Alarm(pb.AlarmRequest(action=pb.AlarmRequest.GET), timeout=10)
-    return [a for a in r.alarms if a.alarm == pb.NOSPACE]
-
-
-# journal: no checkpoint, the segment (256 KiB) fills and its successor
-# cannot be made.  checkpoint: a checkpoint every 32 KiB of journal, whose
-# segment (2 MiB, made before the disk filled) has room: lmdb's file cannot
-# grow.
-GROWTH = {
-    "journal": (QUIET + ["--journal-segment-bytes", str(256 << 10)], 64 << 10),
-    "checkpoint": (["--journal-segment-bytes", str(2 << 20), "--checkpoint-journal-bytes", str(32 << 10),
-                    "--checkpoint-interval", "1h", "--checkpoint-memtable-records", "10000000"], 16 << 10),
+# Where the disk fills first:
+# * journal: a tmpfs of its own under the journal; no checkpoint.  Its
+#   segment (256 KiB) fills and the rollover takes the preallocated next
+#   one; the one after it cannot be made.
+# * values: a tmpfs of its own under the value store; a checkpoint every 32
+#   KiB of journal: lmdb's file cannot grow.
+# * data-journal, data-values: one tmpfs holds the whole data dir, filled
+#   so that the journal's rollover, or lmdb's growth in a checkpoint, comes
+#   first (the journal's 2 MiB segment, made before the disk filled, has
+#   room for the whole test).
+# The journal cases also send a DeleteRange whose record (~300 KB) is
+# larger than a segment: its append needs space, fails, and the store is
+# rebuilt without it.
+_ROLLING = QUIET + ["--journal-segment-bytes", str(256 << 10)]
+_CHECKPOINTING = ["--journal-segment-bytes", str(2 << 20), "--checkpoint-journal-bytes", str(32 << 10),
+                  "--checkpoint-interval", "1h", "--checkpoint-memtable-records", "10000000"]
+FILLS = {  # under, tmpfs size, args, bytes left free, whether the journal fills first
+    "journal": ("journal", "2m", _ROLLING, 64 << 10, True),
+    "values": ("values", "2m", _CHECKPOINTING, 16 << 10, False),
+    "data-journal": ("data", "8m", _ROLLING, 64 << 10, True),
+    "data-values": ("data", "8m", _CHECKPOINTING, 16 << 10, False),
 }
+# `make test-full` fills and frees the disk this many times (BRAIN_DISK_CYCLES)
+CYCLES = int(os.environ.get("BRAIN_DISK_CYCLES", "1"))
 
 
-@pytest.mark.parametrize("growth", sorted(GROWTH))
-def test_existing_data_dir_filled_while_writing(on_small_fs, growth):
-    args, leave = GROWTH[growth]
-    srv, fs = on_small_fs("8m", args)
+def victims(n: int) -> list[bytes]:
+    return [b"v%d/%04d/" % (n, i) + b"x" * 1000 for i in range(300)]
+
+
+@pytest.mark.parametrize("fill", list(FILLS))
+def test_filled_while_writing_and_back_without_a_restart(on_small_fs, fill):
+    under, size, args, leave, journal_first = FILLS[fill]
+    grown = int(size[:-1]) + 2 * (CYCLES - 1)  # what the writes of every cycle take
+    metrics = f"http://127.0.0.1:{free_port()}"
+    srv, fs = on_small_fs(f"{grown}m", [*args, "--listen-metrics-urls", metrics], under)
     srv.start()
-    with srv.stubs() as st:
-        first = st.kv.Put(pb.PutRequest(key=b"before", value=b"x" * 1000), timeout=10).header.revision
-    fs.fill(leave)
-    acked = _put_until_nospace(srv, 1500)
-    acked[b"before"] = (first, b"x" * 1000)
-    with srv.stubs() as st:
-        _check_acked(st, acked)  # reads go on
-        alarms = _nospace_alarms(st)
-        assert alarms, srv.log_tail()
-        if growth == "checkpoint":  # only the alarm refuses: a delete is still taken
-            st.kv.DeleteRange(pb.DeleteRangeRequest(key=b"before"), timeout=10)
-            del acked[b"before"]
-    assert "Bus error" not in srv.log_tail()
-    fs.release()
+    acked: dict[bytes, tuple[int, bytes]] = {}
+    absent: list[bytes] = []
+    for n in range(CYCLES):
+        _fill_and_free(srv, fs, metrics, n, leave, journal_first, acked, absent)
+    assert srv.proc.poll() is None
     srv.restart()
     with srv.stubs() as st:
-        _check_acked(st, acked)
-        assert not st.kv.Range(pb.RangeRequest(key=b"before"), timeout=10).kvs or b"before" in acked
-        for alarm in _nospace_alarms(st):  # as in etcd, the operator disarms it
-            st.maintenance.Alarm(pb.AlarmRequest(action=pb.AlarmRequest.DEACTIVATE, memberID=alarm.memberID,
-                                                 alarm=pb.NOSPACE), timeout=10)
-        st.kv.Put(pb.PutRequest(key=b"after", value=b"y"), timeout=10)
+        check_acked(st, acked, absent)
+        assert etcdctl(srv, "alarm", "list") == ""
+        st.kv.Put(pb.PutRequest(key=b"restarted", value=b"z"), timeout=10)
+
+
+def _fill_and_free(srv, fs, metrics: str, n: int, leave: int, journal_first: bool, acked: dict,
+                   absent: list) -> None:
+    """One episode: the disk filled under writes, then freed by the operator
+    (cycle ``n``'s keys have n in them); ``acked`` and ``absent`` (refused or
+    deleted) are brought up to date."""
+    before = b"before/%d" % n
+    mine = victims(n)
+    with srv.stubs() as st:
+        acked[before] = (st.kv.Put(pb.PutRequest(key=before, value=b"x" * 1000), timeout=10).header.revision,
+                         b"x" * 1000)
+        if journal_first:
+            for key in mine:
+                acked[key] = (st.kv.Put(pb.PutRequest(key=key, value=b"v"), timeout=10).header.revision, b"v")
+    rebuilt = srv.log_path.read_text().count("rebuilding the store from the checkpoint")
+    fs.fill(leave)
+    more, refused = put_until_nospace(srv, 1500, prefix=b"k%d/" % n)
+    acked.update(more)
+    done = checkpoints(metrics)
+    absent += refused
+    with srv.stubs() as st:
+        check_acked(st, acked, absent)  # reads go on; nothing refused is visible
+        me = member_id(st)
+        assert etcdctl(srv, "alarm", "list") == f"memberID:{me} alarm:NOSPACE \n"
+        # only the alarm refuses: a delete still goes to the journal
+        st.kv.DeleteRange(pb.DeleteRangeRequest(key=before), timeout=10)
+        del acked[before]
+        absent.append(before)
+        if journal_first:
+            # a record larger than a segment needs space the disk does not have
+            head = st.kv.Range(pb.RangeRequest(key=before), timeout=10).header.revision
+            span = pb.DeleteRangeRequest(key=b"v%d/" % n, range_end=b"v%d0" % n)
+            refused_for_space(lambda: st.kv.DeleteRange(span, timeout=30))
+            r = st.kv.Range(pb.RangeRequest(key=span.key, range_end=span.range_end, count_only=True), timeout=10)
+            assert (r.count, r.header.revision) == (len(mine), head), "the refused delete is visible"
+            # with no next segment left, every write is refused until there is space
+            refused_for_space(lambda: st.kv.DeleteRange(pb.DeleteRangeRequest(key=b"nothing"), timeout=10))
+            assert srv.log_path.read_text().count("rebuilding the store from the checkpoint") == rebuilt + 1, \
+                srv.log_tail()
+        check_acked(st, acked, absent)
+    assert "Bus error" not in srv.log_tail()
+
+    # The operator frees space and disarms the alarm: writes are taken again, no restart.
+    fs.release()
+    if not journal_first:
+        # the checkpoint the disk refused is written at its next try (one
+        # under way meanwhile may still fail and raise the alarm again:
+        # the operator disarms after)
+        wait_for("a checkpoint once there is space", lambda: checkpoints(metrics) > done, timeout=45, srv=srv)
+    deadline = time.monotonic() + 10
+    with srv.stubs() as st:
+        while True:
+            try:
+                st.kv.DeleteRange(pb.DeleteRangeRequest(key=b"nothing"), timeout=10)
+                break
+            except grpc.RpcError as e:
+                assert e.details() == NOSPACE and time.monotonic() < deadline, (e.details(), srv.log_tail())
+                time.sleep(0.2)
+        after = b"after/%d" % n
+        refused_for_space(lambda: st.kv.Put(pb.PutRequest(key=after, value=b"y"), timeout=10))
+        assert etcdctl(srv, "alarm", "disarm") == f"memberID:{me} alarm:NOSPACE \n"
+        assert etcdctl(srv, "alarm", "list") == ""
+        acked[after] = (st.kv.Put(pb.PutRequest(key=after, value=b"y"), timeout=10).header.revision, b"y")
+        if journal_first:
+            st.kv.DeleteRange(pb.DeleteRangeRequest(key=b"v%d/" % n, range_end=b"v%d0" % n), timeout=30)
+            absent += mine
+            for key in mine:
+                del acked[key]
+        check_acked(st, acked, absent)

@@ -9,8 +9,10 @@ def test_parse_retention_like_etcd():
     assert parse_retention("periodic", "5m") == 300
     assert parse_retention("periodic", "1h30m") == 5400
     assert parse_retention("periodic", "500ms") == 0.5
+    assert parse_retention("periodic", ".5h") == 1800  # Go's grammar (brain/go_duration.py)
+    assert parse_retention("periodic", "1μs") == 1e-6
     assert parse_retention("revision", "1000") == 1000
-    for bad in ("", "5x", "m5", "1h x"):
+    for bad in ("", "5x", "m5", "1h x", "-1h"):
         with pytest.raises(ValueError):
             parse_retention("periodic", bad)
     with pytest.raises(ValueError):

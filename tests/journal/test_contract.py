@@ -281,3 +281,90 @@ def test_end_index_is_the_newest_index(shared):
     impl.another().end_index(lambda index, exc: (out.append((index, exc)), done.set()))
     assert done.wait(5)
     assert out == [(w.last_index, None)]
+
+
+# -- pipelined appends (a journal that says ``pipelined``: JetStream) ----------
+
+
+def test_appends_made_while_a_sync_waits_land_in_order(shared):
+    """The leader appends while its syncing thread waits for earlier
+    acknowledgements (brain.engine.pipeline): every record lands once, in
+    append order, and each sync covers what was appended before it."""
+    import threading
+
+    j = shared.writer()
+    assert getattr(j, "pipelined", False)
+    start = j.last_index
+    payloads = [b"p%03d" % i for i in range(60)]
+    stop = threading.Event()
+    errors_seen: list = []
+
+    def syncing() -> None:
+        while not stop.is_set():
+            try:
+                j.sync()
+            except Exception as e:  # noqa: BLE001
+                errors_seen.append(e)
+                return
+
+    t = threading.Thread(target=syncing)
+    t.start()
+    try:
+        for p in payloads:
+            j.append(p)
+    finally:
+        stop.set()
+        t.join(30)
+    j.sync()
+    assert errors_seen == []
+    assert [p for _, p in shared.another().records(after_index=start)] == payloads
+
+
+def test_a_fence_found_by_one_sync_fails_every_later_append_and_sync(shared):
+    """A refusal (another writer appended) fails that record and every one
+    appended after it, and no later sync may report them durable: the
+    committer takes a quiet sync for an acknowledgement.  The records that
+    were already on their way land after the other writer's (each expects
+    the place before it, and the other writer's record is there): every
+    reader, reading or following, takes them for empty records, written in
+    an older epoch than the newest it has seen."""
+    import threading
+
+    from brain.journal import JournalFencedError
+
+    j = shared.writer()
+    end = j.last_index
+    j.begin_writing(end, 5)
+    other = shared.another()
+    other.begin_writing(end, 6)
+    other.append(b"theirs")
+    other.sync()
+    for p in (b"a", b"b", b"c"):
+        j.append(p)
+    with pytest.raises(JournalFencedError):
+        j.sync()
+    with pytest.raises(JournalFencedError):
+        j.sync()
+    with pytest.raises(JournalFencedError):
+        j.append(b"d")
+    reader = shared.another()
+    deadline = time.monotonic() + 10
+    while reader.state().last_seq < end + 3 and time.monotonic() < deadline:  # b and c land, after theirs
+        time.sleep(0.05)
+    got = [p for _, p in reader.records(after_index=end, epoch=5)]
+    assert got == [b"theirs", b"", b""], got
+    followed: list = []
+    done = threading.Event()
+
+    def deliver(index, payload) -> None:
+        followed.append(payload)
+        if len(followed) == 3:
+            done.set()
+
+    follower = shared.another()
+    follower.follow(end, deliver, lambda exc: done.set(), epoch=5)
+    try:
+        assert done.wait(10)
+    finally:
+        follower.stop_following()
+    assert followed == [b"theirs", b"", b""]

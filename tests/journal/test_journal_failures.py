@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 import pytest
 
@@ -139,51 +140,58 @@ def test_fdatasync_failure_at_rollover_poisons(jdir, monkeypatch):
     assert len(segment_paths(jdir)) == 1
 
 
-def test_directory_fsync_failure_at_rollover_poisons(jdir, monkeypatch):
+@pytest.mark.parametrize("preallocate", [True, False], ids=["spare", "no-prealloc"])
+def test_directory_fsync_failure_at_rollover_poisons(jdir, monkeypatch, preallocate):
     real_fsync = os.fsync
-    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024, preallocate=preallocate) as journal:
         journal.append(os.urandom(900))
         calls = []
 
-        def second_fails(fd):
+        def directory_fails(fd):
             calls.append(fd)
-            if len(calls) == 2:  # the first is the new segment file itself
+            if stat.S_ISDIR(os.fstat(fd).st_mode):  # not the new segment (or spare) file
                 raise OSError(errno.EIO, "I/O error")
             return real_fsync(fd)
 
-        monkeypatch.setattr(os, "fsync", second_fails)
+        monkeypatch.setattr(os, "fsync", directory_fails)
         with pytest.raises(JournalFailedError):
             journal.append(os.urandom(900))
         monkeypatch.undo()
         with pytest.raises(JournalFailedError):
             journal.append(b"x")
-    with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
+    with SegmentJournal.open(jdir, segment_bytes=1024, preallocate=preallocate) as journal:
         assert journal.last_index == 1
 
 
 def test_preallocation_enospc_leaves_the_current_segment_alone(jdir, monkeypatch):
+    """No spare (it could not be made at the last rollover) and no space:
+    the rollover fails and the journal goes on."""
     with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
-        journal.append(b"a" * 500)
+        monkeypatch.setattr(os, "posix_fallocate", no_space)
+        journal.append(b"z" * 600)
+        assert journal.append(b"a" * 500) == 2  # the rollover took the spare; a new one cannot be made
+        assert journal.reserve_error is not None and journal.reserve_error.errno == errno.ENOSPC
         journal.sync()
-        (path,) = segment_paths(jdir)
+        path = segment_paths(jdir)[-1]
         before = read_bytes(path)
 
-        monkeypatch.setattr(os, "posix_fallocate", no_space)
         with pytest.raises(JournalWriteError) as caught:
             journal.append(b"b" * 600)
         assert caught.value.errno == errno.ENOSPC
-        assert os.listdir(jdir) == [os.path.basename(path)], "no new or temporary file is left"
+        assert sorted(os.listdir(jdir)) == [os.path.basename(p) for p in segment_paths(jdir)], \
+            "no new or temporary file is left"
+        assert len(segment_paths(jdir)) == 2
         assert read_bytes(path) == before
-        assert journal.last_index == 1
+        assert journal.last_index == 2
         # Still usable: a record that fits goes to the current segment...
-        assert journal.append(b"c" * 100) == 2
+        assert journal.append(b"c" * 100) == 3
         monkeypatch.undo()
         # ...and once space is back the rollover happens.
-        assert journal.append(b"b" * 600) == 3
+        assert journal.append(b"b" * 600) == 4
         journal.sync()
-    assert len(segment_paths(jdir)) == 2
+    assert len(segment_paths(jdir)) == 3
     with SegmentJournal.open(jdir, segment_bytes=1024) as journal:
-        assert list(journal.records()) == [(1, b"a" * 500), (2, b"c" * 100), (3, b"b" * 600)]
+        assert [payload for _, payload in journal.records()] == [b"z" * 600, b"a" * 500, b"c" * 100, b"b" * 600]
 
 
 def test_growing_the_empty_segment_can_fail_with_enospc(jdir, monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -485,6 +486,107 @@ class BrainCluster(Storage):
                             total += int(line.split()[1]) / 1024
                 except OSError:
                     pass
+        return total or None
+
+
+@dataclass
+class GroupEndpoint(Storage):
+    """One group of a BrainGroups, for reads (Storage's, on its port)."""
+
+    port: int
+    label: str = "group"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class BrainGroups(Storage):
+    """`brain groups` (docs/groups.md) with two groups over TCP: node Leases
+    and Events (coordination.k8s.io/leases, /events, events.k8s.io/events) in
+    one, everything else in the other, from a layout file; kube-apiserver
+    gets the flags `brain groups --print-flags` prints for it.  ``proc`` is
+    the supervisor; the reads for the checks go to the main group unless a
+    group is named."""
+
+    label = "brain-groups"
+    transport = "tcp"
+    MAIN = "main"
+    MOVED = "leases-events"
+    RESOURCES = ("coordination.k8s.io/leases", "/events", "events.k8s.io/events")
+
+    def __init__(self, workdir: Path, restart_delay: float = 1.0):
+        self.workdir = workdir
+        self.data_dir = workdir / "brain-groups"
+        self.ports = {self.MAIN: free_port(), self.MOVED: free_port()}
+        self.metrics_ports = {self.MAIN: free_port(), self.MOVED: free_port()}
+        self.port = self.ports[self.MAIN]
+        self.layout = workdir / "groups.toml"
+        groups = []
+        for name in (self.MAIN, self.MOVED):
+            resources = "" if name == self.MAIN else f"resources = {json.dumps(list(self.RESOURCES))}\n"
+            groups.append(f'[[group]]\nname = "{name}"\n{resources}'
+                          f'listen-client-urls = "http://127.0.0.1:{self.ports[name]}"\n'
+                          f'listen-metrics-urls = "http://127.0.0.1:{self.metrics_ports[name]}"\n'
+                          f'data-dir = "{self.data_dir / name}"\n')
+        # the groups' logs in the work directory, kept with the others when the data is removed
+        self.layout.write_text(f'data-root = "{workdir}"\n\n' + "\n".join(groups))
+        self.proc = Proc("brain-groups", [sys.executable, "-m", "brain", "groups", "--layout", str(self.layout),
+                                          "--restart-delay", str(restart_delay)], workdir / "brain-groups.log")
+        self._flags: list[str] | None = None
+
+    def apiserver_flags(self) -> list[str]:
+        """What `brain groups --print-flags` prints for the layout, as it prints it."""
+        if self._flags is None:
+            r = subprocess.run([sys.executable, "-m", "brain", "groups", "--layout", str(self.layout),
+                                "--print-flags"], capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT))
+            if r.returncode != 0:
+                raise StartError(f"brain groups --print-flags failed: {r.stderr}")
+            self._flags = r.stdout.split()
+        return list(self._flags)
+
+    def group(self, name: str) -> "GroupEndpoint":
+        """The reads of the checks, sent to group ``name`` alone."""
+        return GroupEndpoint(self.ports[name], f"{self.label} {name}")
+
+    def log(self) -> str:
+        return self.proc.log_path.read_text(errors="replace")
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Start the supervisor; return once it says every group is up and each answers a linearizable read."""
+        self.proc.start()
+        deadline = time.monotonic() + timeout
+        while "brain groups up" not in self.log().rsplit("===== e2e: start #", 1)[-1]:
+            self.proc.check_alive()
+            if time.monotonic() > deadline:
+                raise StartError(f"brain groups not up after {timeout:.0f}s; log tail:\n{log_tail(self.proc.log_path)}")
+            time.sleep(0.2)
+        for name in self.ports:
+            self.group(name).count_prefix(b"/registry/health", timeout=10.0)
+
+    def group_pid(self, group: str) -> int:
+        """The pid of ``group``'s brain as the supervisor last reported it."""
+        text = self.log().rsplit("===== e2e: start #", 1)[-1]
+        pids = re.findall(rf"^  {re.escape(group)}\s+\S+\s+pid (\d+)", text, re.M)
+        pids += re.findall(rf" {re.escape(group)} started again, pid (\d+)", text)
+        if not pids:
+            raise StartError(f"brain groups named no pid for {group}")
+        # the banner comes first, restarts after it: the last line is the current process
+        last = max(((text.rfind(f"pid {p}"), int(p)) for p in pids))
+        return last[1]
+
+    def rss_mib(self) -> float | None:
+        if not self.proc.alive:
+            return None
+        total = 0.0
+        for name in [None, *self.ports]:
+            try:
+                pid = self.proc.popen.pid if name is None else self.group_pid(name)
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+            except (OSError, StartError):
+                continue
         return total or None
 
 

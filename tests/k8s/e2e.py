@@ -29,6 +29,13 @@ What one run does (every wait is bounded; see docs/kubernetes.md):
      apiserver log (no etcd errors outside the restart, RequestWatchProgress
      not refused) and its metrics (consistent reads served from the watch
      cache; request latency percentiles against the SIG Scalability SLOs).
+With --transport groups the storage is `brain groups` (docs/groups.md): node
+Leases and Events in a group of their own, everything else in the main group,
+kube-apiserver given the flags `brain groups --print-flags` prints; in place
+of the restarts the run checks where each resource's keys are (etcdctl on
+each group), that each object's resourceVersion is its key's mod revision in
+its own group, kills the Leases-and-Events group with kill -9 (brain groups
+starts it again) and checks both groups are compacted.
 With --baseline etcd-3.6 (the default for the full TCP run) the same
 scenario then runs on etcd 3.6.16 (benchmarks/build.sh's etcd-3.6) in the
 same invocation, and the summary puts its latencies next to brain's.
@@ -44,6 +51,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,7 +64,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.k8s import promstats  # noqa: E402
-from tests.k8s.cluster import BrainCluster, SERVICE_IP, Brain, ControlPlane, Etcd, StartError  # noqa: E402
+from tests.k8s.cluster import (BrainCluster, BrainGroups, SERVICE_IP, Brain, ControlPlane, Etcd,  # noqa: E402
+                               StartError)
 from tests.k8s.pki import make_cluster_pki  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -100,6 +109,21 @@ def watch_progress_trusted(version: str) -> bool:
         return False
     v = tuple(int(x) for x in m.groups())
     return (3, 4, 31) <= v < (3, 5, 0) or v >= (3, 5, 13)
+
+
+def etcdctl_binary() -> str:
+    """etcdctl for the checks that read a store as an operator does: $ETCDCTL, else the one on PATH
+    (Debian's etcd-client, which make deps-system installs), else etcd 3.6's from benchmarks/build.sh."""
+    found = os.environ.get("ETCDCTL") or shutil.which("etcdctl")
+    if found:
+        return found
+    from tests.support.servers import etcd_binary
+
+    etcd = etcd_binary("3.6")
+    ctl = Path(etcd).with_name("etcdctl-3.6") if etcd else None
+    if ctl is None or not ctl.is_file():
+        raise CheckFailed("etcdctl is not installed (make deps-system) and etcd 3.6's is not built")
+    return str(ctl)
 
 
 def build(force: bool = False) -> Path:
@@ -323,6 +347,8 @@ class Run:
             self.store = Brain(workdir, transport, self.pki)
         elif backend == "brain-cluster":
             self.store = BrainCluster(workdir)
+        elif backend == "brain-groups":
+            self.store = BrainGroups(workdir)
         else:
             assert transport == "tcp" and etcd_binary is not None, "the etcd baseline runs over tcp"
             self.store = Etcd(workdir, etcd_binary)
@@ -965,6 +991,163 @@ class Run:
         ok = self.cm_watch.wait_for([("ADDED", "after-leader-kill")], 30, cm_mark)
         self.check("leader kill: a kubectl get -w opened before the kill still delivers", ok)
 
+    # -- brain groups: Leases and Events in a group of their own ------------------
+    def etcdctl_keys(self, group: str, prefix: str) -> list[str]:
+        """``etcdctl get PREFIX --prefix --keys-only`` against one group's endpoint, as an operator runs it."""
+        argv = [etcdctl_binary(), "--endpoints", self.store.group(group).url, "get", prefix, "--prefix",
+                "--keys-only"]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=self.time_left(60),
+                           env={**os.environ, "ETCDCTL_API": "3"})
+        if r.returncode != 0:
+            raise CheckFailed(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        return [line for line in r.stdout.splitlines() if line]
+
+    def groups_keyspaces(self) -> None:
+        """Every node Lease and Event in the leases-events group's keyspace and none in the main group's;
+        nothing else in the leases-events group; kube-apiserver checks that group as an override."""
+        st = self.store
+        main, moved = st.MAIN, st.MOVED
+        leases = {g: self.etcdctl_keys(g, "/registry/leases/") for g in (main, moved)}
+        node_leases = {k.rsplit("/", 1)[1] for k in leases[moved] if k.startswith("/registry/leases/kube-node-lease/")}
+        self.check("node Leases are in the leases-events group's keyspace and nowhere else (etcdctl get --prefix)",
+                   self.kwok_nodes() <= node_leases and not leases[main],
+                   f"{len(leases[moved])} Leases in {moved} ({len(node_leases)} node Leases), "
+                   f"{len(leases[main])} in {main}")
+        events = {g: self.etcdctl_keys(g, "/registry/events/") for g in (main, moved)}
+        self.check("Events are in the leases-events group's keyspace and nowhere else (etcdctl get --prefix)",
+                   bool(events[moved]) and not events[main],
+                   f"{len(events[moved])} Events in {moved}, {len(events[main])} in {main}")
+        every = self.etcdctl_keys(moved, "")
+        other = [k for k in every if not k.startswith(("/registry/leases/", "/registry/events/"))
+                 and k != "compact_rev_key"]
+        rest = {kind: len(self.etcdctl_keys(main, f"/registry/{kind}/")) for kind in ("pods", "minions", "configmaps")}
+        self.facts["groups_keys"] = {moved: len(every), f"{main} pods/nodes/configmaps": rest}
+        self.check("the leases-events group holds nothing else, the main group the rest (pods, nodes, ConfigMaps)",
+                   not other and all(rest.values()),
+                   f"{len(every)} keys in {moved}, {len(other)} of them outside Leases and Events"
+                   + (f": {other[:5]}" if other else "") + f"; {main} holds {rest}")
+        code, body = self.cp.http_get("/readyz?verbose")
+        self.check("kube-apiserver took the override: /readyz checks the leases-events group on its own",
+                   code == 200 and "[+]etcd-override-0 ok" in body and "[+]etcd-override-readiness-0 ok" in body,
+                   f"HTTP {code}; apiserver flags {' '.join(st.apiserver_flags())}")
+
+    def groups_resource_versions(self) -> None:
+        """Each group's resourceVersions are its own: an object's resourceVersion is its key's mod
+        revision in its own group, whose revision sequence counts only that group's writes."""
+        from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+        st = self.store
+
+        def current(group: str, key: bytes):
+            with st.group(group).channel() as ch:
+                resp = rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=key), timeout=10)
+            return resp.kvs[0].mod_revision if resp.kvs else None, resp.header.revision
+
+        events = self.kjson("get", "events", "-n", "e2e-apps")["items"]
+        self.require("kubectl get events lists the Deployment's Events", bool(events), f"{len(events)} Events")
+        event = max(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+        pod = self.pods("e2e-apps")[0]
+        objects = [
+            ("a node Lease", st.MOVED, ["lease", "kwok-node-0", "-n", "kube-node-lease"],
+             b"/registry/leases/kube-node-lease/kwok-node-0"),
+            ("an Event", st.MOVED, ["event", event["metadata"]["name"], "-n", "e2e-apps"],
+             f"/registry/events/e2e-apps/{event['metadata']['name']}".encode()),
+            ("a pod", st.MAIN, ["pod", pod["metadata"]["name"], "-n", "e2e-apps"],
+             f"/registry/pods/e2e-apps/{pod['metadata']['name']}".encode()),
+        ]
+        heads = {}
+        for what, group, kubectl_args, key in objects:
+            other = st.MAIN if group == st.MOVED else st.MOVED
+            for _ in range(10):  # a Lease renewed between the two reads is read again
+                rv = int(self.kjson("get", *kubectl_args)["metadata"]["resourceVersion"])
+                mod, heads[group] = current(group, key)
+                if mod == rv:
+                    break
+                time.sleep(0.5)
+            elsewhere, heads[other] = current(other, key)
+            self.check(f"{what}'s resourceVersion is its key's mod revision in the {group} group, not in the other",
+                       mod == rv and elsewhere is None,
+                       f"resourceVersion {rv}; {key.decode()} at mod revision {mod} in {group} (head {heads[group]}),"
+                       f" {'absent' if elsewhere is None else f'at {elsewhere}'} in {other} (head {heads[other]})")
+        self.facts["groups_head_revisions"] = heads
+
+    def kill_moved_group(self) -> None:
+        """kill -9 of the leases-events group's brain under the live apiserver: `brain groups` reports it and
+        starts it again on its data dir, its keyspace at the revision read before is identical after, the
+        apiserver is green again and kwok's node Leases are renewed in it again."""
+        st = self.store
+        group = st.group(st.MOVED)
+        key = b"/registry/leases/kube-node-lease/kwok-node-0"
+        self.metrics_before_restart = self.metrics()
+        rev, snap = group.snapshot(b"/registry/")
+        lease_before = snap[key][1]
+        pid = st.group_pid(st.MOVED)
+        self.log(f"kill -9 of group {st.MOVED} (pid {pid}) with {len(snap)} keys at revision {rev}")
+        marker = len(st.log())
+        w0 = time.time()
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+
+        def restarted():
+            text = st.log()[marker:]
+            done = f"pid {pid}) was killed by SIGKILL" in text and f"{st.MOVED} serves again" in text
+            return text.splitlines() if done else f"not yet: {text.strip()[-300:]!r}"
+
+        lines = self.wait_until(f"brain groups restarting {st.MOVED}", restarted, 60, interval=0.25)
+        back = time.monotonic() - t0
+        new_pid = st.group_pid(st.MOVED)
+        self.facts["groups_restart_s"] = round(back, 1)
+        self.check("brain groups reports the killed group and starts it again; the other group serves on",
+                   new_pid != pid and st.proc.alive and not any("stopping" in line for line in lines),
+                   f"pid {pid} killed, {st.MOVED} serving again as pid {new_pid} {back:.1f}s later: "
+                   + " | ".join(line.strip() for line in lines[:4]))
+        try:
+            _, again = group.snapshot(b"/registry/", revision=rev)
+            changed = sorted(k for k in set(snap) | set(again) if snap.get(k) != again.get(k))
+            self.check(f"group kill: the leases-events keyspace at revision {rev} is identical after the restart",
+                       not changed, f"{len(again)} keys (before: {len(snap)}), {len(changed)} differ"
+                       + (f": {changed[:3]}" if changed else ""))
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            self.check(f"group kill: the leases-events keyspace at revision {rev} is identical after the restart",
+                       False, repr(e))
+        waited, body = self.cp.wait_readyz(self.time_left(120))
+        self.check("apiserver /readyz green again after the group's kill", "[+]etcd-override-0 ok" in body,
+                   f"green {time.monotonic() - t0:.1f}s after the kill")
+
+        def renewed():
+            rev_now, now = group.snapshot(key)
+            mod = now.get(key, (0, 0))[1]
+            return mod if mod > rev else f"mod revision {mod} (before the kill {lease_before}, kill at {rev})"
+
+        mod = self.wait_until("kwok's node Lease renewed in the restarted group", renewed, 60, interval=0.5)
+        self.check("node Leases are renewed in the restarted group", mod > rev,
+                   f"kwok-node-0's Lease at mod revision {lease_before} before the kill, {mod} after")
+        self.restart_windows.append((w0, time.time() + 30))
+        self.restart_done_wall = time.time()
+
+    def groups_compaction(self) -> None:
+        """kube-apiserver compacts the leases-events group on its own: compact_rev_key in that group's
+        keyspace, a read below its revision refused there as compacted and one at it served."""
+        group = self.store.group(self.store.MOVED)
+        interval = _parse_duration(self.args.compaction_interval)
+
+        def compacted():
+            v = group.get(b"compact_rev_key")
+            if v is None or not v.isdigit():
+                return f"compact_rev_key={v!r}"
+            rev = int(v)
+            below, at = self.compacted(rev - 1, group), self.compacted(rev, group)
+            return (below and not at and rev) or f"compact_rev_key={rev}: below {below}, at {at}"
+
+        try:
+            rev = self.wait_until("the apiserver's compaction of the leases-events group", compacted,
+                                  2 * interval + 30, interval=2)
+            self.check("kube-apiserver compacts the leases-events group at its own compact_rev_key", True,
+                       f"compact_rev_key={rev} in {self.store.MOVED}: a read at {rev - 1} refused as compacted, "
+                       f"at {rev} served")
+        except CheckFailed as e:
+            self.check("kube-apiserver compacts the leases-events group at its own compact_rev_key", False, str(e))
+
     def scale_roll_delete(self) -> None:
         s, r = self.p.scale_to, self.p.replicas
         t0 = time.monotonic()
@@ -1105,14 +1288,14 @@ class Run:
             self.check("a read at revision 1 is refused as compacted", "compacted" in str(e),
                        str(getattr(e, "details", lambda: e)()))
 
-    def compacted(self, revision: int) -> bool:
-        """True when the storage refuses a read at ``revision`` as compacted."""
+    def compacted(self, revision: int, store=None) -> bool:
+        """True when the storage (``store``: one group of it) refuses a read at ``revision`` as compacted."""
         import grpc
 
         from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
         try:
-            with self.store.channel() as ch:
+            with (store or self.store).channel() as ch:
                 rpc_pb2_grpc.KVStub(ch).Range(rpc_pb2.RangeRequest(key=b"compact_rev_key", revision=revision),
                                               timeout=10)
         except grpc.RpcError as e:
@@ -1218,11 +1401,17 @@ class Run:
             if self.backend == "brain-cluster":
                 self.kill_cluster_leader()
                 self.cut_cluster_follower()
+            elif self.backend == "brain-groups":
+                self.groups_keyspaces()
+                self.groups_resource_versions()
+                self.kill_moved_group()
             else:
                 self.restart_storage("sigterm")
                 self.restart_storage("kill9")
             self.scale_roll_delete()
             self.events_and_compaction()
+            if self.backend == "brain-groups":
+                self.groups_compaction()
             code, body = self.cp.http_get("/readyz?verbose")
             self.check("/readyz green at the end", code == 200 and "[+]etcd ok" in body, f"HTTP {code}")
         except (CheckFailed, StartError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
@@ -1279,7 +1468,10 @@ def print_summary(runs: list[Run]) -> None:
               f"{r.p.nodes} nodes, {f.get('pods_created', 0)} pods")
         print(f"  all {r.p.replicas} pods Running after {f.get('pods_running_s')}s; pod startup p50 "
               f"{f.get('pod_startup_p50_s')}s p99 {f.get('pod_startup_p99_s')}s (SLO p99 <= 5s)")
-        if r.backend == "brain-cluster":
+        if r.backend == "brain-groups":
+            print(f"  {label}: keys {f.get('groups_keys')}, head revisions {f.get('groups_head_revisions')}; "
+                  f"kill -9 of the leases-events group: serving again {f.get('groups_restart_s')}s later")
+        elif r.backend == "brain-cluster":
             print(f"  {label} leader kill -9: new leader after {f.get('cluster_new_leader_s')}s, first write "
                   f"acknowledged {f.get('cluster_write_pause_s')}s after the kill, apiserver /readyz green "
                   f"{f.get('cluster_apiserver_healthy_s')}s after it, the killed replica rejoined in "
@@ -1341,9 +1533,11 @@ def baseline_table(brain: Run, base: Run) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--transport", default="all", choices=["all", "tcp", "tls", "unix", "cluster"],
+    ap.add_argument("--transport", default="all", choices=["all", "tcp", "tls", "unix", "cluster", "groups"],
                     help="all = full profile over tcp (+ the baseline), then smoke over tls and unix; "
-                         "cluster = a 3-replica brain cluster on NATS over tcp, its leader killed mid-run")
+                         "cluster = a 3-replica brain cluster on NATS over tcp, its leader killed mid-run; "
+                         "groups = `brain groups` over tcp, Leases and Events in a group of their own "
+                         "(smoke profile by default)")
     ap.add_argument("--profile", choices=sorted(PROFILES), help="default: full for tcp, smoke otherwise")
     ap.add_argument("--baseline", choices=["etcd-3.6", "none"],
                     help="after a tcp run, the same scenario on this server (default: etcd-3.6 for the full tcp "
@@ -1385,6 +1579,8 @@ def main(argv: list[str] | None = None) -> int:
         backends = ["brain"] + ([_baseline(args, transport, pname)] if _baseline(args, transport, pname) else [])
         if transport == "cluster":
             transport, backends = "tcp", ["brain-cluster"]
+        elif transport == "groups":
+            transport, backends = "tcp", ["brain-groups"]
         for backend in backends:
             wd = parent / (f"{transport}-{pname}" + ("" if backend == "brain" else f"-{backend}"))
             wd.mkdir()

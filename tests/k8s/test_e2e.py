@@ -5,7 +5,8 @@ Kubernetes control plane from the Go module proxy (see build.sh), and a full
 run takes minutes. One test per transport: the full profile over TCP (then,
 in the same invocation, the same scenario on etcd 3.6 as the baseline), the
 smoke profile over mutual TLS and over a unix socket, the full profile over a
-3-replica brain cluster; then Kubernetes' storage conformance suite
+3-replica brain cluster, the smoke profile over `brain groups` (Leases and
+Events in a group of their own); then Kubernetes' storage conformance suite
 (tests/k8s/conformance, go test). Each scenario must pass every check and run
 exactly as many as it has. Extra driver flags can be passed in BRAIN_E2E_ARGS
 (e.g. "--keep --configmaps 1000"); the work directories are under the test's
@@ -44,6 +45,9 @@ pytestmark = [
 SINGLE_SERVER_CHECKS = 51
 # A brain cluster: the two restarts are one leader kill (12 checks).
 CLUSTER_CHECKS = 48
+# brain groups: in place of the restarts, where the keys are 4, resourceVersions 4 (Events listed, a Lease,
+# an Event, a pod), the kill -9 of a group 4; and the second group's compaction 1.
+GROUPS_CHECKS = 42
 
 
 def run_e2e(tmp_path: Path, transport: str, profile: str) -> dict[str, int]:
@@ -72,6 +76,14 @@ def test_control_plane_on_a_brain_cluster(tmp_path):
     of the single server's SIGTERM restart and kill -9).  About 165 s, the
     smoke profile about 100 s (measured on 2 shared cores)."""
     assert run_e2e(tmp_path, "cluster", "full") == {"tcp-full-brain-cluster": CLUSTER_CHECKS}
+
+
+def test_control_plane_on_brain_groups(tmp_path):
+    """The smoke scenario on `brain groups`: node Leases and Events in a group of
+    their own, kube-apiserver given the flags `brain groups --print-flags` prints;
+    the Leases-and-Events group killed with kill -9 mid-run (about 85 s, measured
+    on 2 shared cores)."""
+    assert run_e2e(tmp_path, "groups", "smoke") == {"tcp-smoke-brain-groups": GROUPS_CHECKS}
 
 
 def test_storage_conformance_suite():

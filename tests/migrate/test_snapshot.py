@@ -370,7 +370,7 @@ def test_a_snapshot_can_start_a_replica_at_its_journal_position(engines, tmp_pat
             be.close()
 
     (cp, ident), (cp2, ident2) = meta("replica"), meta("plain")
-    assert (cp["journal_index"], cp["epoch"], ident["cluster_id"]) == (info.journal_index, src.raft_term,
+    assert (cp["journal_index"], cp["epoch"], ident["cluster_id"]) == (info.journal_index, src.term,
                                                                        src.cluster_id)
     assert cp2["journal_index"] == 0 and "epoch" not in cp2 and ident2["cluster_id"] != src.cluster_id
 

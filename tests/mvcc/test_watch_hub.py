@@ -65,7 +65,7 @@ class Harness:
         events = self.store.take_changes()
         self.log.extend((ev.kv.mod_revision, ev.kv.key, ev.type) for ev in events)
         if events:
-            self.hub.notify(events, self.store.revision)
+            self.hub.route_committed(events, self.store.revision)
 
     def watch(self, i: int, key: bytes, end: bytes, start: int) -> None:
         s = self.streams[i]

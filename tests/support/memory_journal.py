@@ -47,7 +47,7 @@ class MemoryJournal:
     def last_index(self) -> int:
         return self._last
 
-    def begin_writing(self, last_index: int) -> None:
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
         self._writing, self._last, self._unsynced = True, last_index, []
 
     def stop_writing(self) -> None:
@@ -72,7 +72,7 @@ class MemoryJournal:
             s.cv.notify_all()
         self._unsynced = []
 
-    def records(self, after_index: int = 0):
+    def records(self, after_index: int = 0, epoch: int = 0):
         with self.stream.cv:
             held = list(self.stream.records)
         for i in range(after_index, len(held)):
@@ -83,7 +83,7 @@ class MemoryJournal:
             end = len(self.stream.records)
         callback(end, None)
 
-    def follow(self, after_index: int, deliver, failed) -> None:
+    def follow(self, after_index: int, deliver, failed, epoch: int = 0) -> None:
         self.stop_following()
         self._stop = stop = threading.Event()
 
@@ -129,10 +129,66 @@ class ClusterStub:
 
     def __init__(self) -> None:
         self.lease = False
+        self.epochs_everywhere = True  # every replica reads stale messages as empty (appends may be in flight)
 
     def hooks(self):
         from brain.engine import ClusterHooks
 
         return ClusterHooks(forwarder=lambda: None, leader_hint=lambda: 0, has_leader=lambda: True,
-                            election_timeout=1.0, role_changed=lambda: None, read_lease=lambda: self.lease)
+                            election_timeout=1.0, role_changed=lambda: None, read_lease=lambda: self.lease,
+                            pipeline_allowed=lambda: self.epochs_everywhere)
 
+
+
+class PipelinedMemoryJournal(MemoryJournal):
+    """A MemoryJournal that takes appends while a sync waits, as JetStream
+    does (brain.engine.pipeline): each record fenced on the one before,
+    stored and acknowledged only while ``acks`` is set, so a test holds
+    batches in flight."""
+
+    pipelined = True
+
+    def __init__(self, stream: Stream) -> None:
+        super().__init__(stream)
+        self.acks = threading.Event()
+        self.acks.set()
+        self._lock = threading.Lock()
+        self._fenced = False
+
+    def begin_writing(self, last_index: int, epoch: int = 0) -> None:
+        with self._lock:
+            super().begin_writing(last_index, epoch)
+            self._fenced = False
+
+    def stop_writing(self) -> None:
+        with self._lock:
+            super().stop_writing()
+
+    def append(self, payload: bytes) -> int:
+        with self._lock:
+            if self._fenced:
+                raise JournalFencedError("another writer appended", self._last)
+            return super().append(payload)
+
+    def sync(self) -> None:
+        with self._lock:
+            if self._fenced:
+                raise JournalFencedError("another writer appended", self._last)
+            pending = list(self._unsynced)
+        s = self.stream
+        while not self.acks.wait(0.05):
+            if not s.quorum.is_set():
+                raise JournalUnavailableError("no quorum")
+        if not s.quorum.is_set():
+            raise JournalUnavailableError("no quorum")
+        with s.cv:
+            for index, payload in pending:
+                if len(s.records) != index - 1:
+                    with self._lock:
+                        self._fenced, self._unsynced = True, []
+                    raise JournalFencedError("another writer appended", index - 1)
+                s.records.append(payload)
+            s.cv.notify_all()
+        with self._lock:
+            if self._unsynced[:len(pending)] == pending:
+                del self._unsynced[:len(pending)]

@@ -16,14 +16,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"brain.tests/clientsetup"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 )
@@ -166,29 +165,7 @@ func (c *common) parse(args []string) error {
 	return nil
 }
 
-func (c *common) endpointList() []string { return splitEndpoints(c.endpoints) }
-
-// splitEndpoints is a comma list of endpoints as a slice, blanks dropped.
-func splitEndpoints(list string) []string {
-	var eps []string
-	for _, e := range strings.Split(list, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	return eps
-}
-
-func (c *common) logger() *zap.Logger {
-	if !c.verbose {
-		return zap.NewNop()
-	}
-	l, err := zap.NewDevelopment()
-	if err != nil {
-		return zap.NewNop()
-	}
-	return l
-}
+func (c *common) endpointList() []string { return clientsetup.Endpoints(c.endpoints) }
 
 // config is the client configuration every connection uses.
 func (c *common) config() clientv3.Config {
@@ -197,7 +174,7 @@ func (c *common) config() clientv3.Config {
 		DialTimeout:        5 * time.Second,
 		MaxCallSendMsgSize: 64 << 20,
 		MaxCallRecvMsgSize: 64 << 20,
-		Logger:             c.logger(),
+		Logger:             clientsetup.Logger(c.verbose),
 		TLS:                c.tls,
 	}
 }
@@ -213,7 +190,7 @@ func (c *common) dialTo(endpoints string, n int) (pool, error) {
 	p := make(pool, 0, n)
 	for i := 0; i < n; i++ {
 		cfg := c.config()
-		cfg.Endpoints = splitEndpoints(endpoints)
+		cfg.Endpoints = clientsetup.Endpoints(endpoints)
 		cli, err := clientv3.New(cfg)
 		if err != nil {
 			p.close()

@@ -6,10 +6,10 @@ module brain.tests/clustercheck
 go 1.26.0
 
 require (
+	brain.tests/clientsetup v0.0.0
 	github.com/anishathalye/porcupine v1.3.1
 	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/v3 v3.6.16
-	go.uber.org/zap v1.27.0
 )
 
 require (
@@ -20,6 +20,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
@@ -28,3 +29,6 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
+
+// clientsetup (shared with the other Go tool) lives in this repository.
+replace brain.tests/clientsetup => ../../support/go/clientsetup

@@ -24,8 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"brain.tests/clientsetup"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // processStart is time zero of every relative time in a result ("t" fields,
@@ -181,26 +181,7 @@ func (c *common) parse(args []string) error {
 	return nil
 }
 
-func (c *common) endpointList() []string {
-	var eps []string
-	for _, e := range strings.Split(c.endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	return eps
-}
-
-func (c *common) logger() *zap.Logger {
-	if !c.verbose {
-		return zap.NewNop()
-	}
-	l, err := zap.NewDevelopment()
-	if err != nil {
-		return zap.NewNop()
-	}
-	return l
-}
+func (c *common) endpointList() []string { return clientsetup.Endpoints(c.endpoints) }
 
 // dialClient is client i's connection: over every endpoint, or with
 // --spread over endpoint i mod len(endpoints) alone.
@@ -257,7 +238,7 @@ func (c *common) dialTo(endpoints []string) (*clientv3.Client, error) {
 		DialTimeout:          c.dialTimeout,
 		DialKeepAliveTime:    time.Second,
 		DialKeepAliveTimeout: time.Second,
-		Logger:               c.logger(),
+		Logger:               clientsetup.Logger(c.verbose),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", strings.Join(endpoints, ","), err)

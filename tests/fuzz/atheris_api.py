@@ -1,0 +1,34 @@
+"""Coverage-guided fuzzing of the front's Python side with atheris.
+
+    python -m tests.fuzz.atheris_api NEW_CORPUS_DIR tests/fuzz/corpus/api -max_total_time=60
+
+runs libFuzzer (inside atheris) over tests.fuzz.api_target.FrontTarget.run,
+with brain's modules instrumented for coverage.  The arguments are
+libFuzzer's: corpus directories (new inputs are written to the first) and
+its options (-max_total_time, -runs, -seed, -artifact_prefix, ...).  A
+Defect (or any other exception) is a crash: libFuzzer writes the input to
+``<artifact_prefix>crash-<sha1>`` and exits with status 1.
+tests/fuzz/test_api_fuzz.py runs it for a few seconds under `make test` and
+longer under `make test-full`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+
+import atheris
+
+with atheris.instrument_imports(include=["brain"]):
+    from tests.fuzz.api_target import FrontTarget
+
+
+def main() -> None:
+    target = FrontTarget()
+    atexit.register(target.close)  # libFuzzer ends the process: Fuzz() does not return
+    atheris.Setup(sys.argv, target.run)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
