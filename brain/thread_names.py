@@ -3,7 +3,10 @@
 Per-thread tools read the kernel's name (Linux: /proc/<pid>/task/<tid>/comm,
 ``top -H``, the benchmark's CPU of the thread that decides writes); Python
 only sets it itself from 3.14 on, so before that every thread of brain is
-"python".  The kernel keeps 15 bytes of a name.
+"python".  The kernel keeps 15 bytes of a name, and a new thread starts
+with the OS name of the thread that made it: a thread the committer starts
+(lease clocks, compactor, checkpoint, syncer) names itself first, or it too
+would be counted as "brain-committer".
 """
 
 from __future__ import annotations

@@ -8,36 +8,13 @@ from __future__ import annotations
 
 import os
 
+from . import protocol
 from .lmdb_backend import DEFAULT_MAP_SIZE, LmdbBackend
 from .memory import MemoryBackend
-from .protocol import (
-    MAX_KEY_SIZE,
-    SHARDS_META_KEY,
-    Backend,
-    BackendClosedError,
-    BackendError,
-    BackendFullError,
-    BackendStatistics,
-    ShardCountMismatchError,
-    WriteBatch,
-)
+from .protocol import *  # noqa: F403 - the contract's names are the package's (protocol.__all__)
+from .protocol import Backend
 
-__all__ = [
-    "BACKEND_KINDS",
-    "DEFAULT_MAP_SIZE",
-    "MAX_KEY_SIZE",
-    "SHARDS_META_KEY",
-    "Backend",
-    "BackendClosedError",
-    "BackendError",
-    "BackendFullError",
-    "BackendStatistics",
-    "LmdbBackend",
-    "MemoryBackend",
-    "ShardCountMismatchError",
-    "WriteBatch",
-    "open_backend",
-]
+__all__ = [*protocol.__all__, "BACKEND_KINDS", "DEFAULT_MAP_SIZE", "LmdbBackend", "MemoryBackend", "open_backend"]
 
 BACKEND_KINDS = ("lmdb", "memory")
 

@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from brain import __version__
 from brain import cluster
@@ -37,6 +38,10 @@ from brain.metrics import MetricsServer
 from brain.mvcc.shard_map import default_boundaries
 
 log = logging.getLogger("brain.cli.serve")
+
+# A second SIGTERM/SIGINT this long after the first exits without draining;
+# sooner, it is the first one delivered twice (see on_signal).
+REPEAT_SIGNAL_SECONDS = 1.0
 
 
 def check_modules(config: ServerConfig) -> None:
@@ -124,12 +129,19 @@ def run(config: ServerConfig) -> int:
 
     stop = threading.Event()
     replica = None
+    first_signal_at: list[float] = []
 
     def on_signal(signum, _frame) -> None:
         name = signal.Signals(signum).name
         if stop.is_set():
+            # One request often arrives twice at once: a process group's
+            # signal and the same one passed on by a parent (make, a shell
+            # wrapper, a cgroup's kill).  Only a later one means "now".
+            if time.monotonic() - first_signal_at[0] < REPEAT_SIGNAL_SECONDS:
+                return
             log.warning("received %s again, exiting without draining", name)
             os._exit(1)
+        first_signal_at.append(time.monotonic())
         log.info("received %s, shutting down", name)
         stop.set()
 

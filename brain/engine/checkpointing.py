@@ -36,6 +36,7 @@ from .. import backend as backend_mod
 from .checkpoint_meta import CheckpointMeta
 from .config import EngineConfig
 from .memory import release_free_memory
+from ..thread_names import name_os_thread
 
 log = logging.getLogger("brain.engine")
 
@@ -155,6 +156,7 @@ class Checkpointer:
         self._thread.start()
 
     def _write(self, cut, index: int) -> None:
+        name_os_thread()  # else it keeps the OS name of the thread that started it
         started = time.monotonic()
         try:
             batch = backend_mod.WriteBatch(

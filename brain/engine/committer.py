@@ -41,15 +41,12 @@ holding ``lock``.
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Callable
 
-from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
@@ -67,6 +64,7 @@ from .items import (
     SyncOverdue,
 )
 from .decide import decide
+from .inline_durability import make_durable
 from .journal_space import JournalSpace
 from .memory import release_free_memory
 from .pending import BatchSink, Pending
@@ -74,7 +72,6 @@ from .pipeline import InFlight, Pipeline
 from .readindex import ReadBarrier
 from .replication import Replication
 from .roles import Follower, Leader
-from .timeouts import REQUEST_TIMEOUT
 from .tokens import TokenTable
 from .watching import WatchManager
 
@@ -92,14 +89,15 @@ class Committer:
     committed view readers see (``store``, ``committed_rev``,
     ``applied_index`` under ``lock``).
 
-    ``make_leader(commit)`` builds the leader's role (lease clocks,
-    auto-compaction) around ``commit``; ``cluster`` (brain.engine.engine.
+    ``make_leader()`` builds the leader's role (lease clocks,
+    auto-compaction); a leader's writes are decided here (``commit``), a
+    follower's forwarded (Replication.forward); ``cluster`` (brain.engine.hooks.
     ClusterHooks) is None on a single node, which leads its local journal
     from the start and never follows."""
 
     def __init__(self, config: EngineConfig, *, store: Store, applied_index: int, journal, backend,
                  member_id: int, term: int, alarms: AlarmSet, raise_nospace: Callable[[str], None],
-                 make_leader: Callable[[Callable[[list], None]], Leader], cluster, replayed_bytes: int,
+                 make_leader: Callable[[], Leader], cluster, replayed_bytes: int,
                  load_store: Callable[[int], tuple[Store, int, int]]) -> None:
         self.config = config
         # Guards store, committed_rev and applied_index (readers take it to
@@ -124,7 +122,7 @@ class Committer:
         self.term = term
         self.journal = journal
         self._alarms = alarms
-        self._raise_nospace = raise_nospace
+        self.raise_nospace = raise_nospace
         self._make_leader = make_leader
         self.cluster = cluster
         self._failed: errors.EtcdError | None = None
@@ -221,7 +219,7 @@ class Committer:
         """Take the leader's role (a replica's promotion)."""
         if self.pipeline is not None:
             self.pipeline.new_session()
-        self.role = self._make_leader(self.commit)
+        self.role = self._make_leader()
 
     def follow_leader(self) -> None:
         """Give up the leader's role (on the committer thread: the
@@ -232,7 +230,7 @@ class Committer:
         self.role = self._new_follower()
 
     def _new_follower(self) -> Follower:
-        return Follower(self.replication.forward, lambda: self.forwarder)
+        return Follower(lambda: self.forwarder)
 
     def role_changed(self) -> None:
         self.leader_changes += 1
@@ -407,7 +405,10 @@ class Committer:
                 self._await_durability(lambda: not self.pipeline.full)
             if batch:
                 try:
-                    self.role.writes(batch)
+                    if self.is_leader:
+                        self.commit(batch)  # decided here
+                    else:
+                        self.replication.forward(batch)  # sent to the leader
                 except BaseException as e:  # never leave callers hanging
                     log.exception("commit failed")
                     self.fail(errors.ErrStopped, f"unexpected error in commit: {e!r}")
@@ -507,7 +508,7 @@ class Committer:
         if appends:
             # the append is fenced on this replica's last record: once it
             # lands, every decision of the batch was made on the whole journal
-            index = self._make_durable(payload, admitted + barriers)
+            index = make_durable(self, payload, admitted + barriers)
             if index is None:
                 return
         if self.pipeline is None:  # (a pipelined store may hold batches still in flight: nothing to publish)
@@ -548,7 +549,7 @@ class Committer:
             elif capped and adds_data(p.request):
                 if over:
                     over = False  # raise the alarm once per batch
-                    self._raise_nospace(f"backend quota of {quota} bytes exceeded "
+                    self.raise_nospace(f"backend quota of {quota} bytes exceeded "
                                         f"({self.checkpointer.bytes_in_use} in use)")
                 self.settle(p, None, errors.ErrNoSpace)
             elif type(p.request) is JournalBarrier:
@@ -556,72 +557,6 @@ class Committer:
             else:
                 admitted.append(p)
         return admitted, barriers
-
-    def _make_durable(self, payload: bytes, admitted: list[Pending]) -> int | None:
-        """Append and sync one batch's record; its journal index.  None: it
-        is not durable and every caller of the batch has been answered."""
-        journal = self.journal
-        try:
-            journal.append(payload)
-            synced = time.perf_counter()
-            self._sync_journal(admitted)
-            synced = time.perf_counter() - synced
-        except JournalFencedError as e:
-            log.warning("another replica wrote to the journal (%s); stepping down", e)
-            for p in admitted:
-                self.settle(p, None, errors.ErrLeaderChanged)
-            self.replication.step_down_now(rebuild=True)
-            return None
-        except JournalUnavailableError as e:
-            if not self.replication.abandoning_writes or self.closing:
-                raise
-            # lost the election while the journal could not say whether the
-            # batch landed: its callers cannot know either
-            log.warning("giving up an append whose outcome is unknown (%s); stepping down", e)
-            for p in admitted:
-                self.settle(p, None, errors.ErrTimeoutDueToLeaderFail)
-            self.replication.step_down_now(rebuild=True)
-            return None
-        except BaseException as e:
-            if self.space is not None and self.space.takes(e):
-                for p in admitted:
-                    self.settle(p, None, errors.ErrNoSpace)
-                self.flush_sinks()  # final: the rebuild below drops the batch
-                self.space.append_failed(e)
-                return None
-            nospace = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-            err = errors.ErrNoSpace if nospace else errors.ErrStopped
-            log.error("journal write failed (%r); refusing writes until restart", e)
-            self.fail(err, f"journal write failed: {e!r}")
-            if nospace:
-                self._raise_nospace(f"the journal found no space ({e})")
-            for p in admitted:
-                self.settle(p, None, err)
-            return None
-        self.checkpointer.journaled(len(payload))
-        for hook in self.journal_sync_hooks:
-            hook(synced)
-        return journal.last_index
-
-    def _sync_journal(self, admitted: list[Pending]) -> None:
-        """sync(), waiting out a shared journal that cannot be reached: its
-        appends are retried (de-duplicated) until it says whether they
-        landed.  Callers waiting longer than the request timeout are told
-        ErrTimeout meanwhile (they cannot know the outcome either)."""
-        started = time.monotonic()
-        while True:
-            try:
-                self.journal.sync()
-                return
-            except JournalUnavailableError as e:
-                if self.stopping or self.closing or self.replication.abandoning_writes:
-                    raise
-                if time.monotonic() - started > REQUEST_TIMEOUT:
-                    for p in admitted:
-                        self.settle(p, None, errors.ErrTimeout)
-                    self.flush_sinks()
-                log.warning("journal unavailable (%s); retrying the append", e)
-                time.sleep(0.2)
 
     def publish(self, revision: int, index: int, events: list, auth=None) -> None:
         """Make a batch that is in the journal visible: readers see

@@ -21,6 +21,7 @@ from typing import Callable
 from .. import go_duration
 from ..mvcc import errors
 from ..mvcc.requests import CompactRequest
+from ..thread_names import name_os_thread
 
 log = logging.getLogger("brain.compactor")
 
@@ -125,6 +126,7 @@ class Compactor:
         return True
 
     def _loop(self) -> None:
+        name_os_thread()  # else it keeps the OS name of the thread that started it
         if self.mode == "revision":
             last = 0
             while not self._stop.wait(REVISION_MODE_INTERVAL):

@@ -207,9 +207,9 @@ class Engine:
         return recovery.load_store(self.backend, self.journal, self._boundaries, self.config.max_txn_ops,
                                    upto_index)
 
-    def _make_leader(self, commit) -> Leader:
-        """The leader's role around the committer's ``commit``: lease clocks
-        and auto-compaction run where writes are decided."""
+    def _make_leader(self) -> Leader:
+        """The leader's role: lease clocks and auto-compaction run where
+        writes are decided."""
         cfg = self.config
         keeper = LeaseKeeper(self._expire_lease)
         # Lease clocks: every recovered lease gets its full TTL from now.
@@ -218,7 +218,7 @@ class Engine:
             keeper.start()
         compactor = Compactor(cfg.auto_compaction_mode, self._retention, lambda: self.committed_rev, self.compact)
         compactor.start()
-        return Leader(commit, keeper, compactor, committed_revision=lambda: self.committed_rev,
+        return Leader(keeper, compactor, committed_revision=lambda: self.committed_rev,
                       attached_keys=self._attached_keys)
 
     def _attached_keys(self, lease_id: int) -> list[bytes]:

@@ -45,6 +45,7 @@ from ..mvcc import errors
 from ..mvcc.lease import MAX_LEASE_TTL
 from ..mvcc.requests import LeaseGrantRequest, LeaseGrantResult, LeaseRevokeRequest, LeaseRevokeResult, unwrapped
 from .timeouts import REQUEST_TIMEOUT
+from ..thread_names import name_os_thread
 
 log = logging.getLogger("brain.engine.leases")
 
@@ -375,6 +376,7 @@ class LeaseKeeper:
             self._thread = None
 
     def _run(self) -> None:
+        name_os_thread()  # else it keeps the OS name of the thread that started it
         while True:
             with self._cv:
                 due: list[int] = []

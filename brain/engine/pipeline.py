@@ -44,6 +44,7 @@ from ..journal import JournalFencedError, JournalUnavailableError
 from ..mvcc import errors
 from .items import Durable, SyncFailed, SyncOverdue
 from .timeouts import REQUEST_TIMEOUT
+from ..thread_names import name_os_thread
 
 log = logging.getLogger("brain.engine")
 
@@ -118,6 +119,7 @@ class Syncer:
             self._cv.notify()
 
     def _run(self) -> None:
+        name_os_thread()  # else it keeps the OS name of the thread that started it
         while True:
             with self._cv:
                 while not self._stopped and self._appended <= self._synced:

@@ -39,22 +39,18 @@ class Forwarder(Protocol):
 
 
 class Leader:
-    """Leading: ``commit`` decides a batch of writes; the lease clocks
-    (``keeper``) and the ``compactor`` run until ``stop``."""
+    """Leading: the lease clocks (``keeper``) and the ``compactor`` run
+    until ``stop`` (the committer decides the writes)."""
 
     name = LEADER
 
-    def __init__(self, commit: Callable[[list], None], keeper: LeaseKeeper, compactor: Compactor, *,
+    def __init__(self, keeper: LeaseKeeper, compactor: Compactor, *,
                  committed_revision: Callable[[], int],
                  attached_keys: Callable[[int], list[bytes]]) -> None:
-        self._commit = commit
         self.keeper = keeper
         self.compactor = compactor
         self._committed_revision = committed_revision
         self._attached_keys = attached_keys
-
-    def writes(self, batch: list) -> None:
-        self._commit(batch)
 
     def within_read_lease(self, read_lease: Callable[[], bool] | None) -> bool:
         """True while no other writer can exist (see Engine.read_barrier)."""
@@ -97,17 +93,13 @@ class Leader:
 
 
 class Follower:
-    """Following: ``forward`` sends a batch of writes to the leader; lease
-    calls go to it through ``forwarder()`` (None: no leader known)."""
+    """Following: lease calls go to the leader through ``forwarder()``
+    (None: no leader known); writes too (the committer forwards them)."""
 
     name = FOLLOWER
 
-    def __init__(self, forward: Callable[[list], None], forwarder: Callable[[], Forwarder | None]) -> None:
-        self._forward = forward
+    def __init__(self, forwarder: Callable[[], Forwarder | None]) -> None:
         self._forwarder = forwarder
-
-    def writes(self, batch: list) -> None:
-        self._forward(batch)
 
     def within_read_lease(self, read_lease: Callable[[], bool] | None) -> bool:
         return False

@@ -11,6 +11,7 @@ import threading
 import time
 
 from ..mvcc.watch import WatchHub, WatchResponse
+from ..thread_names import name_os_thread
 
 DEFAULT_PROGRESS_INTERVAL = 600.0  # etcd's --watch-progress-notify-interval
 
@@ -106,6 +107,7 @@ class WatchManager:
         self._wake.set()
 
     def _loop(self) -> None:
+        name_os_thread()  # else it keeps the OS name of the thread that started it
         next_tick = time.monotonic() + self.progress_interval
         while not self._stop.is_set():
             now = time.monotonic()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -51,6 +52,20 @@ def test_signal_stops_cleanly(brain, sig):
     assert stop_with(brain, sig) == 0
     log = brain.log_tail()
     assert f"received {signal.Signals(sig).name}, shutting down" in log
+    assert "stopped" in log.splitlines()[-1]
+
+
+def test_a_sigterm_delivered_twice_at_once_still_drains(brain):
+    # make serve under a process-group kill: the group's SIGTERM and make's own, passed on, a moment apart.
+    brain.start()
+    with brain.stubs() as s:
+        s.kv.Put(pb.PutRequest(key=b"k", value=b"v"), timeout=10)
+    brain.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)  # the first has been handled: two signals pending at once would be taken as one
+    brain.proc.send_signal(signal.SIGTERM)
+    assert brain.proc.wait(timeout=30) == 0
+    log = brain.log_tail()
+    assert "exiting without draining" not in log
     assert "stopped" in log.splitlines()[-1]
 
 

@@ -37,6 +37,7 @@ class BrainReplica(StatusMember):
     """One replica; started by its ``BrainCluster``."""
 
     kind = "brain-replica"
+    ports_private = True  # the others learn its address from the journal
 
     def __init__(self, cluster: "BrainCluster", name: str, **kw):
         self.cluster = cluster

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from tests.support import servers
+from tests.support.harness import ServerStartError, port_taken
 from tests.support.watchdog import Watchdog
 
 
@@ -30,9 +31,25 @@ class GroupMember(servers.LoopbackServer):
         self.data_dir = self.root / "data"
         self.log_path = self.root / "server.log"
 
+    # True where no other member is told this member's ports before it starts
+    # (brain replicas find each other through the journal): a first start
+    # that lost its port to another process may then move to fresh ones.
+    ports_private = False
+
     def spawn(self) -> None:
         super().spawn()
         self.group.watchdog.track(self.name, self.proc)
+
+    def respawn_on_fresh_ports(self, error: Exception) -> bool:
+        """After ``error`` from ``wait_ready``: spawn again on fresh ports
+        when a port was taken between picking and binding on a first start
+        and nobody else knows the old ones; False (nothing done) otherwise."""
+        if not (self.ports_private and self._starts == 0 and port_taken(error)):
+            return False
+        self._process.stop(grace=2.0, kill_wait=10)
+        self._pick_new_ports()
+        self.spawn()
+        return True
 
 
 class ServerGroup:
@@ -58,7 +75,13 @@ class ServerGroup:
             for m in self.members:
                 m.spawn()
             for m in self.members:
-                m.wait_ready()
+                for attempt in range(3):
+                    try:
+                        m.wait_ready()
+                        break
+                    except ServerStartError as e:
+                        if attempt == 2 or not m.respawn_on_fresh_ports(e):
+                            raise
             self._ready()
         except BaseException:
             self.cleanup()
