@@ -28,9 +28,10 @@ test: deps deps-etcd36 deps-etcd37 cluster-tools  ## everything CI runs (tests/k
 	$(PYTHON) -m brain.api.genproto --check
 	$(PYTEST) -m "not k8s and not fuzz_rust"
 
-test-full: deps deps-etcd36 deps-etcd37 cluster-tools deps-fuzz  ## the long versions: 20+ crash cycles, 4 full-disk and lmdb-fault rounds, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server, 5 min per fuzz target and 1000 random RPC sequences per listener kind
+test-full: deps deps-etcd36 deps-etcd37 cluster-tools deps-fuzz  ## the long versions: 20+ crash cycles, 4 full-disk and lmdb-fault rounds, more differential seeds (and the harness self-check on every etcd), 10 partition rounds, 24 cluster leader kills, the benchmark smoke on every server, 5 min per fuzz target and 1000 random RPC sequences per listener kind, the auth session on grpcio and 200 auth property examples
 	BRAIN_CRASH_CYCLES=25 BRAIN_DISK_CYCLES=4 DIFF_OPS=2000 BRAIN_BENCH_SMOKE=all BRAIN_PARTITION_ROUNDS=10 \
-		BRAIN_CLUSTER_KILLS=24 BRAIN_FUZZ_SECONDS=300 BRAIN_RPC_SEQUENCES=1000 BRAIN_ABUSE_SECONDS=120 $(PYTEST) -m "not k8s"
+		BRAIN_CLUSTER_KILLS=24 BRAIN_FUZZ_SECONDS=300 BRAIN_RPC_SEQUENCES=1000 BRAIN_ABUSE_SECONDS=120 BRAIN_AUTH_FULL=1 \
+		HYPOTHESIS_AUTH_EXAMPLES=200 $(PYTEST) -m "not k8s"
 
 e2e: deps-python               ## real kube-apiserver + controllers + kwok on brain (tests/k8s; needs Go, builds Kubernetes once, ~8 min cold)
 	BRAIN_E2E=1 $(PYTHON) -m pytest -q -s -rs -p no:cacheprovider -m k8s tests/k8s

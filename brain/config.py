@@ -165,6 +165,12 @@ class ServerConfig:
     # "The read lease"); off by default: reads confirmed by the journal's
     # quorum rest on no clock, as etcd's ReadIndex
     read_lease: bool = False
+    # auth (etcd's flags): the token provider ("simple", or "jwt,pub-key=...,
+    # priv-key=...,sign-method=..."), a simple token's life unused, the
+    # bcrypt cost of password hashes
+    auth_token: str = "simple"
+    auth_token_ttl: int = 300  # seconds
+    bcrypt_cost: int = 10
 
     def __post_init__(self) -> None:
         if not self.data_dir:

@@ -6,7 +6,10 @@ protobuf.
 TLS follows etcdctl's flags: --cacert (CA bundle to verify the server; the
 system's if not given), --cert/--key (a client certificate for
 --client-cert-auth servers).  Endpoints are http://host:port,
-https://host:port, host:port or unix://path.
+https://host:port, host:port or unix://path.  An etcd with auth on is asked
+as a user (etcdctl's --user name:password, ``ClientAuth``): the client
+authenticates first, sends its token with every call and authenticates
+again when etcd says the token is unknown or old (as clientv3 does).
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from brain.mvcc.requests import EVENT_DELETE, EVENT_PUT, Event, KeyValue
 MAX_MESSAGE = 256 << 20
 # A key no one uses: probes read it (count only), so they cost nothing.
 PROBE_KEY = b"\xff\xffbrain-mirror/compaction-probe"
+
+
+@dataclass(frozen=True)
+class ClientAuth:
+    user: str = ""
+    password: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,13 @@ def _error(e: grpc.RpcError, what: str) -> SourceError:
     return SourceError(f"{what}: {code.name if code else 'UNKNOWN'}: {e.details()}")
 
 
+# What etcd answers a token it no longer takes: authenticate again and retry.
+_STALE_TOKEN = ("etcdserver: invalid auth token", "etcdserver: revision of auth store is old")
+
+
 class EtcdClient:
-    def __init__(self, endpoint: str, tls: ClientTLS | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(self, endpoint: str, tls: ClientTLS | None = None, *, timeout: float = 30.0,
+                 auth: ClientAuth | None = None) -> None:
         self.endpoint = endpoint
         self.channel = dial(endpoint, tls)
         self.timeout = timeout
@@ -88,16 +102,40 @@ class EtcdClient:
         self.watch_stub = rpc_pb2_grpc.WatchStub(self.channel)
         self.lease = rpc_pb2_grpc.LeaseStub(self.channel)
         self.maintenance = rpc_pb2_grpc.MaintenanceStub(self.channel)
+        self._auth = auth if auth is not None and auth.user else None
+        self.metadata: tuple = ()
+        if self._auth is not None:
+            self._authenticate()
 
     def close(self) -> None:
         self.channel.close()
+
+    def _authenticate(self) -> None:
+        try:
+            token = rpc_pb2_grpc.AuthStub(self.channel).Authenticate(
+                rpc_pb2.AuthenticateRequest(name=self._auth.user, password=self._auth.password),
+                timeout=self.timeout).token
+        except grpc.RpcError as e:
+            raise _error(e, f"{self.endpoint}: authenticate as {self._auth.user}") from None
+        self.metadata = (("token", token),)
+
+    def _unary(self, fn, request):
+        """``fn(request)`` with this client's token, authenticating again
+        once when etcd no longer takes it (RpcError as the call raises it)."""
+        try:
+            return fn(request, timeout=self.timeout, metadata=self.metadata)
+        except grpc.RpcError as e:
+            if self._auth is None or e.details() not in _STALE_TOKEN:
+                raise
+        self._authenticate()
+        return fn(request, timeout=self.timeout, metadata=self.metadata)
 
     # -- simple calls -------------------------------------------------------
 
     def status(self) -> tuple[int, str, int]:
         """(cluster ID, server version, current revision)."""
         try:
-            st = self.maintenance.Status(rpc_pb2.StatusRequest(), timeout=self.timeout)
+            st = self._unary(self.maintenance.Status, rpc_pb2.StatusRequest())
         except grpc.RpcError as e:
             raise _error(e, f"{self.endpoint}: status") from None
         return st.header.cluster_id, st.version, st.header.revision
@@ -105,14 +143,14 @@ class EtcdClient:
     def revision(self) -> int:
         """etcd's current revision (a linearizable read)."""
         try:
-            r = self.kv.Range(rpc_pb2.RangeRequest(key=PROBE_KEY, count_only=True), timeout=self.timeout)
+            r = self._unary(self.kv.Range, rpc_pb2.RangeRequest(key=PROBE_KEY, count_only=True))
         except grpc.RpcError as e:
             raise _error(e, f"{self.endpoint}: range") from None
         return r.header.revision
 
     def leases(self) -> list[int]:
         try:
-            r = self.lease.LeaseLeases(rpc_pb2.LeaseLeasesRequest(), timeout=self.timeout)
+            r = self._unary(self.lease.LeaseLeases, rpc_pb2.LeaseLeasesRequest())
         except grpc.RpcError as e:
             raise _error(e, f"{self.endpoint}: lease list") from None
         return [x.ID for x in r.leases]
@@ -120,7 +158,7 @@ class EtcdClient:
     def lease_ttl(self, lease_id: int) -> tuple[int, int] | None:
         """(granted TTL, remaining TTL) or None when the lease is gone."""
         try:
-            r = self.lease.LeaseTimeToLive(rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id), timeout=self.timeout)
+            r = self._unary(self.lease.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest(ID=lease_id))
         except grpc.RpcError as e:
             raise _error(e, f"{self.endpoint}: lease timetolive") from None
         if r.TTL == -1:
@@ -130,7 +168,7 @@ class EtcdClient:
     def _compacted(self, rev: int) -> bool:
         """True when a read at `rev` is refused as compacted."""
         try:
-            self.kv.Range(rpc_pb2.RangeRequest(key=PROBE_KEY, revision=rev, count_only=True), timeout=self.timeout)
+            self._unary(self.kv.Range, rpc_pb2.RangeRequest(key=PROBE_KEY, revision=rev, count_only=True))
             return False
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in (e.details() or ""):
@@ -162,7 +200,7 @@ class EtcdClient:
         size = 0
         last = b""
         try:
-            for resp in self.maintenance.Snapshot(rpc_pb2.SnapshotRequest()):
+            for resp in self.maintenance.Snapshot(rpc_pb2.SnapshotRequest(), metadata=self.metadata):
                 if last:
                     sha.update(last)
                     size += len(last)
@@ -191,7 +229,7 @@ class AllKeysWatch:
         self._reqs: queue.Queue = queue.Queue()
         self._reqs.put(rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
             key=b"\0", range_end=b"\0", start_revision=start_revision)))
-        self._call = client.watch_stub.Watch(iter(self._reqs.get, None))
+        self._call = client.watch_stub.Watch(iter(self._reqs.get, None), metadata=client.metadata)
         self._endpoint = client.endpoint
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, args=(progress_every,), name="brain-mirror-progress",

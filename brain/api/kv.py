@@ -16,6 +16,7 @@ InternalRaftRequest, i.e. the client's request plus a small envelope.
 from __future__ import annotations
 
 from brain.api import convert
+from brain.api.authz import admin, range_guard, txn_guard
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.range_stream import RangeStreamer
 from brain.api.rpc_table import LINEARIZABLE, SERIALIZABLE, SERVER_STREAM, Rpc, ServiceTable
@@ -45,11 +46,12 @@ def raft_envelope_bytes(payload_len: int, member_id: int) -> int:
 class KVService:
     """KV calls on top of an engine (see brain.engine.Engine)."""
 
-    def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(self, engine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, gate=None) -> None:
         self.engine = engine
+        self.gate = gate  # brain.api.authz.Gate (None: no auth checks)
         self.header = convert.Header.of(engine)
         self.max_request_bytes = max_request_bytes
-        self.range_streamer = RangeStreamer(engine, self.header, max_request_bytes)
+        self.range_streamer = RangeStreamer(engine, self.header, max_request_bytes, gate)
         # A request whose serialized size is at most this fits in the limit
         # whatever its envelope (varint length included); only larger ones
         # need the exact computation.
@@ -104,16 +106,22 @@ class KVService:
         return convert.compaction_response(res, self.header)
 
     def rpc_table(self) -> ServiceTable:
-        e = self.engine
+        # Auth (brain.api.authz): reads are checked here, writes when decided
+        # but Compact, which etcd allows root only before proposing it.
+        e, g = self.engine, self.gate
+        max_ops = getattr(getattr(e, "config", None), "max_txn_ops", 128)
         return ServiceTable("etcdserverpb.KV", (
-            stepped_rpc(e, "Range", rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, self.range, read_kind_range),
+            stepped_rpc(e, "Range", rpc_pb2.RangeRequest, rpc_pb2.RangeResponse, self.range, read_kind_range,
+                        gate=g, guard=range_guard(convert.range_request)),
             Rpc("RangeStream", rpc_pb2.RangeRequest, rpc_pb2.RangeStreamResponse, self.range_streamer.stream,
                 shape=SERVER_STREAM),
-            stepped_rpc(e, "Put", rpc_pb2.PutRequest, rpc_pb2.PutResponse, self.put),
+            stepped_rpc(e, "Put", rpc_pb2.PutRequest, rpc_pb2.PutResponse, self.put, gate=g),
             stepped_rpc(e, "DeleteRange", rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse,
-                        self.delete_range),
-            stepped_rpc(e, "Txn", rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, self.txn, read_kind_txn),
-            stepped_rpc(e, "Compact", rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, self.compact),
+                        self.delete_range, gate=g),
+            stepped_rpc(e, "Txn", rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, self.txn, read_kind_txn, gate=g,
+                        guard=txn_guard(convert.txn_request, convert.txn_is_readonly, max_ops)),
+            stepped_rpc(e, "Compact", rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, self.compact,
+                        gate=g, guard=admin),
         ))
 
 

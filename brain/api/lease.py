@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 
 from brain.api import convert
+from brain.api.authz import user_given
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import BIDI_STREAM, Rpc, ServiceTable, read_kind_always
 from brain.api.unary import Deferred, abort_with, stepped_rpc
@@ -36,9 +37,26 @@ log = logging.getLogger("brain.api.lease")
 class LeaseService:
     """Lease calls on top of an engine (see brain.engine.Engine)."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, gate=None) -> None:
         self.engine = engine
+        self.gate = gate  # brain.api.authz.Gate (None: no auth checks)
         self.header = convert.Header.of(engine)
+
+    # -- auth guards (etcd 3.7's lease calls: a user given; reads of the
+    # lease's keys for TimeToLive with keys and for Leases, unless root) --
+
+    def _time_to_live_guard(self, auth, info, m) -> None:
+        auth.check_user_given(info)
+        if m.keys and not auth.is_admin(info):
+            for key in self.engine.lease_keys(m.ID):
+                auth.check_read(info, key)
+
+    def _leases_guard(self, auth, info, _m) -> None:
+        auth.check_user_given(info)
+        if not auth.is_admin(info):
+            for lease_id in self.engine.lease_ids():
+                for key in self.engine.lease_keys(lease_id):
+                    auth.check_read(info, key)
 
     # -- steps (brain.api.unary) ----------------------------------------
 
@@ -106,23 +124,30 @@ class LeaseService:
         return out
 
     def rpc_table(self) -> ServiceTable:
-        e = self.engine
+        e, g = self.engine, self.gate
         return ServiceTable("etcdserverpb.Lease", (
-            stepped_rpc(e, "LeaseGrant", rpc_pb2.LeaseGrantRequest, rpc_pb2.LeaseGrantResponse, self.lease_grant),
+            stepped_rpc(e, "LeaseGrant", rpc_pb2.LeaseGrantRequest, rpc_pb2.LeaseGrantResponse, self.lease_grant,
+                        gate=g, guard=user_given),
             stepped_rpc(e, "LeaseRevoke", rpc_pb2.LeaseRevokeRequest, rpc_pb2.LeaseRevokeResponse,
-                        self.lease_revoke),
+                        self.lease_revoke, gate=g, guard=user_given),
             Rpc("LeaseKeepAlive", rpc_pb2.LeaseKeepAliveRequest, rpc_pb2.LeaseKeepAliveResponse, self.LeaseKeepAlive,
                 shape=BIDI_STREAM, session="keepalive"),
             stepped_rpc(e, "LeaseTimeToLive", rpc_pb2.LeaseTimeToLiveRequest, rpc_pb2.LeaseTimeToLiveResponse,
-                        self.lease_time_to_live, read_kind_always),
+                        self.lease_time_to_live, read_kind_always, gate=g, guard=self._time_to_live_guard),
             stepped_rpc(e, "LeaseLeases", rpc_pb2.LeaseLeasesRequest, rpc_pb2.LeaseLeasesResponse, self.lease_leases,
-                        read_kind_always),
+                        read_kind_always, gate=g, guard=self._leases_guard),
         ))
 
     # -- LeaseKeepAlive on grpcio (the native front has its own sessions) ----
 
     def LeaseKeepAlive(self, request_iterator, context):
+        gate = self.gate
         for request in request_iterator:
+            if gate is not None and gate.enabled:
+                try:
+                    gate.check_renew(gate.caller_of_context(context), request.ID)
+                except Exception as e:  # noqa: BLE001
+                    abort_with(context, e, "LeaseKeepAlive")
             resp = rpc_pb2.LeaseKeepAliveResponse()
             self.header.fill(resp.header, self.engine.committed_rev)
             resp.ID = request.ID

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import re
 
+from brain.api.authz import checked_call, needs_admin, needs_user
 from brain.api import convert
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import SERVER_STREAM, Rpc, ServiceTable
@@ -70,12 +71,20 @@ def alarm_text(member_id: int, alarm: int) -> str:
     return " ".join(parts) + " " if parts else ""
 
 
+def _alarm_check(gate, request, context) -> None:
+    if request.action == rpc_pb2.AlarmRequest.GET:
+        gate.require_user(context)
+    else:
+        gate.require_admin(context)
+
+
 class MaintenanceService:
     """Maintenance calls on top of an engine (see brain.engine.Engine)."""
 
-    def __init__(self, engine, replica=None) -> None:
+    def __init__(self, engine, replica=None, gate=None) -> None:
         self.engine = engine
         self.replica = replica  # a brain.cluster.Replica on a cluster replica
+        self.gate = gate  # brain.api.authz.Gate (None: no auth checks)
         self.header = convert.Header.of(engine)
 
     # -- status and hashes -------------------------------------------------
@@ -230,13 +239,24 @@ class MaintenanceService:
 
 
     def rpc_table(self) -> ServiceTable:
+        # etcd's authMaintenanceServer: root for all but Status and reading
+        # alarms, which need a user
+        gate = self.gate
+
+        def checked(call, check, method):
+            return checked_call(gate, call, check, method)
+
         return ServiceTable("etcdserverpb.Maintenance", (
-            Rpc("Alarm", rpc_pb2.AlarmRequest, rpc_pb2.AlarmResponse, self.Alarm),
-            Rpc("Status", rpc_pb2.StatusRequest, rpc_pb2.StatusResponse, self.Status),
-            Rpc("Defragment", rpc_pb2.DefragmentRequest, rpc_pb2.DefragmentResponse, self.Defragment),
-            Rpc("Hash", rpc_pb2.HashRequest, rpc_pb2.HashResponse, self.Hash),
-            Rpc("HashKV", rpc_pb2.HashKVRequest, rpc_pb2.HashKVResponse, self.HashKV),
-            Rpc("Snapshot", rpc_pb2.SnapshotRequest, rpc_pb2.SnapshotResponse, self.Snapshot, shape=SERVER_STREAM),
-            Rpc("MoveLeader", rpc_pb2.MoveLeaderRequest, rpc_pb2.MoveLeaderResponse, self.MoveLeader),
-            Rpc("Downgrade", rpc_pb2.DowngradeRequest, rpc_pb2.DowngradeResponse, self.Downgrade),
+            Rpc("Alarm", rpc_pb2.AlarmRequest, rpc_pb2.AlarmResponse, checked(self.Alarm, _alarm_check, "Alarm")),
+            Rpc("Status", rpc_pb2.StatusRequest, rpc_pb2.StatusResponse, checked(self.Status, needs_user, "Status")),
+            Rpc("Defragment", rpc_pb2.DefragmentRequest, rpc_pb2.DefragmentResponse,
+                checked(self.Defragment, needs_admin, "Defragment")),
+            Rpc("Hash", rpc_pb2.HashRequest, rpc_pb2.HashResponse, checked(self.Hash, needs_admin, "Hash")),
+            Rpc("HashKV", rpc_pb2.HashKVRequest, rpc_pb2.HashKVResponse, checked(self.HashKV, needs_admin, "HashKV")),
+            Rpc("Snapshot", rpc_pb2.SnapshotRequest, rpc_pb2.SnapshotResponse,
+                checked(self.Snapshot, needs_admin, "Snapshot"), shape=SERVER_STREAM),
+            Rpc("MoveLeader", rpc_pb2.MoveLeaderRequest, rpc_pb2.MoveLeaderResponse,
+                checked(self.MoveLeader, needs_admin, "MoveLeader")),
+            Rpc("Downgrade", rpc_pb2.DowngradeRequest, rpc_pb2.DowngradeResponse,
+                checked(self.Downgrade, needs_admin, "Downgrade")),
         ))

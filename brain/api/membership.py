@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Sequence
 
+from brain.api.authz import checked_call, needs_admin, needs_user
 from brain.api.convert import Header
 from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.api.rpc_table import Rpc, ServiceTable
@@ -41,7 +42,9 @@ class ClusterService:
     replica (``replica``: a brain.cluster.Replica) every replica in the
     cluster's membership bucket, and MemberAdd/MemberRemove change it."""
 
-    def __init__(self, engine, name: str, client_urls: Callable[[], Sequence[str]], replica=None) -> None:
+    def __init__(self, engine, name: str, client_urls: Callable[[], Sequence[str]], replica=None,
+                 gate=None) -> None:
+        self.gate = gate  # brain.api.authz.Gate (None: no auth checks)
         self.engine = engine
         self.name = name
         self.client_urls = client_urls
@@ -128,9 +131,15 @@ class ClusterService:
 
     def rpc_table(self) -> ServiceTable:
         return ServiceTable("etcdserverpb.Cluster", (
-            Rpc("MemberAdd", rpc_pb2.MemberAddRequest, rpc_pb2.MemberAddResponse, self.MemberAdd),
-            Rpc("MemberRemove", rpc_pb2.MemberRemoveRequest, rpc_pb2.MemberRemoveResponse, self.MemberRemove),
-            Rpc("MemberUpdate", rpc_pb2.MemberUpdateRequest, rpc_pb2.MemberUpdateResponse, self.MemberUpdate),
-            Rpc("MemberList", rpc_pb2.MemberListRequest, rpc_pb2.MemberListResponse, self.MemberList),
-            Rpc("MemberPromote", rpc_pb2.MemberPromoteRequest, rpc_pb2.MemberPromoteResponse, self.MemberPromote),
+            # etcd: member changes need root, the list a user (3.7)
+            Rpc("MemberAdd", rpc_pb2.MemberAddRequest, rpc_pb2.MemberAddResponse,
+                checked_call(self.gate, self.MemberAdd, needs_admin, "MemberAdd")),
+            Rpc("MemberRemove", rpc_pb2.MemberRemoveRequest, rpc_pb2.MemberRemoveResponse,
+                checked_call(self.gate, self.MemberRemove, needs_admin, "MemberRemove")),
+            Rpc("MemberUpdate", rpc_pb2.MemberUpdateRequest, rpc_pb2.MemberUpdateResponse,
+                checked_call(self.gate, self.MemberUpdate, needs_admin, "MemberUpdate")),
+            Rpc("MemberList", rpc_pb2.MemberListRequest, rpc_pb2.MemberListResponse,
+                checked_call(self.gate, self.MemberList, needs_user, "MemberList")),
+            Rpc("MemberPromote", rpc_pb2.MemberPromoteRequest, rpc_pb2.MemberPromoteResponse,
+                checked_call(self.gate, self.MemberPromote, needs_admin, "MemberPromote")),
         ))

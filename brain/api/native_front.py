@@ -42,6 +42,7 @@ from concurrent import futures
 import grpc
 from google.protobuf.message import DecodeError
 
+from brain.api.authz import PUBLIC
 from brain.api.grpc_stats import BIDI_STREAM, SERVER_STREAM, UNARY, GrpcStats
 from brain.api.native_listeners import TlsFiles, reuse_port_socket
 from brain.api.native_pool import Pool
@@ -113,10 +114,10 @@ class Method:
     """
 
     __slots__ = ("path", "name", "kind", "parse", "step", "call", "stream", "read", "subscribe", "encode",
-                 "stats_key")
+                 "stats_key", "guard")
 
     def __init__(self, service: str, name: str, *, request_cls=None, step=None, call=None, stream=None,
-                 server_stream=False, read=None, subscribe=None, encode=None) -> None:
+                 server_stream=False, read=None, subscribe=None, encode=None, guard=None) -> None:
         self.path = f"/{service}/{name}"
         self.name = name
         self.parse = request_cls.FromString if request_cls is not None else None
@@ -126,6 +127,7 @@ class Method:
         self.read = read
         self.subscribe = subscribe  # with encode(item) -> bytes for what it sends
         self.encode = encode
+        self.guard = guard  # a step's auth check (brain.api.rpc_table)
         server_stream = server_stream or subscribe is not None
         if stream is not None:
             self.kind = _transport.KIND_BIDI if _transport else 2
@@ -178,7 +180,7 @@ class _Round:
     def __init__(self) -> None:
         self.replies: list = []  # (id, response bytes)
         self.writes: list = []  # (id, Method, Deferred)
-        self.reads: list = []  # (id, Method, request)
+        self.reads: list = []  # (id, Method, request, who: the event's caller item)
         self.started: dict = {}
         self.answered: dict = {}
 
@@ -192,10 +194,11 @@ class NativeFront:
                  keepalive_time_ms: int, keepalive_timeout_ms: int, keepalive_min_time_ms: int = 5000,
                  send_queue_bytes: int = 4 << 20, max_concurrent_streams: int = 2**32 - 1,
                  max_connections: int | None = None, max_connection_bytes: int | None = None,
-                 transport=None) -> None:
+                 transport=None, gate=None) -> None:
         if _transport is None:
             raise RuntimeError(unavailable_message())
         self.engine = engine
+        self.gate = gate  # brain.api.authz.Gate: who calls, while auth is on
         self.methods = methods
         self.recv_limit = recv_limit
         self.stats = stats
@@ -216,7 +219,7 @@ class NativeFront:
         self.transport = transport
         self.inflight = InFlight()
         self.sessions = Sessions(self.transport, stats, engine=engine, watch_service=watch_service,
-                                 lease_service=lease_service, on_dispatch_thread=self._on_dispatch_thread)
+                                 lease_service=lease_service, on_dispatch_thread=self._on_dispatch_thread, gate=gate)
         self.pool = Pool(pool, self.transport, stats, self.sessions, self.inflight, http)
         self._later: deque = deque()  # engine callbacks to finish on the dispatch thread
         self._dispatch_ident = 0
@@ -308,29 +311,51 @@ class NativeFront:
 
     def _round(self, events) -> None:
         T = _transport
-        EV_CALL, EV_OPEN, EV_MESSAGE, REQUIRE_LEADER = T.EV_CALL, T.EV_OPEN, T.EV_MESSAGE, T.REQUIRE_LEADER
+        EV_CALL, EV_OPEN, EV_MESSAGE = T.EV_CALL, T.EV_OPEN, T.EV_MESSAGE
+        FLAGGED = T.REQUIRE_LEADER | T.AUTH_TOKEN
         methods = self.methods
         sessions = self.sessions.by_id
         r = _Round()
         for kind, cid, mid, payload, last in events:
             if kind == EV_CALL:
-                self._call(r, cid, methods[mid], payload)
+                self._call(r, cid, methods[mid], payload, last)
             elif kind == EV_MESSAGE:
                 s = sessions.get(cid)
                 if s is not None:
                     s.received += 1
                     s.on_message(payload)
             elif kind == EV_OPEN:
-                self._open(cid, methods[mid])
-            elif kind & REQUIRE_LEADER:  # after the common kinds: calls without it pay nothing
-                self._require_leader(r, kind ^ REQUIRE_LEADER, cid, methods[mid], payload)
+                self._open(cid, methods[mid], last)
+            elif kind & FLAGGED:  # after the common kinds: calls without flags pay nothing
+                self._flagged(r, kind, cid, methods[mid], payload, last)
             else:
                 self._other(kind, cid, mid, payload, last)
         self._answer(r)
 
-    def _call(self, r: _Round, cid: int, m: Method, payload: bytes) -> None:
+    def _flagged(self, r: _Round, kind: int, cid: int, m: Method, payload, who) -> None:
+        """A call or stream with require-leader metadata or an auth token
+        (``who`` is then (common name, token))."""
+        T = _transport
+        base = kind & ~(T.REQUIRE_LEADER | T.AUTH_TOKEN)
+        if kind & T.REQUIRE_LEADER:
+            self._require_leader(r, base, cid, m, payload, who)
+        elif base == T.EV_CALL:
+            self._call(r, cid, m, payload, who)
+        else:
+            self._open(cid, m, who)
+
+    def _run_step(self, m: Method, request, who):
+        """The step's outcome: checked for the caller while auth is on
+        (brain.api.authz), else as it is."""
+        gate = self.gate
+        if gate is not None and gate.enabled and m.guard is not PUBLIC:
+            return gate.step(m.step, m.guard, request, gate.caller_of(who))
+        return m.step(request)
+
+    def _call(self, r: _Round, cid: int, m: Method, payload: bytes, who=None) -> None:
         """A call: a step's answer, write or linearizable read joins the
-        round; anything else starts here."""
+        round; anything else starts here.  ``who``: the event's caller item
+        (the client certificate's common name, or it and an auth token)."""
         r.started[m.stats_key] = r.started.get(m.stats_key, 0) + 1
         if self._stopping:
             self._fail(cid, m, SHUTTING_DOWN_STATUS)
@@ -338,9 +363,9 @@ class NativeFront:
             self.sessions.subscribe(cid, m, payload)
         elif m.step is None:
             if m.kind == _transport.KIND_SERVER_STREAM:
-                self.pool.server_stream(cid, m, payload)
+                self.pool.server_stream(cid, m, payload, who)
             else:
-                self.pool.unary(cid, m, payload)
+                self.pool.unary(cid, m, payload, who)
         else:
             try:
                 request = m.parse(payload)
@@ -349,9 +374,9 @@ class NativeFront:
                 return
             try:
                 if m.read is not None and m.read(request) == LINEARIZABLE:
-                    r.reads.append((cid, m, request))
+                    r.reads.append((cid, m, request, who))
                     return
-                out = m.step(request)
+                out = self._run_step(m, request, who)
                 if type(out) is Deferred:
                     r.writes.append((cid, m, out))
                     return
@@ -378,13 +403,13 @@ class NativeFront:
         if self.sessions.renewals:
             self.sessions.renew()
 
-    def _open(self, cid: int, m: Method) -> None:
+    def _open(self, cid: int, m: Method, who=None) -> None:
         self.stats.on_start(m.stats_key)
         if self._stopping:
             self.transport.finish(cid, SHUTTING_DOWN_STATUS.code, SHUTTING_DOWN)
             self.stats.on_handled(m.stats_key, SHUTTING_DOWN_STATUS.name)
             return
-        self.sessions.open(cid, m)
+        self.sessions.open(cid, m, who)
 
     def _other(self, kind, cid, mid, payload, last) -> None:
         T = _transport
@@ -425,7 +450,7 @@ class NativeFront:
 
     # -- require-leader (brain.api.require_leader) ----------------------------
 
-    def _require_leader(self, r: _Round, kind: int, cid: int, m: Method, payload) -> None:
+    def _require_leader(self, r: _Round, kind: int, cid: int, m: Method, payload, who=None) -> None:
         """A call or stream opened with ``hasleader: true`` (``kind``
         without the flag): refused without a leader; else served in its
         place in the round (a stream's messages later in the batch find its
@@ -434,9 +459,9 @@ class NativeFront:
             self._refuse_no_leader(kind, cid, m, payload)
             return
         if kind == _transport.EV_CALL:
-            self._call(r, cid, m, payload)
+            self._call(r, cid, m, payload, who)
         else:
-            self._open(cid, m)
+            self._open(cid, m, who)
         s = self.sessions.get(cid)
         if s is not None and self.leader_monitor is not None:
             s.unwatch = self.leader_monitor.watch(lambda: self._on_dispatch_thread(self._end_no_leader, cid))
@@ -483,12 +508,12 @@ class NativeFront:
         out = [] if replies is None else replies
         ok: dict = {}
         try:
-            for cid, m, request in reads:
+            for cid, m, request, who in reads:
                 if exc is not None:
                     self._fail(cid, m, Status.of_error(exc, m.name))
                     continue
                 try:
-                    out.append((cid, m.step(request).SerializeToString()))
+                    out.append((cid, self._run_step(m, request, who).SerializeToString()))
                     ok[m.stats_key] = ok.get(m.stats_key, 0) + 1
                 except Exception as e:  # noqa: BLE001
                     self._fail(cid, m, Status.of_error(e, m.name))
@@ -564,7 +589,7 @@ def front_methods(tables: list[ServiceTable], recv_limit: int) -> list[Method]:
 
 def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
     if rpc.step is not None:
-        return Method(service, rpc.name, request_cls=rpc.request, step=rpc.step, read=rpc.read)
+        return Method(service, rpc.name, request_cls=rpc.request, step=rpc.step, read=rpc.read, guard=rpc.guard)
     if rpc.session is not None:
         return Method(service, rpc.name, stream=rpc.session)
     if rpc.subscribe is not None:

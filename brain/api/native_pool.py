@@ -40,18 +40,30 @@ class Abort(Exception):
 
 class PoolContext:
     """Just enough of grpc.ServicerContext for the servicer methods that
-    run in the pool: they only ever abort (or ask whether to go on)."""
+    run in the pool: they abort, ask whether to go on, and ask who calls
+    (the auth token metadata and the client certificate's common name,
+    from the transport's event: ``who``, the name or (name, token))."""
 
-    __slots__ = ("cancelled",)
+    __slots__ = ("cancelled", "who")
 
-    def __init__(self) -> None:
+    def __init__(self, who=None) -> None:
         self.cancelled = False
+        self.who = who
 
     def abort(self, code, details):
         raise Abort(Status.of(code, details))
 
     def is_active(self) -> bool:
         return not self.cancelled
+
+    def invocation_metadata(self):
+        who = self.who
+        return (("token", who[1]),) if type(who) is tuple else ()
+
+    def auth_context(self) -> dict:
+        who = self.who
+        name = who[0] if type(who) is tuple else who
+        return {"x509_common_name": [name.encode()]} if name else {}
 
 
 class PooledStream(Session):
@@ -60,10 +72,10 @@ class PooledStream(Session):
 
     __slots__ = ("ready", "context")
 
-    def __init__(self, sessions: Sessions, sid: int, method) -> None:
+    def __init__(self, sessions: Sessions, sid: int, method, who=None) -> None:
         super().__init__(sessions, sid, method)
         self.ready = threading.Event()
-        self.context = PoolContext()
+        self.context = PoolContext(who)
 
     def on_writable(self) -> None:
         self.writable = True
@@ -90,21 +102,21 @@ class Pool:
         self.inflight = inflight  # begin() / end(n): what a graceful stop waits for
         self.http = http  # answer(method, target), brain.metrics.http's endpoints
 
-    def unary(self, cid: int, m, payload: bytes) -> None:
+    def unary(self, cid: int, m, payload: bytes, who=None) -> None:
         self.inflight.begin()
-        self.executor.submit(self._run_unary, cid, m, payload)
+        self.executor.submit(self._run_unary, cid, m, payload, who)
 
-    def server_stream(self, cid: int, m, payload: bytes) -> None:
+    def server_stream(self, cid: int, m, payload: bytes, who=None) -> None:
         self.inflight.begin()
-        s = self.sessions.add(PooledStream(self.sessions, cid, m))
+        s = self.sessions.add(PooledStream(self.sessions, cid, m, who))
         self.executor.submit(self._run_server_stream, s, payload)
 
     def http_request(self, rid: int, method: str, target: str) -> None:
         self.executor.submit(self._run_http, rid, method, target)
 
-    def _run_unary(self, cid: int, m, payload: bytes) -> None:
+    def _run_unary(self, cid: int, m, payload: bytes, who=None) -> None:
         try:
-            data = m.call(payload, PoolContext()).SerializeToString()
+            data = m.call(payload, PoolContext(who)).SerializeToString()
             self.stats.on_handled(m.stats_key, "OK", 1, 1)
             self.transport.respond(cid, data)
         except Abort as a:

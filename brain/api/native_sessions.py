@@ -144,15 +144,17 @@ class WatchSession(Session):
 class KeepAliveSession(Session):
     """etcd's LeaseKeepAlive: each request renews a lease, answered in
     order; the stream ends when the client half-closes and every renewal it
-    asked for has been answered."""
+    asked for has been answered.  While auth is on each renewal is checked
+    for the stream's caller (``who``) first; a refusal ends the stream."""
 
-    __slots__ = ("outstanding", "half_closed", "done")
+    __slots__ = ("outstanding", "half_closed", "done", "who")
 
-    def __init__(self, sessions: Sessions, sid: int, method) -> None:
+    def __init__(self, sessions: Sessions, sid: int, method, who=None) -> None:
         super().__init__(sessions, sid, method)
         self.outstanding = 0
         self.half_closed = False
         self.done = False
+        self.who = who
 
     def on_message(self, payload: bytes) -> None:
         try:
@@ -160,6 +162,13 @@ class KeepAliveSession(Session):
         except DecodeError as e:
             self.finish(Status.of(*unparsable(e)))
             return
+        gate = self.sessions.gate
+        if gate is not None and gate.enabled:
+            try:
+                gate.check_renew(gate.caller_of(self.who), lease_id)
+            except Exception as e:  # noqa: BLE001 - every failure becomes a status
+                self.finish(Status.of_error(e, "LeaseKeepAlive"))
+                return
         self.sessions.renewals.append((self, lease_id))
         # counted now: a half-close later in this batch must not end the
         # stream before this renewal is answered
@@ -208,8 +217,9 @@ class Sessions:
     kinds share: the watch streams to poll, the round's renewals."""
 
     def __init__(self, transport, stats, *, engine=None, watch_service=None, lease_service=None,
-                 on_dispatch_thread: Callable | None = None) -> None:
+                 on_dispatch_thread: Callable | None = None, gate=None) -> None:
         self.transport = transport
+        self.gate = gate  # brain.api.authz.Gate: keep-alives checked while auth is on
         self.stats = stats
         self.engine = engine
         self.watch_service = watch_service
@@ -230,12 +240,14 @@ class Sessions:
         self.by_id[s.sid] = s
         return s
 
-    def open(self, sid: int, method) -> None:
-        """A bidirectional stream began: a session of its kind."""
+    def open(self, sid: int, method, who=None) -> None:
+        """A bidirectional stream began: a session of its kind (``who``: its
+        caller item, for the auth checks of what it asks)."""
         if method.stream == "watch":
-            self.add(WatchSession(self, sid, method, self.watch_service.open_stream(lambda: self.schedule(sid))))
+            self.add(WatchSession(self, sid, method,
+                                  self.watch_service.open_stream(lambda: self.schedule(sid), who)))
         elif method.stream == "keepalive":
-            self.add(KeepAliveSession(self, sid, method))
+            self.add(KeepAliveSession(self, sid, method, who))
         else:  # pragma: no cover - a method table bug
             raise ValueError(f"unknown stream kind {method.stream!r}")
 

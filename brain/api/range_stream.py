@@ -97,10 +97,11 @@ class RangeStreamer:
     """Serves RangeStream for KVService: ``stream(request, context)`` is the
     RPC's handler on both transports."""
 
-    def __init__(self, engine, header: convert.Header, target_bytes: int) -> None:
+    def __init__(self, engine, header: convert.Header, target_bytes: int, gate=None) -> None:
         self.engine = engine
         self.header = header
         self.target_bytes = target_bytes  # --max-request-bytes, as etcd sizes chunks
+        self.gate = gate  # brain.api.authz.Gate: read permission on the range, while auth is on
 
     def stream(self, m: rpc_pb2.RangeRequest, context) -> Iterator[rpc_pb2.RangeStreamResponse]:
         try:
@@ -108,6 +109,10 @@ class RangeStreamer:
             check_request(r)
             if not r.serializable:
                 wait_read_barrier(self.engine)
+            gate = self.gate
+            if gate is not None and gate.enabled:
+                # etcd's doSerialize around its rangeStream: checked once, before the first chunk
+                self.engine.auth.check_read(gate.caller_of_context(context), r.key, r.range_end)
             if r.count_only:
                 yield self._count_only(r)
                 return

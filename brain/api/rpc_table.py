@@ -26,6 +26,11 @@ What a row's fields mean, by shape:
 ``raw_request``: ``call`` takes the request's bytes and parses them itself
 (to answer a malformed one with grpc-go's text).  ``response`` None: the
 handler yields encoded bytes already.
+
+``guard`` (a step's, while auth is on: brain.api.authz): what etcd checks
+before it serves the call, given (auth state, caller, request); None
+checks only that the caller's credential is valid; authz.PUBLIC names no
+caller at all.  Pool calls and streams check in their own code.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class Rpc(NamedTuple):
     subscribe: Callable | None = None
     encode: Callable | None = None
     raw_request: bool = False
+    guard: Callable | None = None
 
 
 class ServiceTable(NamedTuple):

@@ -32,7 +32,9 @@ from concurrent import futures
 
 import grpc
 
-from brain.api import encoded, native_front
+from brain.api import auth_tokens, encoded, native_front
+from brain.api.auth import AuthService
+from brain.api.authz import Gate
 from brain.api.grpc_stats import GrpcStats, StatsInterceptor
 from brain.api.health import HealthService
 from brain.api.kv import KVService
@@ -199,6 +201,17 @@ def add_service(server: grpc.Server, service_name: str, handlers: dict[str, grpc
     server.add_registered_method_handlers(service_name, handlers)
 
 
+def check_auth_token(config: ServerConfig) -> None:
+    """--auth-token names a provider etcd would start with (its key files
+    read); ConfigError otherwise."""
+    try:
+        auth_tokens.check_option(config.auth_token)
+    except auth_tokens.TokenOptionError as e:
+        raise ConfigError(f"--auth-token {config.auth_token!r}: {e}") from None
+    except ImportError as e:
+        raise ConfigError(f"--auth-token {config.auth_token!r} needs the cryptography package: {e}") from None
+
+
 def check_front(config: ServerConfig) -> None:
     """The transport --grpc-front names can be loaded (ConfigError if not):
     a missing native module stops brain instead of silently serving grpcio."""
@@ -227,6 +240,7 @@ class ApiServer:
         self.leader_monitor = LeaderMonitor(lambda: engine.has_leader)
         self._http = None
         self._http_lock = threading.Lock()
+        self.gate: Gate | None = None  # who calls (brain.api.authz), made with the services
 
     def client_urls(self) -> list[str]:
         """What MemberList advertises: --advertise-client-urls, else the
@@ -235,14 +249,17 @@ class ApiServer:
 
     def _make_services(self) -> None:
         engine, config = self.engine, self.config
-        kv = KVService(engine, max_request_bytes=config.max_request_bytes)
-        self._lease = LeaseService(engine)
-        self._watch = WatchService(engine, max_request_bytes=config.max_request_bytes)
+        gate = self.gate = Gate(engine, auth_tokens.token_provider(config.auth_token, engine.tokens),
+                                client_cert_auth=config.client_cert_auth)
+        kv = KVService(engine, max_request_bytes=config.max_request_bytes, gate=gate)
+        self._lease = LeaseService(engine, gate)
+        self._watch = WatchService(engine, max_request_bytes=config.max_request_bytes, gate=gate)
         replica = self.replica
         self.health = HealthService(None if replica is None else replica.serving_problem)
-        self._tables = [kv.rpc_table(), MaintenanceService(engine, replica).rpc_table(),
-                        ClusterService(engine, config.name, self.client_urls, replica).rpc_table(),
-                        self._lease.rpc_table(), self._watch.rpc_table(), self.health.rpc_table()]
+        self._tables = [kv.rpc_table(), MaintenanceService(engine, replica, gate).rpc_table(),
+                        ClusterService(engine, config.name, self.client_urls, replica, gate).rpc_table(),
+                        self._lease.rpc_table(), self._watch.rpc_table(), self.health.rpc_table(),
+                        AuthService(engine, gate, config.bcrypt_cost).rpc_table()]
 
     def _add_services(self, server: grpc.Server) -> None:
         self._make_services()
@@ -296,7 +313,7 @@ class ApiServer:
             keepalive_timeout_ms=int(config.grpc_keepalive_timeout * 1000),
             keepalive_min_time_ms=int(config.grpc_keepalive_min_time * 1000),
             max_concurrent_streams=config.max_concurrent_streams, max_connections=config.max_connections,
-            max_connection_bytes=config.max_connection_bytes)
+            max_connection_bytes=config.max_connection_bytes, gate=self.gate)
         endpoints = []
         try:
             tls = None

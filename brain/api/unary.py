@@ -51,13 +51,17 @@ def wait_read_barrier(engine) -> None:
     engine.wait_linearizable()
 
 
-def run_step(engine, step, request, context, method: str, linearizable: bool = False):
+def run_step(engine, step, request, context, method: str, linearizable: bool = False, gate=None, guard=None):
     """Run ``step`` to completion on the calling thread (the grpcio way);
-    a linearizable read first waits for the engine's read barrier."""
+    a linearizable read first waits for the engine's read barrier.  With
+    auth on, ``gate`` (brain.api.authz.Gate) checks the caller first."""
     try:
         if linearizable:
             wait_read_barrier(engine)
-        out = step(request)
+        if gate is not None and gate.enabled:
+            out = gate.step(step, guard, request, gate.caller_of_context(context))
+        else:
+            out = step(request)
         if type(out) is Deferred:
             out = out.finish(engine.submit(out.request).result())
         return out
@@ -65,18 +69,21 @@ def run_step(engine, step, request, context, method: str, linearizable: bool = F
         abort_with(context, e, method)
 
 
-def stepped_rpc(engine, method: str, request_cls, response_cls, step, read=None) -> Rpc:
+def stepped_rpc(engine, method: str, request_cls, response_cls, step, read=None, *, gate=None,
+                guard=None) -> Rpc:
     """The table row of a unary RPC written as a step: the native front runs
     ``step`` itself; grpcio's handler runs it with run_step, behind the read
     barrier when ``read`` (the RPC's read kind) says LINEARIZABLE.  ``engine``
-    may be None for a service whose steps neither defer nor read (health)."""
+    may be None for a service whose steps neither defer nor read (health).
+    ``gate`` and ``guard``: the auth checks (brain.api.rpc_table)."""
     if read is None:
         def call(request, context):
-            return run_step(engine, step, request, context, method)
+            return run_step(engine, step, request, context, method, gate=gate, guard=guard)
     else:
         def call(request, context):
-            return run_step(engine, step, request, context, method, linearizable=read(request) == LINEARIZABLE)
-    return Rpc(method, request_cls, response_cls, call, step=step, read=read)
+            return run_step(engine, step, request, context, method, linearizable=read(request) == LINEARIZABLE,
+                            gate=gate, guard=guard)
+    return Rpc(method, request_cls, response_cls, call, step=step, read=read, guard=guard)
 
 
 def call_on_bytes(call, request_cls, recv_limit: int, has_leader=None):

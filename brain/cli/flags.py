@@ -49,7 +49,16 @@ def layout(shards: int | None, boundaries: list[bytes] | None) -> list[bytes]:
 
 
 def add_tls_flags(p: argparse.ArgumentParser) -> None:
-    """etcdctl's client TLS flags."""
+    """etcdctl's client TLS flags, and its --user and --password for a
+    server with auth on."""
     p.add_argument("--cacert", default="", help="verify the server's certificate with this CA bundle")
     p.add_argument("--cert", default="", help="client certificate (for --client-cert-auth servers)")
     p.add_argument("--key", default="", help="client key")
+    p.add_argument("--user", default="", help="username[:password] for a server with auth on")
+    p.add_argument("--password", default="", help="password of --user (when it has no :password)")
+
+
+def user_and_password(args) -> tuple[str, str]:
+    """(user, password) from --user name[:password] and --password ("" for no user)."""
+    user, sep, password = args.user.partition(":")
+    return user, password if sep else args.password

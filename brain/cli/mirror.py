@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     from brain import logging_setup
-    from brain.api.etcd_client import ClientTLS, EtcdClient
+    from brain.api.etcd_client import ClientAuth, ClientTLS, EtcdClient
     from brain.migrate.etcddb import EtcdDbError
     from brain.migrate.mirror import Mirror, MirrorError
     from brain.migrate.restore import RestoreError
@@ -75,7 +75,8 @@ def main(argv: Sequence[str]) -> int:
     mirror = None
     metrics = None
     try:
-        client = EtcdClient(args.source, ClientTLS(args.cacert, args.cert, args.key))
+        client = EtcdClient(args.source, ClientTLS(args.cacert, args.cert, args.key),
+                            auth=ClientAuth(*cli_flags.user_and_password(args)))
         cluster_id, version, revision = client.status()
         print(f"mirror: etcd {version} at {args.source} (cluster-id {cluster_id:x}) is at revision {revision}",
               flush=True)

@@ -27,7 +27,7 @@ import time
 
 from brain import __version__
 from brain import cluster
-from brain.api.server import ApiServer, ListenError, check_front
+from brain.api.server import ApiServer, ListenError, check_auth_token, check_front
 from brain.backend import BackendError, BackendFullError
 from brain.cli import preflight
 from brain.config import ConfigError, ServerConfig, format_key
@@ -48,6 +48,7 @@ def check_modules(config: ServerConfig) -> None:
     """Every module the configuration needs imports, before anything is
     bound or created: the transport, and a cluster replica's NATS client."""
     check_front(config)
+    check_auth_token(config)
     if config.journal_url:
         try:
             import_nats()
@@ -67,6 +68,7 @@ def make_engine_config(config: ServerConfig) -> EngineConfig:
         quota_backend_bytes=config.quota_backend_bytes,
         auto_compaction_mode=config.auto_compaction_mode,
         auto_compaction_retention=config.auto_compaction_retention,
+        auth_token_ttl=float(config.auth_token_ttl),
     )
     shards = config.effective_shards()
     if shards is not None:

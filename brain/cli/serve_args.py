@@ -118,6 +118,11 @@ _SERVE_FLAGS: list[tuple[str, str, object, str]] = [
     ("--client-cert-allowed-hostname", "client_cert_allowed_hostname", C.split_list,
      "comma-separated list of allowed SAN hostnames for client cert authentication"),
     ("--client-crl-file", "client_crl_file", str, "path to the client certificate revocation list file (DER)"),
+    ("--auth-token", "auth_token", str,
+     "auth tokens: simple, or jwt,pub-key=<file>,priv-key=<file>,sign-method=<RS256|ES256|EdDSA|HS256|...>"
+     "[,ttl=<duration>] (default %(default)s)"),
+    ("--auth-token-ttl", "auth_token_ttl", _int, "seconds a simple token lives unused (default %(default)s)"),
+    ("--bcrypt-cost", "bcrypt_cost", _int, "bcrypt cost of hashed passwords, 4 to 31 (default %(default)s)"),
     ("--cipher-suites", "cipher_suites", C.split_urls,
      "comma-separated TLS 1.2 cipher suites, Go's names (default: rustls' AEAD ECDHE suites)"),
     ("--tls-min-version", "tls_min_version", str, "minimum TLS version: TLS1.2 or TLS1.3 (default TLS1.2)"),

@@ -3,7 +3,7 @@
 A snapshot is an etcd database file with its sha256 appended, from brain or
 from etcd alike (brain's earlier format is still read).
 
-  brain snapshot save <file> [--endpoints URL] [--cacert F --cert F --key F]
+  brain snapshot save <file> [--endpoints URL] [--cacert F --cert F --key F] [--user NAME[:PASSWORD]]
       fetch a snapshot over the Maintenance API (what `etcdctl snapshot save`
       does; either works against brain and against etcd)
   brain snapshot restore <file> --data-dir <dir> [--name N] [--shards N]
@@ -88,7 +88,7 @@ def _restore(args) -> int:
 
 
 def _save(args) -> int:
-    from brain.api.etcd_client import ClientTLS, EtcdClient
+    from brain.api.etcd_client import ClientAuth, ClientTLS, EtcdClient
     from brain.migrate.source import SourceError
     from brain.progress import Progress
 
@@ -101,7 +101,7 @@ def _save(args) -> int:
 
     try:
         client = EtcdClient(args.endpoints.split(",")[0].strip(), ClientTLS(args.cacert, args.cert, args.key),
-                            timeout=args.timeout or 30.0)
+                            timeout=args.timeout or 30.0, auth=ClientAuth(*cli_flags.user_and_password(args)))
         try:
             with open(part, "wb") as f:
                 client.snapshot(f, fetched)

@@ -32,6 +32,8 @@ TYPES: tuple[type, ...] = (
     r.CompactRequest, r.LeaseGrantRequest, r.LeaseRevokeRequest, r.RangeResult, r.PutResult,
     r.DeleteRangeResult, r.TxnResult, r.EmptyResult, r.CompactResult, r.LeaseGrantResult,
     r.LeaseRevokeResult, LeaseTimeToLiveResult, LeaseLeasesResult,
+    # auth (brain.mvcc.requests): the requests, their result, a write with its caller
+    *r.AUTH_REQUESTS, r.AuthResult, r.Authorized,
 )
 _ID = {cls: i for i, cls in enumerate(TYPES)}
 _FIELDS = [tuple(f.name for f in dataclasses.fields(cls)) for cls in TYPES]

@@ -18,7 +18,7 @@ import logging
 import threading
 
 from ..backend import BackendError, WriteBatch
-from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest
+from ..mvcc.requests import LeaseGrantRequest, PutRequest, TxnRequest, unwrapped
 
 log = logging.getLogger("brain.engine")
 
@@ -124,6 +124,7 @@ def adds_data(req) -> bool:
     Put, a LeaseGrant, and a Txn with a Put directly in either branch.
     etcd's costTxn counts only those Puts, so a Txn that only deletes, or
     puts only inside a nested Txn, is applied."""
+    req = unwrapped(req)  # an Authorized write is judged as the write it carries
     if isinstance(req, (PutRequest, LeaseGrantRequest)):
         return True
     if isinstance(req, TxnRequest):

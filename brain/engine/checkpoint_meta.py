@@ -15,13 +15,17 @@ On disk it is JSON under the backend meta key ``brain.checkpoint``::
 ``compact_rev`` had not finished (it resumes on open).  Both are named
 here instead: ``compact_revision`` None, ``compaction_finished`` False.
 ``epoch`` and ``leader_id`` (a replicated journal's last epoch record) are
-written only when set; a checkpoint without them has neither.
+written only when set; a checkpoint without them has neither.  ``auth``
+(users, roles, auth on or off: brain.mvcc.auth's AuthState.to_record) is
+written only once auth was used.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from ..mvcc.auth import AuthState
 
 META_CHECKPOINT = b"brain.checkpoint"
 
@@ -43,6 +47,7 @@ class CheckpointMeta:
     leases: tuple[tuple[int, int], ...] = ()  # (lease ID, TTL), sorted
     epoch: int = 0
     leader_id: int = 0
+    auth: AuthState | None = None  # None: auth never used (the initial state)
 
     def __post_init__(self) -> None:
         if self.compact_revision is None and not self.compaction_finished:
@@ -61,6 +66,8 @@ class CheckpointMeta:
             raw["epoch"] = self.epoch
         if self.leader_id:
             raw["leader_id"] = self.leader_id
+        if self.auth is not None and not self.auth.is_initial:
+            raw["auth"] = self.auth.to_record()
         return json.dumps(raw).encode()
 
     @classmethod
@@ -75,6 +82,7 @@ class CheckpointMeta:
             leases=tuple((lease_id, ttl) for lease_id, ttl in raw["leases"]),
             epoch=raw.get("epoch", 0),
             leader_id=raw.get("leader_id", 0),
+            auth=AuthState.from_record(raw["auth"]) if "auth" in raw else None,
         )
 
     @classmethod
@@ -100,4 +108,5 @@ class CheckpointMeta:
             leases=tuple(cut.leases),
             epoch=cut.epoch,
             leader_id=cut.leader_id,
+            auth=cut.auth,
         )

@@ -73,6 +73,7 @@ from .pipeline import InFlight, Pipeline
 from .readindex import ReadBarrier
 from .replication import Replication
 from .roles import Follower, Leader
+from .tokens import TokenTable
 from .watching import WatchManager
 
 log = logging.getLogger("brain.engine")
@@ -113,6 +114,11 @@ class Committer:
         self.closing = False  # set by the engine before it stops the committer
         self.store = store
         self.committed_rev = store.revision
+        # The auth state readers check calls against: the store's as of the
+        # last published batch (brain.mvcc.auth: immutable, read without the lock).
+        self.committed_auth = store.auth
+        # Simple tokens, learned from published batches (brain.engine.tokens).
+        self.tokens = TokenTable(config.auth_token_ttl)
         self.applied_index = applied_index
         self.member_id = member_id
         self.term = term
@@ -501,13 +507,15 @@ class Committer:
             results, payload = decide(self.store, admitted) if admitted else ([], b"")
             new_rev = self.store.revision
             events = self.store.take_changes()
+            auth = self.store.take_auth()
         index = self.applied_index
         # A barrier needs a record even when nothing else is appended: an
         # empty one, which every replica applies as nothing (brain.mvcc.codec).
         appends = bool(payload) or (bool(barriers) and self.barrier is not None)
         if appends and self.pipeline is not None:
             # published and answered once acknowledged (brain.engine.pipeline)
-            self.pipeline.append(InFlight(0, new_rev, events, admitted, results, barriers, len(payload)), payload)
+            self.pipeline.append(InFlight(0, new_rev, events, admitted, results, barriers, len(payload), auth=auth),
+                                 payload)
             return
         if appends:
             # the append is fenced on this replica's last record: once it
@@ -516,7 +524,7 @@ class Committer:
             if index is None:
                 return
         if self.pipeline is None:  # (a pipelined store may hold batches still in flight: nothing to publish)
-            self.publish(new_rev, index, events)
+            self.publish(new_rev, index, events, auth)
         for p in barriers:
             self.settle(p, index)
         if not admitted:
@@ -565,15 +573,21 @@ class Committer:
                 admitted.append(p)
         return admitted, barriers
 
-    def publish(self, revision: int, index: int, events: list) -> None:
+    def publish(self, revision: int, index: int, events: list, auth=None) -> None:
         """Make a batch that is in the journal visible: readers see
         ``revision`` and the journal ``index`` holding it, watchers get its
-        ``events``, reads waiting for ``index`` go ahead.  The leader's commit
-        and the follower's apply both end here."""
+        ``events``, reads waiting for ``index`` go ahead, and ``auth`` (the
+        store's take_auth: its auth state and token effects) is what calls
+        are checked against.  The leader's commit and the follower's apply
+        both end here."""
         with self.lock:
             # together, so that a reader of both sees a matching pair
             self.committed_rev = revision
             self.applied_index = index
+            if auth is not None:
+                self.committed_auth = auth[0]
+        if auth is not None and auth[1]:
+            self.tokens.apply(auth[1])
         if events:
             self.watches.publish_committed(events, revision)
         self.batches += 1
@@ -592,6 +606,7 @@ class Committer:
         with self.watches.lock:
             with self.lock:
                 self.store = store
+                self.committed_auth = store.auth
             self.watches.hub.store = store
 
 

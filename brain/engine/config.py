@@ -53,3 +53,5 @@ class EngineConfig:
     # Expire leases whose deadline passed.  Off for a mirror of another
     # store, whose grants and revokes come from that store.
     lease_expiry: bool = True
+    # etcd's --auth-token-ttl: seconds a simple token lives unused.
+    auth_token_ttl: float = 300.0

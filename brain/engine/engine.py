@@ -35,6 +35,7 @@ from .. import backend as backend_mod
 from ..journal import SegmentJournal, SharedJournal
 from ..mvcc import errors
 from ..mvcc.requests import (
+    Authorized,
     CompactRequest,
     LeaseGrantRequest,
     LeaseRevokeRequest,
@@ -224,14 +225,24 @@ class Engine:
                       attached_keys=self._attached_keys)
 
     def _attached_keys(self, lease_id: int) -> list[bytes]:
+        return self.lease_keys(lease_id)
+
+    def lease_keys(self, lease_id: int) -> list[bytes]:
+        """The keys a lease holds now, sorted ([] for an unknown lease)."""
         with self.committer.lock:
             lease = self.store.lessor.leases.get(lease_id)
             return sorted(lease.keys) if lease is not None else []
 
+    def lease_ids(self) -> list[int]:
+        with self.committer.lock:
+            return list(self.store.lessor.leases)
+
     def _expire_lease(self, lease_id: int) -> Future:
-        """A lease's deadline passed: revoke it, here or nowhere."""
+        """A lease's deadline passed: revoke it, here or nowhere (as the
+        server itself, which auth never refuses: etcd revokes as root)."""
         sink = FutureSink(1)
-        self.committer.enqueue([Pending(LeaseRevokeRequest(lease_id), sink, 0, local=True)])
+        revoke = Authorized(LeaseRevokeRequest(lease_id), system=True)
+        self.committer.enqueue([Pending(revoke, sink, 0, local=True)])
         return sink.futures[0]
 
     # ------------------------------------------------------------------
@@ -260,6 +271,17 @@ class Engine:
     @property
     def watches(self):
         return self.committer.watches
+
+    @property
+    def auth(self):
+        """The auth state calls are checked against (brain.mvcc.auth.AuthState,
+        immutable): the one of the last published batch, read without a lock."""
+        return self.committer.committed_auth
+
+    @property
+    def tokens(self):
+        """The simple tokens this replica honours (brain.engine.tokens)."""
+        return self.committer.tokens
 
     @property
     def journal_sync_hooks(self) -> list:  # duration observers (seconds) of journal syncs, for metrics

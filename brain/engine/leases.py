@@ -43,7 +43,7 @@ from typing import Callable, Iterable
 
 from ..mvcc import errors
 from ..mvcc.lease import MAX_LEASE_TTL
-from ..mvcc.requests import LeaseGrantRequest, LeaseGrantResult, LeaseRevokeRequest, LeaseRevokeResult
+from ..mvcc.requests import LeaseGrantRequest, LeaseGrantResult, LeaseRevokeRequest, LeaseRevokeResult, unwrapped
 from .timeouts import REQUEST_TIMEOUT
 from ..thread_names import name_os_thread
 
@@ -210,6 +210,7 @@ class LeaseKeeper:
         """Called by the committer with a batch's requests and results once
         they are durable, before the callers are answered."""
         for req, res in zip(requests, results):
+            req = unwrapped(req)
             if isinstance(req, LeaseGrantRequest):
                 if isinstance(res, LeaseGrantResult):
                     self.granted(res.id, res.ttl)

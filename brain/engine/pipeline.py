@@ -70,6 +70,7 @@ class InFlight:
     nbytes: int = 0  # its record's size (the checkpointer counts journal bytes)
     appended_at: float = 0.0  # monotonic
     unwritten: bool = False  # decided without a record: counted when it was decided
+    auth: tuple | None = None  # the store's take_auth after it: published with it (Committer.publish)
 
 
 class Syncer:
@@ -269,7 +270,7 @@ class Pipeline:
         c = self._committer
         if entry.nbytes or entry.barriers:
             c.checkpointer.journaled(entry.nbytes)
-            c.publish(entry.revision, entry.index, entry.events)
+            c.publish(entry.revision, entry.index, entry.events, entry.auth)
         for p in entry.barriers:
             c.settle(p, entry.index)
         if entry.unwritten:

@@ -40,7 +40,7 @@ def load_store(backend, journal, boundaries: list[bytes], max_txn_ops: int,
         store.load_checkpoint(meta.revision, meta.leases,
                               compact_rev=-1 if meta.compact_revision is None else meta.compact_revision,
                               compaction_finished=meta.compaction_finished,
-                              epoch=meta.epoch, leader_id=meta.leader_id,
+                              epoch=meta.epoch, leader_id=meta.leader_id, auth=meta.auth,
                               progress=LoadProgressLog(sum(backend.statistics().entries)))
         journal_index = meta.journal_index
         backend.release_read_pages()  # the scan mapped every record; reads map what they need again

@@ -194,8 +194,9 @@ class Replication:
                 applied = index
                 nbytes += len(payload)
             events = store.take_changes()
+            auth = store.take_auth()
         self._checkpointer.journaled(nbytes)
-        core.publish(store.revision, applied, events)
+        core.publish(store.revision, applied, events, auth)
         if store.epoch != core.term:
             core.term = store.epoch
             core.role_changed()

@@ -45,6 +45,12 @@ class WatchStreamHandle:
             if self._m.hub.unsynced:
                 self._m.kick()
 
+    def refuse(self, reason: str) -> None:
+        """Answer a create request with a cancel (WatchHub.refuse)."""
+        with self._m.lock:
+            if not self._stream.closed:
+                self._m.hub.refuse(self._stream, reason)
+
     def cancel(self, watch_id: int) -> None:
         with self._m.lock:
             if not self._stream.closed:

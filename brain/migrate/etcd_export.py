@@ -3,7 +3,8 @@
 The file holds exactly what a snapshot covers (brain.mvcc.kvhash.
 covered_revisions): every revision above the compaction revision, and for
 each key its newest revision at or below it, as etcd's own database holds
-them after a compaction; plus the leases, the compaction revision, and as
+them after a compaction; plus the leases, the auth buckets (users, roles,
+on or off, the auth revision), the compaction revision, and as
 consistent_index the journal index the snapshot's revision corresponds to
 (a replica bootstrapping from the file resumes the journal after it).
 
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 from ..engine.history import PinnedHistory
+from ..mvcc.auth import AuthState
 from ..mvcc.revision import main_of, sub_of
 from ..progress import Progress
-from .etcddb import schema
+from .etcddb import proto, schema
 from .etcddb.proto import KeyValue, Lease, encode_key_value
 from .etcddb.writer import DbMeta, Member, write_etcd_db
 
@@ -85,24 +87,33 @@ def _records(pinned: PinnedHistory, covered: list[int], progress: Progress | Non
             progress.update(done, nbytes)
 
 
-def _pin_committed(engine) -> tuple[PinnedHistory, list[tuple[int, int]]]:
-    """The pinned history and its leases, taken on the committer thread,
-    where the store holds exactly the committed state (the leases of a
-    batch that is not durable yet are not in it)."""
+def _pin_committed(engine) -> tuple[PinnedHistory, list[tuple[int, int]], AuthState]:
+    """The pinned history, its leases and auth state, taken on the
+    committer thread, where the store holds exactly the committed state
+    (the leases of a batch that is not durable yet are not in it)."""
     history = engine.history()
 
     def pin():
         leases = history.leases()
-        return history.pin(), leases
+        return history.pin(), leases, engine.store.auth
 
     return engine.on_committer(pin)
+
+
+def etcd_auth(state: AuthState) -> proto.Auth:
+    """brain's auth state as etcd's auth buckets hold it."""
+    users = tuple(proto.User(u.name.encode(), u.password, tuple(r.encode() for r in u.roles), u.no_password)
+                  for u in state.users.values())
+    roles = tuple(proto.Role(r.name.encode(), tuple(proto.Permission(p.perm_type, p.key, p.range_end)
+                                                    for p in r.perms)) for r in state.roles.values())
+    return proto.Auth(state.enabled, state.revision, users, roles)
 
 
 def write_etcd_snapshot(engine, f: BinaryIO, *, out=None, interval: float = 2.0) -> ExportInfo:
     """Write the committed state to `f` (seekable, empty) as an etcd
     database; the sha256 that a snapshot file appends is returned in the
     info, not written.  Progress lines go to `out` (default: none)."""
-    pinned, leases = _pin_committed(engine)
+    pinned, leases, auth = _pin_committed(engine)
     with pinned:
         info = ExportInfo(pinned.revision, pinned.compact_revision, pinned.journal_index)
         covered, info.keys = _covered(pinned)
@@ -114,7 +125,7 @@ def write_etcd_snapshot(engine, f: BinaryIO, *, out=None, interval: float = 2.0)
                       compact_revision=info.compact_revision,
                       members=[Member(engine.member_id, engine.config.name)])
         info.size = write_etcd_db(f, _records(pinned, covered, progress), [Lease(lid, ttl) for lid, ttl in leases],
-                                  meta)
+                                  meta, etcd_auth(auth))
     f.flush()
     f.seek(0)
     sha = hashlib.sha256()

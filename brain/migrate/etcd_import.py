@@ -12,9 +12,9 @@ restart, brain gives every lease its full TTL again when it starts serving).
 
 brain keeps a create revision as (main, 0): etcd stores only the main part.
 
-What is not carried over, with a warning: etcd's users and roles (brain has
-no etcd authentication; protect it with client certificates), and its
-alarms (brain raises its own).
+Auth comes along: users (with their bcrypt hashes), roles, whether auth is
+on and the auth revision (auth_state).  What is not carried over, with a
+warning: etcd's alarms (brain raises its own).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 
 from .etcddb import EtcdDb
+from .etcddb import proto
+from ..mvcc.auth import AuthState, Permission, Role, User
 from ..mvcc.revision import pack
 from ..progress import Progress
 from .restore import BuiltDir, DataDirBuilder
@@ -100,6 +102,7 @@ def import_etcd(source: str, data_dir: str, *, boundaries: list[bytes], name: st
                 revision=revision, compact_rev=compact,
                 compact_done_rev=finished if finished is not None else -1,
                 leases=leases,
+                auth=auth_state(db.auth()),
                 cluster_id=replica_of,
                 journal_index=(db.meta.consistent_index or 0) if replica_of else 0,
                 epoch=(db.meta.term or 0) if replica_of else 0,
@@ -116,13 +119,17 @@ def import_etcd(source: str, data_dir: str, *, boundaries: list[bytes], name: st
             consistent_index=db.meta.consistent_index, seconds=time.monotonic() - started, warnings=warnings)
 
 
+def auth_state(auth: proto.Auth) -> AuthState:
+    """etcd's auth buckets as brain's auth state."""
+    users = {u.name.decode(): User(u.name.decode(), u.password, tuple(sorted(r.decode() for r in u.roles)),
+                                   u.no_password) for u in auth.users}
+    roles = {r.name.decode(): Role(r.name.decode(), tuple(Permission(p.perm_type, p.key, p.range_end)
+                                                          for p in r.permissions)) for r in auth.roles}
+    return AuthState(auth.enabled, auth.revision, users, roles)
+
+
 def _warnings(db: EtcdDb) -> list[str]:
     out = []
-    users, roles = db.auth_counts()
-    if db.meta.auth_enabled or users or roles:
-        out.append(f"etcd authentication ({'enabled' if db.meta.auth_enabled else 'disabled'}, {users} users, "
-                   f"{roles} roles) is not imported: brain has no etcd users or roles; require client "
-                   f"certificates instead (--client-cert-auth)")
     alarms = db.alarms()
     if alarms:
         out.append(f"{alarms} etcd alarm(s) are not imported (brain raises its own)")

@@ -136,13 +136,14 @@ class DataDirBuilder:
 
     def commit(self, *, revision: int, compact_rev: int, compact_done_rev: int | None = None,
                leases: list[tuple[int, int]] = (), origin: dict | None = None, journal_index: int = 0,
-               cluster_id: int | None = None, epoch: int = 0) -> BuiltDir:
+               cluster_id: int | None = None, epoch: int = 0, auth=None) -> BuiltDir:
         """Write the checkpoint meta and move the directory into place.
         `compact_done_rev` (default `compact_rev`) below `compact_rev` makes
         the engine finish that compaction when it opens the directory.  A
         new replica of an existing cluster keeps its `cluster_id` and the
         `journal_index` (and `epoch`) the records correspond to; anything
-        else is a new cluster (new IDs) with no journal."""
+        else is a new cluster (new IDs) with no journal.  `auth`: the users,
+        roles and auth on/off to start with (a brain.mvcc.auth.AuthState)."""
         try:
             self._flush()
             cluster_id, member_id = cluster_id or new_id(), new_id()
@@ -150,7 +151,7 @@ class DataDirBuilder:
                 revision=revision, journal_index=journal_index,
                 compact_revision=None if compact_rev < 0 else compact_rev,
                 compaction_finished=compact_done_rev is None or compact_done_rev >= compact_rev,
-                leases=tuple(tuple(x) for x in sorted(leases)), epoch=epoch)
+                leases=tuple(tuple(x) for x in sorted(leases)), epoch=epoch, auth=auth)
             identity = datadir.Identity(cluster_id, member_id, 0, self.name, origin or None)
             self.backend.write(backend_mod.WriteBatch(meta={
                 **datadir.meta_entries(identity, list(self.boundaries)),

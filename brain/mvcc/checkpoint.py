@@ -19,10 +19,11 @@ from .store_core import StoreCore
 
 
 class CheckpointCut:
-    __slots__ = ("revision", "compact_rev", "compact_done_rev", "frozen", "deletes", "leases", "epoch", "leader_id")
+    __slots__ = ("revision", "compact_rev", "compact_done_rev", "frozen", "deletes", "leases", "epoch", "leader_id",
+                 "auth")
 
     def __init__(self, revision, compact_rev, compact_done_rev, frozen, deletes, leases, epoch=0,
-                 leader_id=0) -> None:
+                 leader_id=0, auth=None) -> None:
         self.revision = revision
         self.compact_rev = compact_rev
         self.compact_done_rev = compact_done_rev
@@ -31,6 +32,7 @@ class CheckpointCut:
         self.leases = leases
         self.epoch = epoch
         self.leader_id = leader_id
+        self.auth = auth  # the store's AuthState (immutable: a reference is a copy)
 
     def records(self):
         """(shard, revision bytes, encoded record) for every frozen record."""
@@ -55,7 +57,7 @@ def cut(store: StoreCore) -> CheckpointCut:
         deletes.append(owed)
     leases = sorted((lease.id, lease.ttl) for lease in store.lessor.leases.values())
     return CheckpointCut(store.revision, store.compact_rev, store.compact_done_rev if not store.compacting else -1,
-                         frozen, deletes, leases, store.epoch, store.leader_id)
+                         frozen, deletes, leases, store.epoch, store.leader_id, store.auth)
 
 
 def done(store: StoreCore) -> None:

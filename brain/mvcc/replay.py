@@ -15,7 +15,20 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from .codec import PUT, decode_batch, decode_record_head
+from . import auth_apply
+from .auth import ROLE_DELETE, ROLE_PUT, STATUS, USER_DELETE, USER_PUT, Permission, Role, User
+from .codec import (
+    AUTH_ROLE_DELETE,
+    AUTH_ROLE_PUT,
+    AUTH_STATUS,
+    AUTH_TOKEN_ASSIGN,
+    AUTH_TOKENS_OF_USER_DROPPED,
+    AUTH_USER_DELETE,
+    AUTH_USER_PUT,
+    PUT,
+    decode_batch,
+    decode_record_head,
+)
 from .packed import StoredHead, pack_stored
 from .revision import from_bytes, main_of, pack
 from .store_core import StoreCore
@@ -29,6 +42,8 @@ def replay(store: StoreCore, payload: bytes, *, live: bool = False) -> None:
     journal): a compaction record only starts the compaction, whose
     physical steps run between batches as on the leader; in recovery it
     is finished at once."""
+    auth_effects: list = []
+    token_effects: list = []
     for entry in decode_batch(payload):
         tag = entry[0]
         if tag == "T":
@@ -53,6 +68,32 @@ def replay(store: StoreCore, payload: bytes, *, live: bool = False) -> None:
             store.lessor.remove(entry[1])
         elif tag == "E":
             store.set_epoch(entry[1], entry[2])
+        elif tag == "A":
+            auth_entry(entry, auth_effects, token_effects)
+    if auth_effects or token_effects:
+        store.set_auth(store.auth.changed(auth_effects), token_effects)
+
+
+def auth_entry(entry: tuple, auth_effects: list, token_effects: list) -> None:
+    """A decoded b"A" entry as an auth effect (brain.mvcc.auth) or a token
+    effect (brain.mvcc.auth_apply), appended to its list."""
+    kind = entry[1]
+    if kind == AUTH_USER_PUT:
+        auth_effects.append((USER_PUT, User(entry[2], entry[3], entry[5], entry[4])))
+    elif kind == AUTH_USER_DELETE:
+        auth_effects.append((USER_DELETE, entry[2]))
+    elif kind == AUTH_ROLE_PUT:
+        auth_effects.append((ROLE_PUT, Role(entry[2], tuple(Permission(*p) for p in entry[3]))))
+    elif kind == AUTH_ROLE_DELETE:
+        auth_effects.append((ROLE_DELETE, entry[2]))
+    elif kind == AUTH_STATUS:
+        auth_effects.append((STATUS, entry[2], entry[3]))
+    elif kind == AUTH_TOKEN_ASSIGN:
+        token_effects.append((auth_apply.TOKEN_ASSIGN, entry[2], entry[3]))
+    elif kind == AUTH_TOKENS_OF_USER_DROPPED:
+        token_effects.append((auth_apply.TOKENS_OF_USER_DROPPED, entry[2]))
+    else:
+        token_effects.append((auth_apply.TOKENS_DROPPED,))
 
 
 def check_continues(store: StoreCore, payload: bytes) -> None:

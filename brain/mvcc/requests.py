@@ -221,4 +221,123 @@ class Event:
 
 
 OpResult = Union[RangeResult, PutResult, DeleteRangeResult, TxnResult, EmptyResult]
-WriteRequest = Union[PutRequest, DeleteRangeRequest, TxnRequest, CompactRequest, LeaseGrantRequest, LeaseRevokeRequest]
+
+
+# --- auth (etcd's Auth service; decided in brain.mvcc.auth_apply) ----------
+#
+# Auth requests are writes: they are decided in order with every other
+# write and journaled as their effects.  Passwords arrive here hashed (the
+# api hashes them, as etcd's server does before proposing), so no journal
+# record ever holds one.
+
+
+@dataclass(slots=True)
+class AuthEnableRequest:
+    pass
+
+
+@dataclass(slots=True)
+class AuthDisableRequest:
+    pass
+
+
+@dataclass(slots=True)
+class AuthenticateRequest:
+    """A password already checked by the api; ``token`` the simple token to
+    assign (b"" when tokens are JWTs, which need no record)."""
+
+    name: str
+    token: str = ""
+
+
+@dataclass(slots=True)
+class UserAddRequest:
+    name: str
+    password_hash: bytes = b""
+    no_password: bool = False
+
+
+@dataclass(slots=True)
+class UserDeleteRequest:
+    name: str
+
+
+@dataclass(slots=True)
+class UserChangePasswordRequest:
+    name: str
+    password_hash: bytes = b""
+
+
+@dataclass(slots=True)
+class UserGrantRoleRequest:
+    user: str
+    role: str
+
+
+@dataclass(slots=True)
+class UserRevokeRoleRequest:
+    name: str
+    role: str
+
+
+@dataclass(slots=True)
+class RoleAddRequest:
+    name: str
+
+
+@dataclass(slots=True)
+class RoleDeleteRequest:
+    role: str
+
+
+@dataclass(slots=True)
+class RoleGrantPermissionRequest:
+    """``perm_type`` None: the request carried no permission."""
+
+    name: str
+    perm_type: int | None
+    key: bytes = b""
+    range_end: bytes = b""
+
+
+@dataclass(slots=True)
+class RoleRevokePermissionRequest:
+    role: str
+    key: bytes = b""
+    range_end: bytes = b""
+
+
+@dataclass(slots=True)
+class AuthResult:
+    """An auth request's outcome: the store's revision (for the header) and
+    the auth revision after it."""
+
+    revision: int
+    auth_revision: int
+
+
+@dataclass(slots=True)
+class Authorized:
+    """A write with who sent it: etcd's RequestHeader username and auth
+    revision (the caller's token's; 0: no user).  The store checks the
+    caller's permissions when it decides the write, with the auth state
+    of that moment (brain.mvcc.auth_apply).  ``system``: the server's own
+    write (a lease expiry), never refused, as etcd's WithRoot."""
+
+    request: object
+    user: str = ""
+    auth_revision: int = 0
+    system: bool = False
+
+
+def unwrapped(request):
+    """The write itself, without who sent it (for code that looks at its kind)."""
+    return request.request if type(request) is Authorized else request
+
+
+AUTH_REQUESTS = (AuthEnableRequest, AuthDisableRequest, AuthenticateRequest, UserAddRequest, UserDeleteRequest,
+                 UserChangePasswordRequest, UserGrantRoleRequest, UserRevokeRoleRequest, RoleAddRequest,
+                 RoleDeleteRequest, RoleGrantPermissionRequest, RoleRevokePermissionRequest)
+
+WriteRequest = Union[PutRequest, DeleteRangeRequest, TxnRequest, CompactRequest, LeaseGrantRequest, LeaseRevokeRequest,
+                     Authorized]

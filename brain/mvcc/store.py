@@ -32,14 +32,17 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import checkpoint, errors, reads, replay, txn, validation
+from . import auth_apply, checkpoint, errors, reads, replay, txn, validation
+from .auth import AuthState
 from .checkpoint import CheckpointCut
 from .codec import BatchEncoder
 from .compaction import Compaction, apply_compact
 from .lease import Lessor
 from .packed import BLOCK_KEYS
 from .requests import (
+    AUTH_REQUESTS,
     EVENT_DELETE,
+    Authorized,
     EVENT_PUT,
     CompactRequest,
     DeleteRangeRequest,
@@ -70,6 +73,7 @@ _APPLY = {
     CompactRequest: apply_compact,
     LeaseGrantRequest: txn.apply_lease_grant,
     LeaseRevokeRequest: txn.apply_lease_revoke,
+    **{kind: txn.apply_auth for kind in AUTH_REQUESTS},
 }
 
 
@@ -101,14 +105,25 @@ class Store:
         # term and that leader's member ID); 0 on a single node.
         self.epoch = 0
         self.leader_id = 0
+        # Users, roles, auth on or off (brain.mvcc.auth): replaced, never
+        # changed in place, by auth requests and replayed auth effects.
+        self.auth = AuthState()
+        # Since the last take_auth: whether the auth state changed, and the
+        # token effects (brain.mvcc.auth_apply), collected like _changes.
+        self._auth_changed = False
+        self._token_effects: list | None = None
 
     # ------------------------------------------------------------------
     # changes for the watch hub
 
     def collect_changes(self) -> None:
-        """Collect every change applied from now on (for live watchers)."""
+        """Collect every change applied from now on (for live watchers),
+        and the token effects (for the engine's token table: tokens issued
+        before a restart are gone, as in etcd)."""
         if self._changes is None:
             self._changes = []
+        if self._token_effects is None:
+            self._token_effects = []
 
     def take_changes(self) -> list[Event]:
         """The changes applied since the last take, in revision order (none
@@ -144,6 +159,26 @@ class Store:
         self.lessor.set_key(key, 0)
         if self._changes is not None:
             self._changes.append(Event(EVENT_DELETE, KeyValue(key, 0, main_of(rev), 0, b"", 0)))
+
+    def set_auth(self, state: AuthState, token_effects=()) -> None:
+        """The auth state is ``state`` now (an auth request decided, auth
+        effects replayed); ``token_effects`` go to the token table."""
+        if state is not self.auth:
+            self.auth = state
+            self._auth_changed = True
+        if token_effects and self._token_effects is not None:
+            self._token_effects.extend(token_effects)
+
+    def take_auth(self) -> tuple[AuthState, list] | None:
+        """(the auth state, the token effects) when either changed since the
+        last take, else None: what the engine publishes with a batch."""
+        tokens = self._token_effects
+        if not self._auth_changed and not tokens:
+            return None
+        self._auth_changed = False
+        if tokens:
+            self._token_effects = []
+        return self.auth, tokens or []
 
     def finish_revision(self, main: int) -> None:
         """Every change of main revision `main` is applied (a write
@@ -200,8 +235,10 @@ class Store:
         enc = BatchEncoder()
         results: list = []
         for req in requests:
-            run = _APPLY.get(type(req))
             try:
+                if type(req) is Authorized or self.auth.enabled:
+                    req = auth_apply.admit(self.auth, self.lessor, req)
+                run = _APPLY.get(type(req))
                 if run is None:
                     raise TypeError(f"not a write request: {req!r}")
                 results.append(run(self, req, enc))
@@ -276,11 +313,13 @@ class Store:
 
     def load_checkpoint(self, revision: int, leases: Iterable[tuple[int, int]], *, compact_rev: int,
                         compaction_finished: bool, epoch: int = 0, leader_id: int = 0,
-                        progress: replay.LoadProgress | None = None) -> None:
+                        auth: AuthState | None = None, progress: replay.LoadProgress | None = None) -> None:
         """Take the state a checkpoint recorded (``load_records`` plus its
-        revisions); a physical compaction it records as unfinished starts
-        again from the beginning."""
+        revisions and auth state); a physical compaction it records as
+        unfinished starts again from the beginning."""
         self.load_records(leases, progress)
+        if auth is not None:
+            self.set_auth(auth)
         self.revision = revision
         self.compact_rev = compact_rev
         self.compact_done_rev = compact_rev if compaction_finished else -1

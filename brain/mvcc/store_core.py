@@ -9,7 +9,7 @@ helper reads the revisions, the shards and the lessor, and every change it
 makes to the store's own fields is a Store method: `put_at` and `delete_at`
 (the two mutations of a key's history), `finish_revision` (a write
 transaction or a replayed revision is complete), `start_compaction` and
-`compaction_step`, `set_epoch`.  The shards and the lessor are objects of
+`compaction_step`, `set_epoch`, `set_auth`.  The shards and the lessor are objects of
 their own and change through their own methods.
 
 A leaf of brain.mvcc: it imports no other module of it but for type checks,
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .auth import AuthState
     from .lease import Lessor
     from .shard import Shard
     from .shard_map import ShardMap
@@ -70,6 +71,10 @@ class StoreCore(Protocol):
     @property
     def leader_id(self) -> int: ...
 
+    @property
+    def auth(self) -> AuthState:
+        """Users, roles, auth on or off (an immutable version)."""
+
     def shard_for_key(self, key: bytes) -> Shard: ...
 
     def put_at(self, rev: int, key: bytes, value: bytes, lease: int) -> None: ...
@@ -83,3 +88,5 @@ class StoreCore(Protocol):
     def compaction_step(self, budget: int = 1000) -> bool: ...
 
     def set_epoch(self, epoch: int, leader_id: int) -> None: ...
+
+    def set_auth(self, state: AuthState, token_effects=()) -> None: ...

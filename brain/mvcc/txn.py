@@ -32,11 +32,23 @@ end() changes nothing and the header says 5, as etcd answers.
 
 from __future__ import annotations
 
-from . import errors, validation
-from .codec import BatchEncoder
+from . import auth_apply, errors, validation
+from .auth import ROLE_DELETE, ROLE_PUT, STATUS, USER_DELETE, USER_PUT
+from .codec import (
+    AUTH_ROLE_DELETE,
+    AUTH_ROLE_PUT,
+    AUTH_STATUS,
+    AUTH_TOKEN_ASSIGN,
+    AUTH_TOKENS_DROPPED,
+    AUTH_TOKENS_OF_USER_DROPPED,
+    AUTH_USER_DELETE,
+    AUTH_USER_PUT,
+    BatchEncoder,
+)
 from .lease import MAX_LEASE_TTL
 from .reads import execute_range, get_kv, key_indexes, key_value, range_end_bound
 from .requests import (
+    AuthResult,
     CMP_CREATE,
     CMP_EQUAL,
     CMP_GREATER,
@@ -367,3 +379,48 @@ def apply_lease_revoke(store: StoreCore, r: LeaseRevokeRequest, enc: BatchEncode
     enc.lease_revoke(r.id)
     store.lessor.remove(r.id)
     return LeaseRevokeResult(store.revision)
+
+
+# ----------------------------------------------------------------------
+# auth requests (decided by brain.mvcc.auth_apply, journaled as effects)
+
+
+def apply_auth(store: StoreCore, req, enc: BatchEncoder) -> AuthResult:
+    """Decide an auth request on the store's auth state and journal its
+    effects; the store takes the new state (Store.set_auth)."""
+    decision = auth_apply.decide(store.auth, req)
+    for effect in decision.effects:
+        encode_auth_effect(enc, effect)
+    for effect in decision.token_effects:
+        encode_token_effect(enc, effect)
+    state = store.auth.changed(decision.effects)
+    store.set_auth(state, decision.token_effects)
+    return AuthResult(store.revision, state.revision)
+
+
+def encode_auth_effect(enc: BatchEncoder, effect) -> None:
+    kind = effect[0]
+    if kind == USER_PUT:
+        u = effect[1]
+        enc.auth(AUTH_USER_PUT, u.name, u.password, u.no_password, u.roles)
+    elif kind == USER_DELETE:
+        enc.auth(AUTH_USER_DELETE, effect[1])
+    elif kind == ROLE_PUT:
+        r = effect[1]
+        enc.auth(AUTH_ROLE_PUT, r.name, [(p.perm_type, p.key, p.range_end) for p in r.perms])
+    elif kind == ROLE_DELETE:
+        enc.auth(AUTH_ROLE_DELETE, effect[1])
+    elif kind == STATUS:
+        enc.auth(AUTH_STATUS, effect[1], effect[2])
+    else:
+        raise ValueError(f"unknown auth effect {kind}")
+
+
+def encode_token_effect(enc: BatchEncoder, effect) -> None:
+    kind = effect[0]
+    if kind == auth_apply.TOKEN_ASSIGN:
+        enc.auth(AUTH_TOKEN_ASSIGN, effect[1], effect[2])
+    elif kind == auth_apply.TOKENS_OF_USER_DROPPED:
+        enc.auth(AUTH_TOKENS_OF_USER_DROPPED, effect[1])
+    else:
+        enc.auth(AUTH_TOKENS_DROPPED)

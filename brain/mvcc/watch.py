@@ -268,6 +268,11 @@ class WatchHub:
         else:
             self.unsynced.discard(w)
 
+    def refuse(self, s: Stream, reason: str) -> None:
+        """A create request refused before it became a watcher (etcd's
+        permission check): created and canceled at once, with the reason."""
+        s.push(WatchResponse(INVALID_WATCH_ID, self.rev, created=True, canceled=True, cancel_reason=reason))
+
     def create(self, s: Stream, key: bytes, range_end: bytes, start_rev: int, watch_id: int,
                prev_kv: bool = False, no_put: bool = False, no_delete: bool = False,
                progress_notify: bool = False, fragment: bool = False) -> None:

@@ -24,10 +24,19 @@ pub struct Peer {
     pub common_name: Option<String>,
 }
 
+/// What a call's metadata tells Python.
+#[derive(Debug, Clone, Default)]
+pub struct CallMeta {
+    /// `hasleader: true` (etcd's WithRequireLeader), see `REQUIRE_LEADER`.
+    pub require_leader: bool,
+    /// etcd's auth token: the `token` metadata, else `authorization`
+    /// (etcd's two names for it), see `AUTH_TOKEN`.
+    pub token: Option<String>,
+}
+
 pub enum Event {
     /// A unary or server-streaming call with its one request message.
-    /// `require_leader`: its metadata says `hasleader: true` (etcd's
-    /// WithRequireLeader), see `REQUIRE_LEADER`.
+    /// `meta`: what its metadata says (leader required, auth token).
     /// `held`: a server stream's request bytes, reserved on its connection
     /// until Python takes it (a unary call's stay with the call instead).
     Call {
@@ -35,12 +44,12 @@ pub enum Event {
         method: u32,
         payload: Bytes,
         peer: Arc<Peer>,
-        require_leader: bool,
+        meta: CallMeta,
         #[allow(dead_code)] // never read: dropped with the event
         held: Option<Held>,
     },
     /// A bidirectional stream began (messages follow as `Message`).
-    Open { id: u64, method: u32, peer: Arc<Peer>, require_leader: bool },
+    Open { id: u64, method: u32, peer: Arc<Peer>, meta: CallMeta },
     /// `held`: its bytes, reserved on the connection until Python takes it.
     Message {
         id: u64,
@@ -81,6 +90,9 @@ pub const EV_REJECTED: u8 = 9;
 /// Or-ed into EV_CALL / EV_OPEN for a call with `hasleader: true`: Python
 /// tells those apart with one bit test and the other events pay nothing.
 pub const REQUIRE_LEADER: u8 = 0x80;
+/// Or-ed into EV_CALL / EV_OPEN for a call that carries an auth token; its
+/// event's last item is then (common name, token) instead of the name.
+pub const AUTH_TOKEN: u8 = 0x40;
 
 struct Inner {
     events: VecDeque<Event>,

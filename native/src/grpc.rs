@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::budget::Held;
 use crate::calls::{self, Cmd, ConnBudget, Pending, StreamHandle, StreamState, Waiting};
-use crate::events::{Event, Peer};
+use crate::events::{CallMeta, Event, Peer};
 use crate::shared::Shared;
 
 pub const KIND_UNARY: u8 = 0;
@@ -87,6 +87,17 @@ fn requires_leader(headers: &http::HeaderMap) -> bool {
     headers.get("hasleader").is_some_and(|v| v.as_bytes() == b"true")
 }
 
+/// What Python needs of a call's metadata: require-leader and etcd's auth
+/// token (its TokenFieldNameGRPC "token", else TokenFieldNameSwagger
+/// "authorization"; the first value, as etcd reads it).
+fn call_meta(headers: &http::HeaderMap) -> CallMeta {
+    let token = headers
+        .get("token")
+        .or_else(|| headers.get("authorization"))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    CallMeta { require_leader: requires_leader(headers), token }
+}
+
 fn compressed_text(req_encoding: &str) -> String {
     format!("grpc: Decompressor is not installed for grpc-encoding \"{req_encoding}\"")
 }
@@ -117,10 +128,10 @@ pub async fn serve_call(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity")
         .to_string();
-    let require_leader = requires_leader(req.headers());
+    let meta = call_meta(req.headers());
     let id = shared.next_id();
     if kind == KIND_BIDI {
-        serve_stream(shared, id, method, peer, conn, require_leader, req.into_body(), respond, encoding).await;
+        serve_stream(shared, id, method, peer, conn, meta, req.into_body(), respond, encoding).await;
         return;
     }
     let mut body = req.into_body();
@@ -143,12 +154,11 @@ pub async fn serve_call(
             match d {
                 Decoded::Msg(payload) => {
                     if kind == KIND_SERVER_STREAM {
-                        serve_server_stream(shared, id, method, peer, conn, require_leader, body, respond, payload, held)
-                            .await;
+                        serve_server_stream(shared, id, method, peer, conn, meta, body, respond, payload, held).await;
                         return;
                     }
                     shared.calls.insert(id, Pending::Unary(respond, held));
-                    shared.queue.push(Event::Call { id, method, payload, peer, require_leader, held: None });
+                    shared.queue.push(Event::Call { id, method, payload, peer, meta, held: None });
                 }
                 Decoded::Oversized(len) => {
                     shared.calls.insert(id, Pending::Unary(respond, None));
@@ -179,7 +189,7 @@ async fn serve_server_stream(
     method: u32,
     peer: Arc<Peer>,
     conn: Arc<ConnBudget>,
-    require_leader: bool,
+    meta: CallMeta,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     payload: Bytes,
@@ -189,7 +199,7 @@ async fn serve_server_stream(
     // whose receive side is over.
     drop(body);
     let Some((send, rx, state)) = open_stream(&shared, id, method, respond, conn) else { return };
-    shared.queue.push(Event::Call { id, method, payload, peer, require_leader, held });
+    shared.queue.push(Event::Call { id, method, payload, peer, meta, held });
     pump(shared, id, method, None, send, rx, state, String::new()).await;
 }
 
@@ -200,13 +210,13 @@ async fn serve_stream(
     method: u32,
     peer: Arc<Peer>,
     conn: Arc<ConnBudget>,
-    require_leader: bool,
+    meta: CallMeta,
     body: RecvStream,
     respond: SendResponse<Bytes>,
     encoding: String,
 ) {
     let Some((send, rx, state)) = open_stream(&shared, id, method, respond, conn) else { return };
-    shared.queue.push(Event::Open { id, method, peer, require_leader });
+    shared.queue.push(Event::Open { id, method, peer, meta });
     pump(shared, id, method, Some(body), send, rx, state, encoding).await;
 }
 

@@ -7,7 +7,8 @@
 //! * events out, in batches: `recv_batch(n)` returns tuples
 //!   `(kind, id, a, b, c)` (see `EV_*`; calls carry method id, payload and
 //!   the client certificate's common name; a call or stream with etcd's
-//!   `hasleader: true` metadata has `REQUIRE_LEADER` or-ed into its kind;
+//!   `hasleader: true` metadata has `REQUIRE_LEADER` or-ed into its kind,
+//!   one with an auth token `AUTH_TOKEN`, and then (name, token) as its last item;
 //!   a refused TLS connection is `(EV_REJECTED, quiet, remote address,
 //!   server name, (error, ip addresses, dns names))`, for the log, the
 //!   names None unless the client's certificate was read and refused);
@@ -64,6 +65,21 @@ struct Transport {
 
 /// An io::Error as Python's OSError(errno, strerror), so callers can word
 /// it as Go does ("address already in use").
+/// A call's or stream's event kind and its last item: the client
+/// certificate's common name, or (name, token) with `AUTH_TOKEN` or-ed in.
+fn caller<'py>(py: Python<'py>, base: u8, peer: &Peer, meta: CallMeta) -> PyResult<(u8, Bound<'py, PyAny>)> {
+    let mut kind = if meta.require_leader { base | REQUIRE_LEADER } else { base };
+    let cn = peer.common_name.as_deref();
+    let who = match meta.token {
+        Some(token) => {
+            kind |= AUTH_TOKEN;
+            (cn, token).into_pyobject(py)?.into_any()
+        }
+        None => cn.into_pyobject(py)?.into_any(),
+    };
+    Ok((kind, who))
+}
+
 fn os_error(e: std::io::Error) -> PyErr {
     match e.raw_os_error() {
         Some(code) => {
@@ -201,13 +217,13 @@ impl Transport {
         let list = PyList::empty(py);
         for ev in evs {
             let item = match ev {
-                Event::Call { id, method, payload, peer, require_leader, held: _ } => {
-                    let kind = if require_leader { EV_CALL | REQUIRE_LEADER } else { EV_CALL };
-                    (kind, id, method, PyBytes::new(py, &payload), peer.common_name.as_deref()).into_pyobject(py)?
+                Event::Call { id, method, payload, peer, meta, held: _ } => {
+                    let (kind, who) = caller(py, EV_CALL, &peer, meta)?;
+                    (kind, id, method, PyBytes::new(py, &payload), who).into_pyobject(py)?
                 }
-                Event::Open { id, method, peer, require_leader } => {
-                    let kind = if require_leader { EV_OPEN | REQUIRE_LEADER } else { EV_OPEN };
-                    (kind, id, method, py.None(), peer.common_name.as_deref()).into_pyobject(py)?
+                Event::Open { id, method, peer, meta } => {
+                    let (kind, who) = caller(py, EV_OPEN, &peer, meta)?;
+                    (kind, id, method, py.None(), who).into_pyobject(py)?
                 }
                 Event::Message { id, method, payload, held: _ } => {
                     (EV_MESSAGE, id, method, PyBytes::new(py, &payload), py.None()).into_pyobject(py)?
@@ -418,6 +434,7 @@ fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EV_HTTP", EV_HTTP)?;
     m.add("EV_REJECTED", EV_REJECTED)?;
     m.add("REQUIRE_LEADER", REQUIRE_LEADER)?;
+    m.add("AUTH_TOKEN", AUTH_TOKEN)?;
     m.add("KIND_UNARY", grpc::KIND_UNARY)?;
     m.add("KIND_SERVER_STREAM", grpc::KIND_SERVER_STREAM)?;
     m.add("KIND_BIDI", grpc::KIND_BIDI)?;

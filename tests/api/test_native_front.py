@@ -194,9 +194,9 @@ def test_lease_reads(api, channel_):
 
 def test_unknown_method_is_unimplemented_with_grpc_go_text(channel_):
     with pytest.raises(grpc.RpcError) as ei:
-        channel_.unary_unary("/etcdserverpb.Auth/AuthStatus")(b"", timeout=10)
+        channel_.unary_unary("/etcdserverpb.Nope/Call")(b"", timeout=10)
     assert (ei.value.code(), ei.value.details()) == (grpc.StatusCode.UNIMPLEMENTED,
-                                                    "unknown service etcdserverpb.Auth")
+                                                    "unknown service etcdserverpb.Nope")
     with pytest.raises(grpc.RpcError) as ei:
         channel_.unary_unary("/etcdserverpb.KV/Nope")(b"", timeout=10)
     assert ei.value.details() == "unknown method Nope for service etcdserverpb.KV"

@@ -26,6 +26,9 @@ CLUSTER_ID = 0xABCDEF0123456789
 MEMBER_ID = 0xFEDCBA9876543210
 
 
+from brain.mvcc.auth import AuthState  # noqa: E402
+
+
 class FakeEngine:
     """A dict store with etcd-shaped results; ``fail`` makes the next calls raise."""
 
@@ -52,6 +55,8 @@ class FakeEngine:
     leader_id = MEMBER_ID
     cluster = None  # a single node: it always has a leader
     has_leader = True
+    auth = AuthState()  # auth stays off: the fake serves no Auth calls
+    tokens = None
 
     def range(self, req: core.RangeRequest) -> core.RangeResult:
         self._enter(req)

@@ -8,7 +8,7 @@ import pytest
 
 from brain.engine import Engine, EngineConfig
 from brain.migrate.etcd_import import import_etcd
-from brain.migrate.etcddb import EtcdDb, schema
+from brain.migrate.etcddb import EtcdDb, proto, schema
 from brain.migrate.etcddb.proto import KeyValue, Lease, encode_key_value
 from brain.migrate.etcddb.writer import DbMeta, Member, write_etcd_db
 from brain.migrate.bbolt import BoltWriter
@@ -103,12 +103,17 @@ def test_a_fresh_etcd_and_leases(tmp_path, opened):
     assert {lid: lease.ttl for lid, lease in eng.store.lessor.leases.items()} == {5: 30, 6: 90}
 
 
-def test_users_and_alarms_are_reported_not_imported(tmp_path):
+def test_auth_is_imported_and_alarms_are_reported_not_imported(tmp_path, opened):
     db = tmp_path / "db"
     write(db, [put(2, 0, b"k", b"v", 2, 1)])
-    rewrite(db, {b"auth": {schema.AUTH_ENABLED: b"\x01"}, b"authUsers": {b"root": b"..."},
+    root = proto.encode_user(proto.User(b"root", b"$2a$10$x", (b"root",)))
+    role = proto.encode_role(proto.Role(b"r", (proto.Permission(0, b"/a/", b"/a0"),)))
+    rewrite(db, {b"auth": {schema.AUTH_ENABLED: b"\x01", schema.AUTH_REVISION: schema.u64(9)},
+                 b"authUsers": {b"root": root}, b"authRoles": {b"r": role},
                  b"alarm": {b"\x08\x01\x10\x01": b""}})
     res = import_etcd(str(db), str(tmp_path / "b"), boundaries=[], out=lambda line: None)
-    assert len(res.warnings) == 2
-    assert "etcd authentication (enabled, 1 users, 0 roles) is not imported" in res.warnings[0]
-    assert "1 etcd alarm(s) are not imported" in res.warnings[1]
+    assert len(res.warnings) == 1
+    assert "1 etcd alarm(s) are not imported" in res.warnings[0]
+    auth = opened(tmp_path / "b").auth
+    assert (auth.enabled, auth.revision, sorted(auth.users), sorted(auth.roles)) == (True, 9, ["root"], ["r"])
+    assert auth.users["root"].roles == ("root",) and auth.roles["r"].perms[0].range_end == b"/a0"

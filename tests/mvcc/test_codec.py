@@ -21,9 +21,33 @@ def _payload(main: int, key: bytes) -> bytes:
 
 def test_a_payload_starts_with_its_format_version_and_an_empty_one_is_empty():
     p = _payload(2, b"a")
-    assert p[:2] == b"V" + bytes((FORMAT_VERSION,))
+    # written in the lowest version its entries need: a replica reading
+    # only version 1 still follows a journal where auth was never used
+    assert p[:2] == b"V\x01"
     assert decode_batch(p) == [("T", 2, [(codec.PUT, b"a", b"v", 0)])]
     assert BatchEncoder().finish() == b""
+
+
+def test_auth_entries_make_a_version_2_payload_and_are_refused_in_version_1():
+    enc = BatchEncoder()
+    enc.auth(codec.AUTH_USER_PUT, "u", b"h", False, ("r",))
+    enc.auth(codec.AUTH_ROLE_PUT, "r", [(0, b"a", b"b")])
+    enc.auth(codec.AUTH_STATUS, True, 7)
+    enc.auth(codec.AUTH_TOKEN_ASSIGN, "tok.3", "u")
+    enc.auth(codec.AUTH_TOKENS_DROPPED)
+    p = enc.finish()
+    assert p[:2] == b"V" + bytes((FORMAT_VERSION,)) == b"V\x02"
+    assert decode_batch(p) == [("A", codec.AUTH_USER_PUT, "u", b"h", False, ("r",)),
+                               ("A", codec.AUTH_ROLE_PUT, "r", ((0, b"a", b"b"),)),
+                               ("A", codec.AUTH_STATUS, True, 7), ("A", codec.AUTH_TOKEN_ASSIGN, "tok.3", "u"),
+                               ("A", codec.AUTH_TOKENS_DROPPED)]
+    with pytest.raises(ValueError):
+        decode_batch(b"V\x01" + p[2:])
+    for cut in range(3, len(p)):  # cut anywhere inside the entries: bad bytes, never another exception
+        try:
+            decode_batch(p[:cut])
+        except ValueError:
+            pass
 
 
 def test_a_payload_from_before_versions_reads_as_version_1():

@@ -409,7 +409,8 @@ class LoopbackServer:
         self._starts += 1
 
     def _probe(self, remaining: float) -> str | None:
-        """A gRPC Range: None once one answers, else the error."""
+        """A gRPC Range: None once one answers (refusing it for want of
+        credentials is an answer: auth is on), else the error."""
         from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
         channel = grpc_channel(self.endpoint)
@@ -418,6 +419,8 @@ class LoopbackServer:
                                                timeout=min(2.0, max(0.2, remaining)))
             return None
         except grpc.RpcError as e:
+            if e.details() in ("etcdserver: user name is empty", "etcdserver: permission denied"):
+                return None
             return f"{e.code()}: {e.details()}"
         finally:
             channel.close()

@@ -1,8 +1,12 @@
-"""The protobuf wire encoding of the two messages etcd stores in its database.
+"""The protobuf wire encoding of the messages etcd stores in its database.
 
     mvccpb.KeyValue   key=1 (bytes) create_revision=2 mod_revision=3 version=4 (int64)
                       value=5 (bytes) lease=6 (int64)
     leasepb.Lease     ID=1 TTL=2 RemainingTTL=3 (int64)
+    authpb.User       name=1 password=2 (bytes: the bcrypt hash) roles=3 (repeated string)
+                      options=4 (UserAddOptions: no_password=1 bool; etcd always writes it)
+    authpb.Role       name=1 (bytes) keyPermission=2 (repeated Permission:
+                      permType=1 (0 READ, 1 WRITE, 2 READWRITE) key=2 range_end=3)
 
 Encoding writes the fields in number order and leaves zero values out, as
 etcd's gogoproto marshalling does, so a KeyValue we write is byte for byte
@@ -11,8 +15,8 @@ etcd may add some).  A negative int64 is a 10-byte varint (two's complement;
 the varint itself: brain.protowire).
 
 Written by hand rather than with the generated code: this layer sits below
-brain/api, the only user of the generated protobuf modules, and these two
-flat messages need nothing more.
+brain/api, the only user of the generated protobuf modules, and these few
+small messages need nothing more.
 """
 
 from __future__ import annotations
@@ -146,3 +150,119 @@ def decode_lease(data: bytes) -> Lease:
     if not all(isinstance(v, int) for v in vals):
         raise ProtoError("leasepb.Lease: a field has the wrong wire type")
     return Lease(*vals)
+
+
+class User(NamedTuple):
+    name: bytes
+    password: bytes = b""
+    roles: tuple[bytes, ...] = ()
+    no_password: bool = False
+
+
+class Permission(NamedTuple):
+    perm_type: int
+    key: bytes
+    range_end: bytes = b""
+
+
+class Role(NamedTuple):
+    name: bytes
+    permissions: tuple[Permission, ...] = ()
+
+
+def encode_user(u: User) -> bytes:
+    options = _int_field(1, 1) if u.no_password else b""
+    return b"".join((_bytes_field(1, u.name), _bytes_field(2, u.password),
+                     *(bytes((3 << 3 | 2,)) + varint(len(r)) + r for r in u.roles),
+                     bytes((4 << 3 | 2,)) + varint(len(options)) + options))
+
+
+def encode_role(r: Role) -> bytes:
+    perms = []
+    for p in r.permissions:
+        body = _int_field(1, p.perm_type) + _bytes_field(2, p.key) + _bytes_field(3, p.range_end)
+        perms.append(bytes((2 << 3 | 2,)) + varint(len(body)) + body)
+    return _bytes_field(1, r.name) + b"".join(perms)
+
+
+def _all_fields(data: bytes, what: str) -> list[tuple[int, int | bytes]]:
+    """Every (field number, value) in order, repeated fields included."""
+    out: list[tuple[int, int | bytes]] = []
+    pos, n = 0, len(data)
+    try:
+        while pos < n:
+            tag, pos = read_varint(data, pos, what)
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                v, pos = read_varint(data, pos, what)
+                out.append((field, v & _MASK64))
+            elif wire == 2:
+                size, pos = read_varint(data, pos, what)
+                if pos + size > n:
+                    raise ProtoError(f"{what}: field {field} runs past the end")
+                out.append((field, data[pos: pos + size]))
+                pos += size
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                raise ProtoError(f"{what}: unsupported wire type {wire}")
+    except IndexError:
+        raise ProtoError(f"{what}: truncated") from None
+    if pos != n:
+        raise ProtoError(f"{what}: truncated")
+    return out
+
+
+def _typed(value, kind: type, what: str):
+    if type(value) is not kind:
+        raise ProtoError(f"{what}: a field has the wrong wire type")
+    return value
+
+
+def decode_user(data: bytes) -> User:
+    name = password = b""
+    roles: list[bytes] = []
+    no_password = False
+    for field, value in _all_fields(data, "authpb.User"):
+        if field == 1:
+            name = _typed(value, bytes, "authpb.User")
+        elif field == 2:
+            password = _typed(value, bytes, "authpb.User")
+        elif field == 3:
+            roles.append(_typed(value, bytes, "authpb.User"))
+        elif field == 4:
+            for f, v in _all_fields(_typed(value, bytes, "authpb.User"), "authpb.UserAddOptions"):
+                if f == 1:
+                    no_password = bool(_typed(v, int, "authpb.UserAddOptions"))
+    return User(name, password, tuple(roles), no_password)
+
+
+def decode_role(data: bytes) -> Role:
+    name = b""
+    perms: list[Permission] = []
+    for field, value in _all_fields(data, "authpb.Role"):
+        if field == 1:
+            name = _typed(value, bytes, "authpb.Role")
+        elif field == 2:
+            perm_type, key, end = 0, b"", b""
+            for f, v in _all_fields(_typed(value, bytes, "authpb.Role"), "authpb.Permission"):
+                if f == 1:
+                    perm_type = _typed(v, int, "authpb.Permission")
+                elif f == 2:
+                    key = _typed(v, bytes, "authpb.Permission")
+                elif f == 3:
+                    end = _typed(v, bytes, "authpb.Permission")
+            perms.append(Permission(perm_type, key, end))
+    return Role(name, tuple(perms))
+
+
+class Auth(NamedTuple):
+    """What the auth buckets hold: authEnabled, authRevision, the users and
+    the roles (by name, as the buckets key them)."""
+
+    enabled: bool = False
+    revision: int = 1
+    users: tuple[User, ...] = ()
+    roles: tuple[Role, ...] = ()

@@ -23,7 +23,7 @@ from typing import Iterator
 import crc32c
 
 from ..bbolt import BoltError, BoltFile
-from . import schema
+from . import proto, schema
 from .proto import KeyValue, Lease, ProtoError, decode_key_value, decode_lease
 
 SNAPSHOT_SECTOR = 512  # etcd: a snapshot is db bytes (a multiple of 512) then a sha256
@@ -256,6 +256,19 @@ class EtcdDb:
     def alarms(self) -> int:
         """How many alarms the alarm bucket holds."""
         return len(self._bucket_dict(schema.ALARM))
+
+    def auth(self) -> proto.Auth:
+        """The auth buckets: on or off, the auth revision (etcd's 1 when the
+        database has none), users and roles in name order."""
+        bucket = self._bucket_dict(schema.AUTH)
+        revision = bucket.get(schema.AUTH_REVISION)
+        try:
+            users = tuple(proto.decode_user(v) for _, v in sorted(self._bucket_dict(schema.AUTH_USERS).items()))
+            roles = tuple(proto.decode_role(v) for _, v in sorted(self._bucket_dict(schema.AUTH_ROLES).items()))
+            revision = schema.parse_u64(revision) if revision is not None else 1
+        except (ProtoError, ValueError) as e:
+            raise EtcdDbError(f"{self.path}: auth: {e}") from None
+        return proto.Auth(bucket.get(schema.AUTH_ENABLED) == b"\x01", revision, users, roles)
 
     def auth_counts(self) -> tuple[int, int]:
         """(users, roles) in the auth buckets."""

@@ -16,7 +16,7 @@ from brain.etcd_version import ETCD_CLUSTER_VERSION, STORAGE_VERSION
 
 from ..bbolt import BoltWriter
 from . import schema
-from .proto import Lease, encode_lease
+from .proto import Auth, Lease, encode_lease, encode_role, encode_user
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,10 @@ class DbMeta:
 
 
 def write_etcd_db(f: BinaryIO, revisions: Iterable[tuple[bytes, bytes]], leases: Iterable[Lease],
-                  meta: DbMeta) -> int:
+                  meta: DbMeta, auth: Auth = Auth()) -> int:
     """Write a database to `f` (seekable, empty): `revisions` are the key
-    bucket's (revision key, encoded KeyValue) pairs in increasing order.
-    Returns its size in bytes."""
+    bucket's (revision key, encoded KeyValue) pairs in increasing order;
+    `auth` the auth buckets' content.  Returns its size in bytes."""
     w = BoltWriter(f)
     key_bucket = w.bucket(revisions)
     meta_items = {
@@ -75,8 +75,11 @@ def write_etcd_db(f: BinaryIO, revisions: Iterable[tuple[bytes, bytes]], leases:
         schema.CLUSTER: w.bucket([(schema.CLUSTER_VERSION, meta.cluster_version.encode())]),
         schema.MEMBERS: w.bucket(members),
         schema.MEMBERS_REMOVED: w.bucket([]),
-        schema.AUTH: w.bucket([(schema.AUTH_REVISION, schema.u64(1))]),
-        schema.AUTH_USERS: w.bucket([]),
-        schema.AUTH_ROLES: w.bucket([]),
+        # authEnabled once there is anything to guard (etcd writes it when auth is switched)
+        schema.AUTH: w.bucket(sorted([(schema.AUTH_REVISION, schema.u64(auth.revision)),
+                                      *([(schema.AUTH_ENABLED, b"\x01" if auth.enabled else b"\x00")]
+                                        if auth.enabled or auth.users or auth.roles else [])])),
+        schema.AUTH_USERS: w.bucket(sorted((u.name, encode_user(u)) for u in auth.users)),
+        schema.AUTH_ROLES: w.bucket(sorted((r.name, encode_role(r)) for r in auth.roles)),
     }
     return w.finish(sorted(buckets.items()))

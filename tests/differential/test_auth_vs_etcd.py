@@ -1,0 +1,430 @@
+"""Auth against real etcd 3.6 and 3.7: the same etcdctl 3.7 session on
+brain and on each etcd, every step's stdout, stderr and exit code compared.
+
+The session adds users (with a password and without) and roles, grants a
+prefix, a single key, a range and a from-key permission, enables auth
+(etcdctl makes the root role itself), then works as root, as a user with a
+prefix permission, as a read-only and a write-only user, as nobody, with
+a wrong password and as a user without password; it tries what only root
+may (user and role listings, compaction, snapshot, defragment, hashes,
+alarms), what root may not do to itself, revokes a permission and a
+password and checks the user lost them, watches outside its permission,
+and disables auth.  Over mutual TLS the client certificate's common name
+is the user when no --user is given.
+
+What differs by nature is normalized: etcdctl's retry log lines keep only
+their message, method and error (their time, addresses and client ids
+differ), and the IDs of response headers in JSON output.  brain behaves
+as etcd 3.7: a step where etcd 3.6 and 3.7 answer differently is compared
+with 3.7 only and listed in tests/differential/ETCD_BEHAVIOUR.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.support.etcd_tools import etcd_tool
+from tests.support.servers import Endpoint, EtcdServer, etcdctl_flags, require_brain, shared_pki, start_brain
+from tests.support.tls import CLIENT_CN
+
+pytestmark = pytest.mark.etcd
+
+ROOT = "--user=root:rootpw"
+ALICE = "--user=alice:apw"  # readwrite on the prefix /app/
+BOB = "--user=bob:bpw"  # read on /conf and on [a, c), write on /logs and everything from /z
+
+SETUP = [
+    ["auth", "status"],
+    ["user", "add", "root", "--new-user-password=rootpw"],
+    ["user", "add", "alice", "--new-user-password=apw"],
+    ["user", "add", "bob", "--new-user-password=bpw"],
+    ["user", "add", "nopw", "--no-password"],
+    ["user", "add", "alice", "--new-user-password=again"],
+    ["user", "add", "long", "--new-user-password=" + "x" * 73],
+    ["role", "add", "pfx"],
+    ["role", "add", "mixed"],
+    ["role", "add", "pfx"],
+    ["role", "grant-permission", "pfx", "--prefix=true", "readwrite", "/app/"],
+    ["role", "grant-permission", "mixed", "read", "/conf"],
+    ["role", "grant-permission", "mixed", "read", "a", "c"],
+    ["role", "grant-permission", "mixed", "write", "/logs"],
+    ["role", "grant-permission", "mixed", "--from-key", "write", "/z"],
+    ["role", "grant-permission", "ghost", "read", "/x"],
+    ["user", "grant-role", "alice", "pfx"],
+    ["user", "grant-role", "bob", "mixed"],
+    ["user", "grant-role", "bob", "ghost"],
+    ["user", "grant-role", "ghost", "pfx"],
+    ["put", "/conf", "c0"],
+    ["put", "/app/seed", "s"],
+    ["role", "get", "mixed"],
+    ["user", "get", "bob", "--detail"],
+    ["auth", "status"],
+    ["auth", "enable"],
+    ["auth", "status"],
+]
+
+AS_USERS = [
+    ["put", "/app/x", "1"],  # nobody
+    ["get", "/conf"],
+    [ALICE, "put", "/app/x", "1"],
+    [ALICE, "get", "/app/", "--prefix"],
+    [ALICE, "get", "/app/x", "-w", "json"],
+    [ALICE, "get", "/conf"],
+    [ALICE, "put", "/other", "1"],
+    [ALICE, "get", "/app/", "--prefix", "--keys-only"],
+    [ALICE, "get", "/app/", "/app0"],
+    [ALICE, "get", "/app/", "/b"],
+    [ALICE, "get", "/app/", "--from-key"],
+    [ALICE, "del", "/app/seed", "--prev-kv"],
+    [ALICE, "del", "/app/", "--prefix"],
+    [ALICE, "put", "/app/y", "2"],
+    [ALICE, "txn"],
+    # watches: refused at creation outside the permission; from-key on a
+    # key of a prefix permission is outside it (etcd 3.7.1's fix)
+    [ALICE, "watch", "/other"],
+    [ALICE, "watch", "/app/", "--from-key"],
+    [ALICE, "watch", "/app/", "--prefix", "--rev", "1"],
+    [BOB, "watch", "b", "--rev", "1"],
+    [BOB, "watch", "a", "d"],
+    [BOB, "get", "/conf"],
+    [BOB, "get", "a", "c"],
+    [BOB, "get", "b"],
+    [BOB, "get", "a", "d"],
+    [BOB, "put", "/conf", "2"],
+    [BOB, "put", "/logs", "l1"],
+    [BOB, "get", "/logs"],
+    [BOB, "put", "/zebra", "z"],
+    [BOB, "put", "/logs", "l2", "--prev-kv"],
+    [BOB, "del", "/logs"],
+    [BOB, "del", "/z", "--from-key"],
+    ["--user=alice:wrong", "get", "/app/x"],
+    ["--user=ghost:x", "get", "/app/x"],
+    ["--user=nopw:x", "get", "/app/x"],
+    [ROOT, "get", "", "--prefix", "--keys-only"],
+    [ROOT, "user", "list"],
+    [ROOT, "role", "list"],
+    [ROOT, "role", "get", "pfx"],
+    [ROOT, "role", "get", "root"],
+    [ROOT, "user", "get", "alice", "--detail"],
+    [ALICE, "user", "get", "alice"],
+    [ALICE, "user", "get", "bob"],
+    [ALICE, "role", "get", "pfx"],
+    [ALICE, "role", "get", "mixed"],
+    [ALICE, "user", "list"],
+    [ALICE, "role", "list"],
+    [ALICE, "user", "add", "eve", "--new-user-password=e"],
+    [ALICE, "role", "add", "evil"],
+    [ALICE, "auth", "disable"],
+    [ALICE, "compaction", "2"],
+    [ALICE, "endpoint", "status", "-w", "json"],
+    [ALICE, "endpoint", "hashkv"],
+    [ALICE, "alarm", "list"],
+    [ALICE, "alarm", "disarm"],
+    [ALICE, "defrag"],
+    [ALICE, "snapshot", "save", "/nonexistent-dir/refused.db"],
+    [ALICE, "member", "add", "x", "--peer-urls=http://127.0.0.1:1"],
+    [ALICE, "member", "remove", "1"],
+    [ALICE, "move-leader", "1"],
+    ["member", "list"],
+    [ALICE, "lease", "grant", "60"],
+    ["lease", "grant", "60"],
+    [ALICE, "lease", "list"],
+    [ROOT, "user", "delete", "root"],
+    [ROOT, "user", "revoke-role", "root", "root"],
+    [ROOT, "role", "delete", "root"],
+    [ROOT, "user", "revoke-role", "alice", "mixed"],
+    [ROOT, "role", "revoke-permission", "mixed", "/nothing"],
+    [ROOT, "role", "revoke-permission", "pfx", "/app/", "--prefix=true"],
+    [ALICE, "get", "/app/y"],
+    [ROOT, "user", "passwd", "alice", "--new-user-password=apw2"],
+    [ALICE, "get", "/app/y"],
+    [ROOT, "user", "delete", "bob"],
+    [BOB, "get", "/conf"],
+    [ROOT, "role", "delete", "mixed"],
+    [ROOT, "user", "get", "nopw"],
+    [ROOT, "compaction", "3"],
+    [ROOT, "auth", "status"],
+    [ROOT, "auth", "disable"],
+    ["auth", "status"],
+    ["get", "/app/y"],
+]
+
+# etcdctl txn reads its operations from stdin.
+TXN_INPUT = 'value("/app/y") = "2"\n\nput /app/z 3\nget /other\n\nput /app/z 4\n\n'
+
+_CLIENT_LOG = re.compile(r"^\{.*\}$")
+_IDS = re.compile(r'"(cluster_id|member_id|raft_term|ID|id)":\d+')
+
+
+_ENDPOINT = re.compile(r"127\.0\.0\.1:\d+")
+
+
+def _normal_stderr(text: str) -> str:
+    text = re.sub(r"took [0-9.]+[mµu]?s", "took <time>", _ENDPOINT.sub("<endpoint>", text))
+    out = []
+    for line in text.splitlines():
+        if _CLIENT_LOG.match(line):
+            entry = json.loads(line)
+            line = json.dumps({k: entry.get(k) for k in ("level", "msg", "method", "error")}, sort_keys=True)
+        out.append(line)
+    return "\n".join(out)
+
+
+def _normal_stdout(text: str) -> str:
+    text = _ENDPOINT.sub("<endpoint>", _IDS.sub(r'"\1":<id>', text))
+    return re.sub(r"\b[0-9a-f]{16}\b", "<lease id>", text)
+
+
+def run_session(ctl: str, endpoint, steps, extra=()) -> list[tuple]:
+    """Each step's (exit code, stdout, stderr), normalized."""
+    out = []
+    for args in steps:
+        stdin = TXN_INPUT if "txn" in args else None
+        command = [ctl, f"--endpoints={endpoint}", *etcdctl_flags(endpoint), *extra, *args]
+        if "watch" in args:  # a watch that was made goes on: what it printed in 3 s
+            command = ["timeout", "-s", "INT", "3", *command]
+        r = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
+        stdout = _normal_stdout(r.stdout)
+        if "endpoint" in args and "status" in args:
+            stdout = re.sub(r'"(Endpoint|version|dbSize\w*|leader|raftIndex|raftAppliedIndex|dbSizeInUse|'
+                            r'revision|storageVersion|dbSizeQuota|raftTerm)":("[^"]*"|\d+)', r'"\1":<x>', stdout)
+        if "hashkv" in args and r.returncode == 0:
+            stdout = "<hash>"
+        out.append((args, r.returncode, stdout, _normal_stderr(r.stderr)))
+    return out
+
+
+def _compare(brain: list, etcd37: list, etcd36: list) -> list:
+    """Assert brain answers as etcd 3.7 at every step and as 3.6 where 3.6
+    and 3.7 agree; the steps where they do not."""
+    differences, mismatches = [], []
+    for b, e7, e6 in zip(brain, etcd37, etcd36):
+        if b != e7:
+            mismatches.append(f"step {b[0]}:\n  brain    {b[1:]}\n  etcd 3.7 {e7[1:]}")
+        if e6 != e7:
+            differences.append((e7[0], e6[1:], e7[1:]))
+    assert not mismatches, "\n".join(mismatches)
+    return differences
+
+
+@pytest.fixture
+def brain():
+    require_brain()
+    srv = start_brain()
+    yield srv
+    srv.cleanup()
+
+
+def test_an_etcdctl_auth_session_answers_as_etcd(brain, oracle_factory):
+    ctl = etcd_tool("etcdctl-3.7")
+    steps = SETUP + AS_USERS
+    got = run_session(ctl, brain.endpoint, steps)
+    etcd37 = run_session(ctl, oracle_factory("3.7").endpoint, steps)
+    etcd36 = run_session(ctl, oracle_factory("3.6").endpoint, steps)
+    differences = _compare(got, etcd37, etcd36)
+    # every step either changed something or was refused: the session ran
+    assert sum(1 for step in got if step[1] != 0) >= 30
+    assert [d[0] for d in differences] == KNOWN_36_DIFFERENCES, differences
+
+
+@pytest.mark.skipif(not os.environ.get("BRAIN_AUTH_FULL"), reason="make test-full (BRAIN_AUTH_FULL=1): the session on "
+                    "the grpcio front too")
+def test_the_session_on_the_grpcio_front_answers_as_etcd(oracle_factory):
+    require_brain()
+    ctl = etcd_tool("etcdctl-3.7")
+    srv = start_brain(extra_args=["--grpc-front", "grpcio"])
+    try:
+        got = run_session(ctl, srv.endpoint, SETUP + AS_USERS)
+    finally:
+        srv.cleanup()
+    want = run_session(ctl, oracle_factory("3.7").endpoint, SETUP + AS_USERS)
+    mismatches = [f"step {b[0]}:\n  brain    {b[1:]}\n  etcd 3.7 {e[1:]}" for b, e in zip(got, want) if b != e]
+    assert not mismatches, "\n".join(mismatches)
+
+
+# Steps where etcd 3.6 answers otherwise than 3.7 (and brain, as 3.7): with
+# auth on, 3.6 refuses AuthStatus without a user ("user name is empty"),
+# 3.7 answers it.
+KNOWN_36_DIFFERENCES = [["auth", "status"]]
+
+
+class _TlsEtcd(EtcdServer):
+    """etcd 3.7 on https with --client-cert-auth, the tests' PKI."""
+
+    @property
+    def client_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self):
+        return Endpoint(f"127.0.0.1:{self.port}", shared_pki())
+
+    def _command(self) -> list[str]:
+        return [*super()._command(), *shared_pki().server_flags()]
+
+
+CN_SESSION = [
+    ["user", "add", "root", "--new-user-password=rootpw"],
+    ["user", "grant-role", "root", "root"],
+    ["role", "add", "root"],
+    ["user", "add", CLIENT_CN, "--no-password"],
+    ["role", "add", "cn"],
+    ["role", "grant-permission", "cn", "--prefix=true", "readwrite", "/cn/"],
+    ["user", "grant-role", CLIENT_CN, "cn"],
+    ["auth", "enable"],
+    ["put", "/cn/a", "1"],  # as the certificate's common name
+    ["get", "/cn/", "--prefix"],
+    ["put", "/x", "1"],
+    ["user", "list"],
+    [ROOT, "user", "list"],
+    [ROOT, "put", "/x", "1"],
+    ["--user=nobody:x", "get", "/cn/a"],
+    [ROOT, "auth", "disable"],
+]
+
+
+def test_over_mutual_tls_the_certificate_name_is_the_user(oracle_factory):
+    require_brain()
+    ctl = etcd_tool("etcdctl-3.7")
+    oracle_factory("3.7")  # etcd 3.7 is there (or the test is skipped)
+    srv = start_brain(transport="mtls")
+    etcd = _TlsEtcd(version="3.7")
+    try:
+        etcd.start()
+        got = run_session(ctl, srv.endpoint, CN_SESSION)
+        want = run_session(ctl, etcd.endpoint, CN_SESSION)
+    finally:
+        srv.cleanup()
+        etcd.cleanup()
+    for b, e in zip(got, want):
+        assert b == e, f"step {b[0]}: brain {b[1:]} etcd 3.7 {e[1:]}"
+    assert got[8][1] == 0 and got[10][1] != 0  # the name's prefix allowed, the rest refused
+
+
+def _keys(tmp_path, method: str) -> str:
+    """Key files for ``method``; the --auth-token value naming them."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    if method.startswith("HS"):
+        (tmp_path / "hmac.key").write_bytes(b"a shared secret for the test")
+        return f"jwt,priv-key={tmp_path / 'hmac.key'},sign-method={method}"
+    curve = ec.SECP384R1() if method == "ES384" else ec.SECP256R1()
+    key = {"RS": lambda: rsa.generate_private_key(65537, 2048), "PS": lambda: rsa.generate_private_key(65537, 2048),
+           "ES": lambda: ec.generate_private_key(curve), "Ed": ed25519.Ed25519PrivateKey.generate}[method[:2]]()
+    pkcs = serialization.PrivateFormat.PKCS8
+    (tmp_path / "priv.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, pkcs,
+                                                          serialization.NoEncryption()))
+    (tmp_path / "pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return f"jwt,pub-key={tmp_path / 'pub.pem'},priv-key={tmp_path / 'priv.pem'},sign-method={method}"
+
+
+JWT_SETUP = [
+    ["user", "add", "root", "--new-user-password=rootpw"],
+    ["user", "grant-role", "root", "root"],
+    ["user", "add", "alice", "--new-user-password=apw"],
+    ["role", "add", "pfx"],
+    ["role", "grant-permission", "pfx", "--prefix=true", "readwrite", "/app/"],
+    ["user", "grant-role", "alice", "pfx"],
+    ["auth", "enable"],
+]
+
+
+@pytest.mark.parametrize("method", ["RS256", "PS384", "ES256", "ES384", "EdDSA", "HS256"])
+def test_jwt_tokens_of_etcd_and_brain_are_honoured_by_each_other(method, oracle_factory, tmp_path):
+    """The same keys on etcd 3.7 and brain: a token either issues works on
+    the other (same claims, same signature format), so brain's JWTs are
+    etcd's; an auth change after issue makes both refuse it as old."""
+    import grpc
+
+    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    from tests.support.servers import grpc_channel
+
+    ctl = etcd_tool("etcdctl-3.7")
+    option = _keys(tmp_path, method)
+    etcd = oracle_factory("3.7", extra_args=["--auth-token", option])
+    require_brain()
+    brain = start_brain(extra_args=["--auth-token", option])
+    try:
+        for server in (etcd, brain):
+            for args in JWT_SETUP:
+                r = subprocess.run([ctl, f"--endpoints={server.endpoint}", *args], capture_output=True, text=True,
+                                   timeout=60)
+                assert r.returncode == 0, (server, args, r.stderr)
+        stubs = {}
+        for name, server in (("etcd", etcd), ("brain", brain)):
+            ch = grpc_channel(server.endpoint)
+            stubs[name] = (ch, rpc_pb2_grpc.AuthStub(ch), rpc_pb2_grpc.KVStub(ch))
+        tokens = {name: s[1].Authenticate(rpc_pb2.AuthenticateRequest(name="alice", password="apw")).token
+                  for name, s in stubs.items()}
+        assert tokens["brain"].count(".") == 2
+        for issuer, token in tokens.items():
+            for name, (_, _, kv) in stubs.items():
+                md = (("token", token),)
+                kv.Put(rpc_pb2.PutRequest(key=b"/app/k", value=issuer.encode()), metadata=md)
+                with pytest.raises(grpc.RpcError) as e:
+                    kv.Range(rpc_pb2.RangeRequest(key=b"/other"), metadata=md)
+                assert e.value.details() == "etcdserver: permission denied", (issuer, name)
+        # a change of roles after the tokens were issued: both refuse them as old
+        for name, server in (("etcd", etcd), ("brain", brain)):
+            r = subprocess.run([ctl, f"--endpoints={server.endpoint}", "--user=root:rootpw", "role", "add", "x"],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        for issuer, token in tokens.items():
+            for name, (_, _, kv) in stubs.items():
+                with pytest.raises(grpc.RpcError) as e:
+                    kv.Range(rpc_pb2.RangeRequest(key=b"/app/k"), metadata=(("token", token),))
+                assert (e.value.code(), e.value.details()) == (
+                    grpc.StatusCode.INVALID_ARGUMENT, "etcdserver: revision of auth store is old"), (issuer, name)
+        with pytest.raises(grpc.RpcError) as e:
+            stubs["brain"][2].Range(rpc_pb2.RangeRequest(key=b"/app/k"), metadata=(("token", tokens["brain"][:-4] + "AAAA"),))
+        assert e.value.details() == "etcdserver: invalid auth token"
+        for ch, _, _ in stubs.values():
+            ch.close()
+    finally:
+        brain.cleanup()
+
+
+def test_health_and_the_token_checks_of_streams_answer_as_etcd(brain, oracle_factory):
+    """With auth on: the health service names no caller (a bogus token is
+    ignored), a Watch or a LeaseKeepAlive with a bogus token ends as etcd
+    ends it, a Status without one is refused."""
+    import grpc
+
+    from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+    from brain.api.pb.grpc.health.v1 import health_pb2, health_pb2_grpc
+    from tests.support.servers import grpc_channel
+
+    ctl = etcd_tool("etcdctl-3.7")
+    bogus = (("token", "bogus.1"),)
+
+    def answers(endpoint) -> list:
+        for args in (["user", "add", "root", "--new-user-password=r"], ["user", "grant-role", "root", "root"],
+                     ["auth", "enable"]):
+            r = subprocess.run([ctl, f"--endpoints={endpoint}", *args], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        ch = grpc_channel(endpoint)
+        out = [health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), metadata=bogus).status]
+        for call in (lambda: list(rpc_pb2_grpc.WatchStub(ch).Watch(iter([rpc_pb2.WatchRequest(
+                         create_request=rpc_pb2.WatchCreateRequest(key=b"k"))]), metadata=bogus, timeout=3)),
+                     lambda: list(rpc_pb2_grpc.LeaseStub(ch).LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=1)]),
+                                                                             metadata=bogus, timeout=3)),
+                     lambda: rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=3)):
+            try:
+                got = call()
+                out.append([(r.created, r.canceled, r.cancel_reason) if hasattr(r, "cancel_reason") else r.TTL
+                             for r in got])
+            except grpc.RpcError as e:
+                out.append((e.code(), e.details()))
+        ch.close()
+        return out
+
+    want = answers(oracle_factory("3.7").endpoint)
+    assert answers(brain.endpoint) == want
+    assert want[0] == health_pb2.HealthCheckResponse.SERVING
