@@ -44,6 +44,7 @@ from google.protobuf.message import DecodeError
 
 from brain.api.authz import PUBLIC
 from brain.api.grpc_stats import BIDI_STREAM, SERVER_STREAM, UNARY, GrpcStats
+from brain.api.inflight import InFlight
 from brain.api.native_listeners import TlsFiles, reuse_port_socket
 from brain.api.native_pool import Pool
 from brain.api.native_sessions import Sessions
@@ -140,34 +141,6 @@ class Method:
             self.stats_key = (UNARY, service, name)
         if (step is not None or subscribe is not None) and request_cls is None:
             raise ValueError("a step or a subscription needs its request class")
-
-
-class InFlight:
-    """Calls taken and not answered yet: what a graceful stop waits for."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.idle = threading.Condition(threading.Lock())
-
-    def begin(self, n: int = 1) -> None:
-        with self.idle:
-            self.count += n
-
-    def end(self, n: int) -> None:
-        with self.idle:
-            self.count -= n
-            if not self.count:
-                self.idle.notify_all()
-
-    def wait(self, grace: float | None) -> None:
-        """Until none is left, for at most ``grace`` seconds (None or 0: not at all)."""
-        deadline = time.monotonic() + (grace or 0.0)
-        with self.idle:
-            while self.count and grace:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.idle.wait(left)
 
 
 class _Round:
@@ -600,4 +573,4 @@ def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
     return Method(service, rpc.name, request_cls=rpc.request, call=call_on_bytes(rpc.call, rpc.request, recv_limit))
 
 
-__all__ = ["InFlight", "Method", "NativeFront", "available", "check_tls", "front_methods", "unavailable_message"]
+__all__ = ["Method", "NativeFront", "available", "check_tls", "front_methods", "unavailable_message"]

@@ -11,8 +11,9 @@ and controls last (they see the store as the turn's writes left it).
 
 A leader's writes (``commit``) go through four steps:
 
-1. *admit*: refuse what the state forbids (a failed engine, the CORRUPT
-   alarm, NOSPACE or an exceeded quota for requests that add data);
+1. *admit*: refuse what the state forbids (brain.engine.admission: a
+   failed engine, the CORRUPT alarm, NOSPACE or an exceeded quota for
+   requests that add data, --max-leases);
 2. *decide*: apply them to the store as one batch under the lock; the store
    returns one journal payload of their effects (brain.mvcc.codec);
 3. *make durable*: append the payload as one record, fenced on the record
@@ -50,7 +51,8 @@ from typing import Callable
 from ..mvcc import errors
 from ..mvcc.store import Store
 from ..thread_names import name_os_thread
-from .alarms import ALARM_CORRUPT, ALARM_NOSPACE, AlarmSet, adds_data
+from .admission import Admission
+from .alarms import AlarmSet
 from .checkpointing import Checkpointer
 from .config import EngineConfig
 from .items import (
@@ -123,7 +125,6 @@ class Committer:
         self.member_id = member_id
         self.term = term
         self.journal = journal
-        self._alarms = alarms
         self.raise_nospace = raise_nospace
         self._make_leader = make_leader
         self.cluster = cluster
@@ -147,6 +148,8 @@ class Committer:
                                          journal_bytes=replayed_bytes,
                                          on_full=lambda e: raise_nospace(f"a checkpoint found no space ({e})"))
         # a single node's local journal: what a full disk under it does
+        self.admission = Admission(config.quota_backend_bytes, self.checkpointer, alarms, self.limits, self.settle,
+                                   raise_nospace)
         self.space = (JournalSpace(self, journal, self.checkpointer, load_store, alarms, raise_nospace)
                       if cluster is None else None)
         self.watches = WatchManager(store, self.lock, progress_interval=config.watch_progress_notify_interval,
@@ -540,38 +543,10 @@ class Committer:
             self.settle_results(admitted, results)
 
     def _admit(self, batch: list[Pending]) -> tuple[list[Pending], list[Pending]]:
-        """The writes to decide, and the barrier requests among them;
-        every other one is answered here."""
         refused = self._failed
         if refused is None and self.space is not None and self.space.refusing:
             refused = errors.ErrNoSpace
-        if refused is not None:
-            for p in batch:
-                self.settle(p, None, refused)
-            return [], []
-        admitted = []
-        barriers = []
-        quota = self.config.quota_backend_bytes
-        over = quota >= 0 and self.checkpointer.bytes_in_use > quota
-        capped = over or self._alarms.has(ALARM_NOSPACE)
-        corrupt = self._alarms.has(ALARM_CORRUPT)
-        grants = self.limits.lease_grants(len(self.store.lessor))  # --max-leases, this batch's grants counted
-        for p in batch:
-            if corrupt:
-                self.settle(p, None, errors.ErrCorrupt)
-            elif capped and adds_data(p.request):
-                if over:
-                    over = False  # raise the alarm once per batch
-                    self.raise_nospace(f"backend quota of {quota} bytes exceeded "
-                                        f"({self.checkpointer.bytes_in_use} in use)")
-                self.settle(p, None, errors.ErrNoSpace)
-            elif type(p.request) is JournalBarrier:
-                barriers.append(p)
-            elif grants.refuse(p.request):
-                self.settle(p, None, errors.ErrTooManyLeases)
-            else:
-                admitted.append(p)
-        return admitted, barriers
+        return self.admission.split(batch, refused, len(self.store.lessor))
 
     def publish(self, revision: int, index: int, events: list, auth=None) -> None:
         """Make a batch that is in the journal visible: readers see
