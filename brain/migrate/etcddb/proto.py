@@ -70,31 +70,8 @@ def _fields(data: bytes, what: str) -> dict[int, int | bytes]:
     """Field number -> last value (ints as signed int64, length-delimited as
     bytes); unknown wire types 1 and 5 (fixed64/fixed32) are skipped."""
     out: dict[int, int | bytes] = {}
-    pos, n = 0, len(data)
-    try:
-        while pos < n:
-            tag, pos = read_varint(data, pos, what)
-            field, wire = tag >> 3, tag & 7
-            if wire == 0:
-                v, pos = read_varint(data, pos, what)
-                v &= _MASK64
-                out[field] = v - (1 << 64) if v >> 63 else v
-            elif wire == 2:
-                size, pos = read_varint(data, pos, what)
-                if pos + size > n:
-                    raise ProtoError(f"{what}: field {field} runs past the end")
-                out[field] = data[pos: pos + size]
-                pos += size
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
-                raise ProtoError(f"{what}: unsupported wire type {wire}")
-    except IndexError:
-        raise ProtoError(f"{what}: truncated") from None
-    if pos != n:
-        raise ProtoError(f"{what}: truncated")
+    for field, v in _all_fields(data, what):
+        out[field] = v - (1 << 64) if type(v) is int and v >> 63 else v
     return out
 
 
@@ -186,7 +163,8 @@ def encode_role(r: Role) -> bytes:
 
 
 def _all_fields(data: bytes, what: str) -> list[tuple[int, int | bytes]]:
-    """Every (field number, value) in order, repeated fields included."""
+    """Every (field number, value) in order, repeated fields included (ints
+    as unsigned 64-bit); wire types 1 and 5 are skipped."""
     out: list[tuple[int, int | bytes]] = []
     pos, n = 0, len(data)
     try:
