@@ -103,6 +103,15 @@ class AuthService:
         except Exception as e:  # noqa: BLE001
             abort_with(context, e, method)
 
+    def _read_as_root(self, context, method: str):
+        """The auth state, as ``_read``, for a caller that must be root."""
+        auth, info = self._read(context, method)
+        try:
+            auth.check_admin(info)
+        except Exception as e:  # noqa: BLE001
+            abort_with(context, e, method)
+        return auth
+
     def _header(self, resp):
         self.header.fill(resp.header, self.engine.committed_rev)
         return resp
@@ -205,11 +214,7 @@ class AuthService:
         return self._header(rpc_pb2.AuthUserGetResponse(roles=list(user.roles)))
 
     def UserList(self, request, context):
-        auth, info = self._read(context, "UserList")
-        try:
-            auth.check_admin(info)
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "UserList")
+        auth = self._read_as_root(context, "UserList")
         return self._header(rpc_pb2.AuthUserListResponse(users=sorted(auth.users, key=str.encode)))
 
     # -- roles -------------------------------------------------------------
@@ -252,11 +257,7 @@ class AuthService:
         return self._header(resp)
 
     def RoleList(self, request, context):
-        auth, info = self._read(context, "RoleList")
-        try:
-            auth.check_admin(info)
-        except Exception as e:  # noqa: BLE001
-            abort_with(context, e, "RoleList")
+        auth = self._read_as_root(context, "RoleList")
         return self._header(rpc_pb2.AuthRoleListResponse(roles=sorted(auth.roles, key=str.encode)))
 
     def rpc_table(self) -> ServiceTable:
