@@ -222,23 +222,11 @@ def fill_kv(m, kv: core.KeyValue) -> None:
 
 
 def fill_kvs(resp: rpc_pb2.RangeResponse, kvs: list[core.KeyValue]) -> None:
-    """Append ``kvs`` to the response's kvs (a Range page or a RangeStream chunk)."""
-    if kvs:
-        add = resp.kvs.add
-        for kv in kvs:
-            m = add()
-            # inlined fill_kv: this loop is the hot path of large lists
-            m.key = kv.key
-            if kv.create_revision:
-                m.create_revision = kv.create_revision
-            if kv.mod_revision:
-                m.mod_revision = kv.mod_revision
-            if kv.version:
-                m.version = kv.version
-            if kv.value:
-                m.value = kv.value
-            if kv.lease:
-                m.lease = kv.lease
+    """Append ``kvs`` to the response's kvs (a Txn's range; large lists
+    take fill_columns)."""
+    add = resp.kvs.add
+    for kv in kvs:
+        fill_kv(add(), kv)
 
 
 def fill_columns(resp: rpc_pb2.RangeResponse, cols: core.RangeColumns) -> None:
@@ -334,22 +322,22 @@ def range_columns_response(cols: core.RangeColumns, hdr: Header) -> rpc_pb2.Rang
     return resp
 
 
-def put_response(res: core.PutResult, hdr: Header) -> rpc_pb2.PutResponse:
-    resp = _top(_PutResponse, hdr, res.revision)
-    _fill_put(resp, res)
+def _filled(cls, fill, res, hdr: Header):
+    resp = _top(cls, hdr, res.revision)
+    fill(resp, res)
     return resp
+
+
+def put_response(res: core.PutResult, hdr: Header) -> rpc_pb2.PutResponse:
+    return _filled(_PutResponse, _fill_put, res, hdr)
 
 
 def delete_range_response(res: core.DeleteRangeResult, hdr: Header) -> rpc_pb2.DeleteRangeResponse:
-    resp = _top(_DeleteRangeResponse, hdr, res.revision)
-    _fill_delete(resp, res)
-    return resp
+    return _filled(_DeleteRangeResponse, _fill_delete, res, hdr)
 
 
 def txn_response(res: core.TxnResult, hdr: Header) -> rpc_pb2.TxnResponse:
-    resp = _top(_TxnResponse, hdr, res.revision)
-    _fill_txn(resp, res)
-    return resp
+    return _filled(_TxnResponse, _fill_txn, res, hdr)
 
 
 def compaction_response(res: core.CompactResult, hdr: Header) -> rpc_pb2.CompactionResponse:
