@@ -131,7 +131,7 @@ pub async fn serve_call(
     let meta = call_meta(req.headers());
     let id = shared.next_id();
     if kind == KIND_BIDI {
-        serve_stream(shared, id, method, peer, conn, meta, req.into_body(), respond, encoding).await;
+        serve_stream(shared, id, method, peer, conn, meta, req.into_body(), respond, encoding, None).await;
         return;
     }
     let mut body = req.into_body();
@@ -154,7 +154,8 @@ pub async fn serve_call(
             match d {
                 Decoded::Msg(payload) => {
                     if kind == KIND_SERVER_STREAM {
-                        serve_server_stream(shared, id, method, peer, conn, meta, body, respond, payload, held).await;
+                        let first = Some((payload, held));
+                        serve_stream(shared, id, method, peer, conn, meta, body, respond, encoding, first).await;
                         return;
                     }
                     shared.calls.insert(id, Pending::Unary(respond, held));
@@ -182,27 +183,10 @@ pub async fn serve_call(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn serve_server_stream(
-    shared: Arc<Shared>,
-    id: u64,
-    method: u32,
-    peer: Arc<Peer>,
-    conn: Arc<ConnBudget>,
-    meta: CallMeta,
-    body: RecvStream,
-    respond: SendResponse<Bytes>,
-    payload: Bytes,
-    held: Option<Held>,
-) {
-    // The request is in: deliver it as a call, then behave as a stream
-    // whose receive side is over.
-    drop(body);
-    let Some((send, rx, state)) = open_stream(&shared, id, method, respond, conn) else { return };
-    shared.queue.push(Event::Call { id, method, payload, peer, meta, held });
-    pump(shared, id, method, None, send, rx, state, String::new()).await;
-}
-
+/// A streaming call once its kind is known: a bidirectional stream
+/// (`first` None: its messages follow on `body`), or a server stream whose
+/// one request (`first`, with the bytes it holds on the connection) is in,
+/// so that its receive side is over.
 #[allow(clippy::too_many_arguments)]
 async fn serve_stream(
     shared: Arc<Shared>,
@@ -214,10 +198,26 @@ async fn serve_stream(
     body: RecvStream,
     respond: SendResponse<Bytes>,
     encoding: String,
+    first: Option<(Bytes, Option<Held>)>,
 ) {
+    let body = if first.is_some() {
+        drop(body);
+        None
+    } else {
+        Some(body)
+    };
     let Some((send, rx, state)) = open_stream(&shared, id, method, respond, conn) else { return };
-    shared.queue.push(Event::Open { id, method, peer, meta });
-    pump(shared, id, method, Some(body), send, rx, state, encoding).await;
+    let encoding = match first {
+        Some((payload, held)) => {
+            shared.queue.push(Event::Call { id, method, payload, peer, meta, held });
+            String::new()
+        }
+        None => {
+            shared.queue.push(Event::Open { id, method, peer, meta });
+            encoding
+        }
+    };
+    pump(shared, id, method, body, send, rx, state, encoding).await;
 }
 
 type Opened = (h2::SendStream<Bytes>, mpsc::UnboundedReceiver<Cmd>, Arc<StreamState>);
