@@ -293,6 +293,21 @@ def test_certificates_the_ca_bundle_and_the_crl_rotate_under_an_open_connection(
         e.close()
 
 
+def test_a_revoked_serial_is_logged_as_go_prints_a_big_int(tmp_path, pki):
+    """etcd's error prints the serial with %x of a *big.Int: no leading
+    zero, even where the serial's first byte is below 0x10."""
+    serial = 0x050E17B57BF0DE2E657324621835FCDC8B7B23FF
+    revoked = issue_client(pki.ca, tmp_path, "low-serial", ["low-serial"], serial=serial)
+    crl = write_crl(pki.ca, tmp_path / "crl.der", [revoked])
+    e = _Echo(_tls_args(pki, crl_file=str(crl)))
+    try:
+        assert _seen(e.port, _client_ctx(pki.ca.cert, revoked)) == "closed"
+        ev = _rejected(e, "transport: certificate serial ")
+        assert ev[4] == ("transport: certificate serial 50e17b57bf0de2e657324621835fcdc8b7b23ff revoked", [], [])
+    finally:
+        e.close()
+
+
 def test_a_refused_certificate_is_logged_with_its_names(tmp_path, pki):
     """The allowed names refuse in the handshake (bad_certificate, as Go);
     the log gets the certificate's DNS names and IP addresses, as etcd's."""

@@ -125,26 +125,27 @@ def _write(directory: Path, stem: str, key, certs) -> CertFiles:
     return files
 
 
-def _builder(issuer, subject: x509.Name, key):
+def _builder(issuer, subject: x509.Name, key, serial: int | None = None):
     now = _dt.datetime.now(_dt.timezone.utc)
     return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .public_key(key.public_key()).serial_number(serial or x509.random_serial_number())
             .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=1)))
 
 
 def issue_client(ca: CertFiles, directory: Path, stem: str, cns: Sequence[str] = (), *, dns: Sequence[str] = (),
-                 ips: Sequence[str] = ()) -> CertFiles:
+                 ips: Sequence[str] = (), serial: int | None = None) -> CertFiles:
     """A client certificate signed by ``ca`` (whose file may hold a chain:
     its first certificate signs, and the rest of the chain is sent along).
     ``cns``: the subject's CN attributes, in order (none, or several: Go's
     CommonName is the last); ``dns``/``ips``: its SANs as written (an IP
-    such as ::ffff:10.0.0.1 is encoded in 16 bytes)."""
+    such as ::ffff:10.0.0.1 is encoded in 16 bytes); ``serial``: its serial
+    number (default: random)."""
     issuer, issuer_key = _load(ca)
     chain = x509.load_pem_x509_certificates(ca.cert.read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn) for cn in cns] or
                         [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "brain-test")])
-    b = (_builder(issuer, subject, key)
+    b = (_builder(issuer, subject, key, serial)
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
          .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
          .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
