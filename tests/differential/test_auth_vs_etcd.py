@@ -10,7 +10,9 @@ may (user and role listings, compaction, snapshot, defragment, hashes,
 alarms), what root may not do to itself, revokes a permission and a
 password and checks the user lost them, watches outside its permission,
 and disables auth.  Over mutual TLS the client certificate's common name
-is the user when no --user is given.
+is the user when no --user is given (etcd 3.6 and 3.7 answer that session
+alike, step for step).  tests/cluster/test_auth_cluster.py runs the session
+on 3-member clusters.
 
 What differs by nature is normalized: etcdctl's retry log lines keep only
 their message, method and error (their time, addresses and client ids
@@ -83,7 +85,7 @@ def test_the_session_on_the_grpcio_front_answers_as_etcd(oracle_factory):
 
 
 class _TlsEtcd(EtcdServer):
-    """etcd 3.7 on https with --client-cert-auth, the tests' PKI."""
+    """etcd (3.6 or 3.7) on https with --client-cert-auth, the tests' PKI."""
 
     @property
     def client_url(self) -> str:
@@ -117,12 +119,13 @@ CN_SESSION = [
 ]
 
 
-def test_over_mutual_tls_the_certificate_name_is_the_user(oracle_factory):
+@pytest.mark.parametrize("version", ["3.7", "3.6"])
+def test_over_mutual_tls_the_certificate_name_is_the_user(version, oracle_factory):
     require_brain()
     ctl = etcd_tool("etcdctl-3.7")
-    oracle_factory("3.7")  # etcd 3.7 is there (or the test is skipped)
+    oracle_factory(version)  # that etcd is there (or the test is skipped)
     srv = start_brain(transport="mtls")
-    etcd = _TlsEtcd(version="3.7")
+    etcd = _TlsEtcd(version=version)
     try:
         etcd.start()
         got = run_session(ctl, srv.endpoint, CN_SESSION)
@@ -131,7 +134,7 @@ def test_over_mutual_tls_the_certificate_name_is_the_user(oracle_factory):
         srv.cleanup()
         etcd.cleanup()
     for b, e in zip(got, want):
-        assert b == e, f"step {b[0]}: brain {b[1:]} etcd 3.7 {e[1:]}"
+        assert b == e, f"step {b[0]}: brain {b[1:]} etcd {version} {e[1:]}"
     assert got[8][1] == 0 and got[10][1] != 0  # the name's prefix allowed, the rest refused
 
 
