@@ -14,7 +14,10 @@ import pytest
 
 from brain.api.pb.authpb import auth_pb2
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from tests.differential.auth_session import AS_USERS, KNOWN_36_DIFFERENCES, SETUP, run_session
 from tests.support.brain_cluster import BrainCluster
+from tests.support.etcd_cluster import EtcdCluster
+from tests.support.etcd_tools import etcd_tool
 from tests.support.servers import grpc_channel
 
 
@@ -143,3 +146,56 @@ def test_etcd_members_each_honour_a_simple_token_issued_through_another(etcd_clu
     finally:
         a.close()
         b.close()
+
+
+def _leader_first(cluster) -> list[str]:
+    """The members' endpoints, the leader's first: a step's member is then
+    the leader or a follower alike on brain and on etcd (etcdctl
+    move-leader answers according to whether its endpoint leads)."""
+    leader = cluster.wait_leader()
+    return [leader.endpoint, *(m.endpoint for m in cluster.members if m is not leader)]
+
+
+# Where an etcd 3.6.16 cluster answers the session otherwise than a 3.7
+# cluster (and brain's): AuthStatus without a user (KNOWN_36_DIFFERENCES),
+# and alice's txn refused with "permission denied" by the follower it went
+# through (its success branch reads /other) is applied by the leader and the
+# other follower all the same, so root's listing through that other
+# follower shows /app/z while the follower that refused has none: 3.6's
+# members diverge; 3.7's refuse it on every member, as brain's replicas do.
+CLUSTER_36_DIFFERENCES = [*KNOWN_36_DIFFERENCES, ["--user=root:rootpw", "get", "", "--prefix", "--keys-only"]]
+
+
+def test_the_etcdctl_auth_session_on_a_cluster_answers_as_an_etcd_cluster(nats_cluster_factory, etcd36_bin):
+    """The auth session of tests/differential/test_auth_vs_etcd.py on brain x3
+    (NATS x3), etcd 3.7 x3 and etcd 3.6 x3, each step through the next
+    member (leader, follower, follower, ...): a user, role, permission or
+    auth change made through one member is what the next one enforces, a
+    password is checked and a token issued by a member the user was not
+    added through.  Every step's exit code, stdout and stderr is compared
+    with 3.7's, and with 3.6's but for CLUSTER_36_DIFFERENCES."""
+    ctl = etcd_tool("etcdctl-3.7")
+    steps = SETUP + AS_USERS
+    want = {}
+    for version, binary in (("3.7", etcd_tool("etcd-3.7")), ("3.6", etcd36_bin)):
+        etcd = EtcdCluster(3, binary=binary, lifetime=600.0)
+        try:
+            etcd.start()
+            want[version] = run_session(ctl, _leader_first(etcd), steps)
+        finally:
+            etcd.cleanup()
+    nats = nats_cluster_factory(3)
+    brain = BrainCluster(3, nats, lifetime=600.0)
+    try:
+        brain.start()
+        got = run_session(ctl, _leader_first(brain), steps)
+    finally:
+        brain.cleanup()
+    assert len(got) == len(steps)
+    for version in ("3.7", "3.6"):
+        mismatches = [f"step {i} {b[0]}:\n  brain x3    {b[1:]}\n  etcd {version} x3 {e[1:]}"
+                      for i, (b, e) in enumerate(zip(got, want[version])) if b != e]
+        differing = [b[0] for b, e in zip(got, want[version]) if b != e]
+        assert differing == ([] if version == "3.7" else CLUSTER_36_DIFFERENCES), "\n".join(mismatches)
+    # the session ran: refusals as well as changes
+    assert sum(1 for step in got if step[1] != 0) >= 30
