@@ -201,12 +201,8 @@ pub fn serial(cert: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Go's `%x` of a byte string: lower-case hex, two digits a byte.
-/// A big-endian unsigned number in hex as Go's `%x` prints a `*big.Int`:
-/// no leading zeros ("0" for zero), so 0x05 0x0e is "50e", not "050e".
 pub fn hex(b: &[u8]) -> String {
-    let digits: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    let trimmed = digits.trim_start_matches('0');
-    if trimmed.is_empty() { "0".to_string() } else { trimmed.to_string() }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The serial numbers a DER CRL revokes (as `big.Int.Bytes()`), or the
