@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.harness import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,14 +37,6 @@ def bin_dir() -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("BRAIN_BENCH_CACHE", REPO_ROOT / ".cache" / "bench")) / "bin"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(values: list[float], q: float) -> float:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.k8s.pki import ClusterPKI
+from tests.support.harness import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICE_CIDR = "10.96.0.0/16"   # addresses only written into Service objects; no traffic
@@ -37,12 +37,6 @@ TOKENS = {
 
 class StartError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log_tail(path: Path, limit: int = 6000) -> str:

@@ -31,12 +31,51 @@ class ServerStartError(RuntimeError):
     """A server did not become ready; the message includes its log tail."""
 
 
+# Ports handed to test servers come from below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range, 32768-60999 by default), which the kernel
+# draws from for every outgoing connection's source port and every bind to
+# port 0.  A port picked by binding 0 and closing can be taken by one of the
+# thousands of connections a suite opens before the server binds it (seen in
+# CI: nats-server "bind: address already in use"); a port below that range is
+# taken only by another explicit pick, which the cycle below does not repeat
+# for thousands of picks.  Fixed ports the project uses (2379, 4222, 12379,
+# 22379 ...) are all below the start.
+_PORT_RANGE = (23000, 32700)
+_next_port = [0]
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A loopback TCP port free right now (another process may take it before
-    the server binds it: see ``port_taken``)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port free right now, from outside the kernel's
+    ephemeral range so no outgoing connection takes it before the server
+    binds it (another explicit pick still may: see ``port_taken``)."""
+    low, high = _PORT_RANGE
+    high = min(high, _ephemeral_floor())
+    span = high - low
+    if span < 1000:  # an unusual ephemeral range: the kernel's pick
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    if not _next_port[0]:
+        # Each process starts somewhere else, so two test processes picking
+        # at once rarely walk the same ports.
+        _next_port[0] = low + (os.getpid() * 7919 + time.monotonic_ns()) % span
+    for _ in range(span):
+        port = _next_port[0]
+        _next_port[0] = low + (port + 1 - low) % span
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {low}-{high}")
 
 
 def port_taken(error: Exception) -> bool:

@@ -30,20 +30,15 @@ through it stay open, as on a real network:
 from __future__ import annotations
 
 import json
-import random
 import urllib.error
 import urllib.request
 
 from tests.support.binaries import toxiproxy_binary
+from tests.support.harness import free_port
 from tests.support.server_group import GroupMember, ServerGroup
 
 CUT_LATENCY_MS = 3_600_000
 DIRECTIONS = ("upstream", "downstream")
-# Listen ports of the proxies: below Linux's default ephemeral range
-# (32768-60999, /proc/sys/net/ipv4/ip_local_port_range), above the fixed
-# ports servers are known by (2379, 4222, ...).  See Toxiproxy._new_proxy.
-PROXY_PORTS = (20000, 32000)
-_rng = random.Random()
 
 
 class ToxiproxyError(RuntimeError):
@@ -108,16 +103,18 @@ class Toxiproxy(ServerGroup):
         """``heal`` gives a proxy's port up and binds it again: a port the
         kernel hands out (an outgoing connection's, another test's
         ``free_port``) could be taken in between ("bind: address already in
-        use" in CI).  Ports below the ephemeral range never are."""
+        use" in CI).  ``free_port`` picks below the ephemeral range, where
+        only another explicit pick could, and never the same one twice in a
+        row."""
         for _ in range(50):
-            port = _rng.randrange(*PROXY_PORTS)
+            port = free_port()
             try:
                 return self._call("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{port}",
                                                         "upstream": upstream, "enabled": True})
             except ToxiproxyError as e:
                 if "address already in use" not in str(e):
                     raise
-        raise ToxiproxyError(f"no free port in {PROXY_PORTS} for proxy {name}")
+        raise ToxiproxyError(f"no free port for proxy {name} in 50 tries")
 
     def _toxic(self, name: str, toxic: str, kind: str, attributes: dict) -> None:
         for stream in DIRECTIONS:
