@@ -520,3 +520,46 @@ def _v1_crl() -> bytes:
     issuer = tlv(0x30, tlv(0x31, tlv(0x30, tlv(0x06, b"\x55\x04\x03") + tlv(0x0c, b"ca"))))
     tbs = tlv(0x30, alg + issuer + tlv(0x17, b"260101000000Z"))
     return tlv(0x30, tbs + alg + tlv(0x03, b"\x00\x01"))
+
+
+# --- the abuse bounds' flags (issue 25) ----------------------------------------
+
+
+def test_abuse_bound_flags_defaults_values_and_environment():
+    from brain.config import MAX_UINT32
+
+    c = parse("serve")
+    assert c.max_concurrent_streams == MAX_UINT32  # etcd's math.MaxUint32
+    assert (c.max_connections, c.max_connection_bytes) == (4096, 16 << 20)
+    assert (c.max_watchers_per_stream, c.max_leases) == (10_000, 1_000_000)
+    c = parse("--max-concurrent-streams", "100", "--max-connections", "8", "--max-connection-bytes", "4194304",
+              "--max-watchers-per-stream", "3", "--max-leases", "50")
+    assert (c.max_concurrent_streams, c.max_connections, c.max_connection_bytes) == (100, 8, 4 << 20)
+    assert (c.max_watchers_per_stream, c.max_leases) == (3, 50)
+    ec = serve.make_engine_config(c)
+    assert (ec.max_watchers_per_stream, ec.max_leases) == (3, 50)
+    c = parse(env={"ETCD_MAX_CONCURRENT_STREAMS": "7", "BRAIN_MAX_LEASES": "9"})
+    assert (c.max_concurrent_streams, c.max_leases) == (7, 9)
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--max-concurrent-streams", "0"], "--max-concurrent-streams must be between 1 and 4294967295, got 0"),
+        (["--max-concurrent-streams", "4294967296"], "--max-concurrent-streams must be between 1 and 4294967295"),
+        (["--max-connections", "0"], "--max-connections must be positive, got 0"),
+        (["--max-watchers-per-stream", "-1"], "--max-watchers-per-stream must be positive, got -1"),
+        (["--max-leases", "0"], "--max-leases must be positive, got 0"),
+        (["--max-leases", "many"], "invalid integer 'many'"),
+        # a request at the receive limit (--max-request-bytes + 512 KiB) must fit one connection's budget
+        (["--max-connection-bytes", "1000"], "--max-connection-bytes must be at least --max-request-bytes + 512 KiB "
+                                             "(2097152), got 1000"),
+        (["--max-request-bytes", "8388608", "--max-connection-bytes", "8388608"],
+         "--max-connection-bytes must be at least --max-request-bytes + 512 KiB (8912896)"),
+    ],
+)
+def test_abuse_bound_flags_refuse_bad_values(argv, msg, capsys):
+    with pytest.raises(SystemExit) as ei:
+        parse(*argv)
+    assert ei.value.code == 2
+    assert msg in capsys.readouterr().err
