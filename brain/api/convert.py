@@ -148,7 +148,47 @@ def request_op(m: rpc_pb2.RequestOp) -> core.RequestOp:
     return _REQUEST_OP[which](getattr(m, which))
 
 
+class DecodedTxn:
+    """A TxnRequest read from its bytes by the native decoder
+    (``txn_decoder``): brain's request and etcd's two classifications of it,
+    made once.  Every function here that takes a TxnRequest message takes
+    this too; the size check is the decoder's (``txn_decoder``)."""
+
+    __slots__ = ("request", "readonly", "serializable")
+
+    def __init__(self, request: core.TxnRequest, readonly: bool, serializable: bool) -> None:
+        self.request = request
+        self.readonly = readonly
+        self.serializable = serializable
+
+
+def txn_decoder(surely_fits: int):
+    """``decode(payload) -> DecodedTxn | None`` for a TxnRequest's bytes
+    (None: parse it with protobuf), or None without the native module.
+
+    Only payloads of at most ``surely_fits`` bytes are taken: a message the
+    native decoder reads re-serializes to at most its own length (it refuses
+    unknown and repeated message fields), so such a request is within
+    --max-request-bytes whatever its envelope; a larger one is measured on
+    the parsed message as etcd measures it (KVService._too_large)."""
+    try:
+        from brain._transport import TxnDecoder
+    except ImportError:  # the grpcio front runs without the native module
+        return None
+    native = TxnDecoder(_TxnRequest, _Compare, _RangeRequest, _PutRequest, _DeleteRangeRequest).decode
+
+    def decode(payload: bytes) -> DecodedTxn | None:
+        if len(payload) > surely_fits:
+            return None
+        got = native(payload)
+        return None if got is None else DecodedTxn(*got)
+
+    return decode
+
+
 def txn_request(m: rpc_pb2.TxnRequest) -> core.TxnRequest:
+    if type(m) is DecodedTxn:
+        return m.request
     return _TxnRequest(
         [compare(c) for c in m.compare],
         [request_op(op) for op in m.success],
@@ -172,6 +212,8 @@ def txn_reads_serializable(m: rpc_pb2.TxnRequest) -> bool:
     """A read-only Txn whose every Range is serializable: it may be answered
     from local state without a read barrier (any other read-only Txn is a
     linearizable read)."""
+    if type(m) is DecodedTxn:
+        return m.readonly and m.serializable
     for ops in (m.success, m.failure):
         for op in ops:
             if op.WhichOneof("request") != "request_range" or not op.request_range.serializable:
@@ -189,6 +231,8 @@ def txn_is_readonly(m: rpc_pb2.TxnRequest) -> bool:
     applying a Txn may change anything is another question, the engine's
     (brain.mvcc.validation.txn_writes_nothing).
     """
+    if type(m) is DecodedTxn:
+        return m.readonly
     for op in m.success:
         if op.WhichOneof("request") != "request_range":
             return False

@@ -92,6 +92,8 @@ class KVService:
         # which makes it linearizable.  Writing nothing, it adds no record.
         if convert.txn_is_readonly(m):
             return convert.txn_response(self.engine.txn(convert.txn_request(m)), self.header)
+        if type(m) is convert.DecodedTxn:  # within the limit: see convert.txn_decoder
+            return Deferred(m.request, self._txn_done)
         if self._too_large(m):
             raise ErrRequestTooLarge.fresh()
         return Deferred(convert.txn_request(m), self._txn_done)
@@ -119,7 +121,8 @@ class KVService:
             stepped_rpc(e, "DeleteRange", rpc_pb2.DeleteRangeRequest, rpc_pb2.DeleteRangeResponse,
                         self.delete_range, gate=g),
             stepped_rpc(e, "Txn", rpc_pb2.TxnRequest, rpc_pb2.TxnResponse, self.txn, read_kind_txn, gate=g,
-                        guard=txn_guard(convert.txn_request, convert.txn_is_readonly, max_ops)),
+                        guard=txn_guard(convert.txn_request, convert.txn_is_readonly, max_ops),
+                        decode=convert.txn_decoder(self._surely_fits)),
             stepped_rpc(e, "Compact", rpc_pb2.CompactionRequest, rpc_pb2.CompactionResponse, self.compact,
                         gate=g, guard=admin),
         ))

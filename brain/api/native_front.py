@@ -115,10 +115,10 @@ class Method:
     """
 
     __slots__ = ("path", "name", "kind", "parse", "step", "call", "stream", "read", "subscribe", "encode",
-                 "stats_key", "guard")
+                 "stats_key", "guard", "decode")
 
     def __init__(self, service: str, name: str, *, request_cls=None, step=None, call=None, stream=None,
-                 server_stream=False, read=None, subscribe=None, encode=None, guard=None) -> None:
+                 server_stream=False, read=None, subscribe=None, encode=None, guard=None, decode=None) -> None:
         self.path = f"/{service}/{name}"
         self.name = name
         self.parse = request_cls.FromString if request_cls is not None else None
@@ -129,6 +129,7 @@ class Method:
         self.subscribe = subscribe  # with encode(item) -> bytes for what it sends
         self.encode = encode
         self.guard = guard  # a step's auth check (brain.api.rpc_table)
+        self.decode = decode  # the step's native reader of its request (Rpc.decode)
         server_stream = server_stream or subscribe is not None
         if stream is not None:
             self.kind = _transport.KIND_BIDI if _transport else 2
@@ -341,7 +342,9 @@ class NativeFront:
                 self.pool.unary(cid, m, payload, who)
         else:
             try:
-                request = m.parse(payload)
+                request = m.decode(payload) if m.decode is not None else None
+                if request is None:
+                    request = m.parse(payload)
             except DecodeError as e:
                 self._fail(cid, m, Status.of(*unparsable(e)))
                 return
@@ -562,7 +565,8 @@ def front_methods(tables: list[ServiceTable], recv_limit: int) -> list[Method]:
 
 def _method(service: str, rpc: Rpc, recv_limit: int) -> Method:
     if rpc.step is not None:
-        return Method(service, rpc.name, request_cls=rpc.request, step=rpc.step, read=rpc.read, guard=rpc.guard)
+        return Method(service, rpc.name, request_cls=rpc.request, step=rpc.step, read=rpc.read, guard=rpc.guard,
+                      decode=rpc.decode)
     if rpc.session is not None:
         return Method(service, rpc.name, stream=rpc.session)
     if rpc.subscribe is not None:

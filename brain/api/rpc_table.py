@@ -61,6 +61,10 @@ class Rpc(NamedTuple):
     encode: Callable | None = None
     raw_request: bool = False
     guard: Callable | None = None
+    # decode(payload) -> request or None: the native front reads a step's
+    # request from its bytes with this first (None: with the protobuf
+    # class); step, read and guard take what it returns.
+    decode: Callable | None = None
 
 
 class ServiceTable(NamedTuple):

@@ -70,12 +70,14 @@ def run_step(engine, step, request, context, method: str, linearizable: bool = F
 
 
 def stepped_rpc(engine, method: str, request_cls, response_cls, step, read=None, *, gate=None,
-                guard=None) -> Rpc:
+                guard=None, decode=None) -> Rpc:
     """The table row of a unary RPC written as a step: the native front runs
     ``step`` itself; grpcio's handler runs it with run_step, behind the read
     barrier when ``read`` (the RPC's read kind) says LINEARIZABLE.  ``engine``
     may be None for a service whose steps neither defer nor read (health).
-    ``gate`` and ``guard``: the auth checks (brain.api.rpc_table)."""
+    ``gate`` and ``guard``: the auth checks (brain.api.rpc_table).
+    ``decode``: the native front's reader of the request's bytes (see
+    Rpc.decode)."""
     if read is None:
         def call(request, context):
             return run_step(engine, step, request, context, method, gate=gate, guard=guard)
@@ -83,7 +85,7 @@ def stepped_rpc(engine, method: str, request_cls, response_cls, step, read=None,
         def call(request, context):
             return run_step(engine, step, request, context, method, linearizable=read(request) == LINEARIZABLE,
                             gate=gate, guard=guard)
-    return Rpc(method, request_cls, response_cls, call, step=step, read=read, guard=guard)
+    return Rpc(method, request_cls, response_cls, call, step=step, read=read, guard=guard, decode=decode)
 
 
 def call_on_bytes(call, request_cls, recv_limit: int, has_leader=None):

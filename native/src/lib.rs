@@ -44,6 +44,7 @@ mod server;
 mod shared;
 mod narrowing;
 mod tls;
+mod txndec;
 mod x509;
 
 use calls::{Cmd, HttpReply, Pending};
@@ -420,6 +421,7 @@ fn supported_cipher_suites() -> Vec<String> {
 #[pymodule]
 fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
+    m.add_class::<txndec::TxnDecoder>()?;
     m.add_function(wrap_pyfunction!(supported_cipher_suites, m)?)?;
     m.add_function(wrap_pyfunction!(check_tls, m)?)?;
     m.add_function(wrap_pyfunction!(crl_revoked_count, m)?)?;

@@ -1,6 +1,6 @@
 """The transport's parsers of client bytes fuzzed (native/wire, brain-wire):
 gRPC message framing, the HPACK authority rewriter of unix sockets,
-HTTP/1.1 sniffing and request heads.
+HTTP/1.1 sniffing and request heads, etcd's TxnRequest.
 
 brain-wire's unit tests run first (the regression tests of what the fuzzers
 found are among them); then each cargo-fuzz target of native/fuzz replays
@@ -27,7 +27,7 @@ import pytest
 
 from tests.support.servers import REPO_ROOT, unavailable
 
-TARGETS = ["grpc_frames", "authority", "http1"]
+TARGETS = ["grpc_frames", "authority", "http1", "txn"]
 CORPUS = Path(__file__).resolve().parent / "corpus"
 FUZZ_SECONDS = int(os.environ.get("BRAIN_FUZZ_SECONDS", "10"))
 # one build cache per checkout, apart from the transport's (other flags)

@@ -7,9 +7,12 @@
 //! * `authority`: the HPACK rewriter that mends unix-socket authorities, and
 //!   `hpack_check`, what it checks of a header block before decoding it;
 //! * `http1`: telling HTTP/2 from HTTP/1.1 by the first bytes, and an
-//!   HTTP/1.1 request head.
+//!   HTTP/1.1 request head;
+//! * `txn`: etcd's TxnRequest read from its protobuf bytes (the requests
+//!   Kubernetes writes most), or left to the protobuf runtime.
 
 pub mod authority;
 pub mod framing;
 pub mod hpack_check;
 pub mod http1;
+pub mod txn;
