@@ -34,6 +34,7 @@ here is never held while calling out.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
@@ -70,10 +71,12 @@ class ReadBarrier:
         self._clock = clock
         self._lock = threading.Lock()
         self._waiting: list = []  # callbacks not yet covered by a round trip
+        self._waiting_at: list = []  # when each of them came (same order)
         self.max_in_flight = max_in_flight
         self._in_flight = 0
         self._parked: list = []  # heap of (index, seq, deadline, callbacks)
         self._sent: list = []  # the groups of the round trips in flight
+        self._sent_at: list = []  # when each group's oldest read came (same order)
         self._seq = itertools.count()
         self.round_trips = 0
 
@@ -84,12 +87,21 @@ class ReadBarrier:
     def request(self, callback: Callable[[BaseException | None], None]) -> None:
         with self._lock:
             self._waiting.append(callback)
+            self._waiting_at.append(self._clock())
             if self._in_flight >= self.max_in_flight:
                 return
-            group, self._waiting = self._waiting, []
+            group = self._take_waiting()
             self._in_flight += 1
-            self._sent.append(group)
         self._send(group)
+
+    def _take_waiting(self) -> list:
+        """(under the lock) The waiting reads as the group of a round trip
+        about to be sent."""
+        group, self._waiting = self._waiting, []
+        self._sent.append(group)
+        self._sent_at.append(self._waiting_at[0] if self._waiting_at else self._clock())
+        self._waiting_at = []
+        return group
 
     def wait_index(self, index: int, callback: Callable[[BaseException | None], None]) -> bool:
         """Like a round trip that answered ``index`` (a read index known
@@ -116,9 +128,10 @@ class ReadBarrier:
             for i, g in enumerate(self._sent):
                 if g is group:
                     del self._sent[i]
+                    del self._sent_at[i]
                     break
             else:
-                group = []  # failed by fail_all meanwhile
+                group = []  # failed by fail_all or expire meanwhile
         ready: list = []
         failed: list = []
         if exc is not None:
@@ -136,8 +149,7 @@ class ReadBarrier:
         with self._lock:
             nxt = None
             if self._waiting:
-                nxt, self._waiting = self._waiting, []
-                self._sent.append(nxt)
+                nxt = self._take_waiting()
             else:
                 self._in_flight -= 1
         _call_all(ready, None)
@@ -162,12 +174,27 @@ class ReadBarrier:
 
     def expire(self) -> None:
         """Fail reads that waited longer than the timeout (called
-        periodically by the committer)."""
-        if not self._parked:
+        periodically by the committer): parked for the replica to apply a
+        read index, and also those whose round trip has not answered, or
+        not even gone out behind one that has not: a journal that does not
+        answer (a stream leader cut from its peers) must not hold a read
+        past etcd's request timeout.  A round trip that answers after its
+        reads were failed releases its slot and answers no one."""
+        if not (self._parked or self._sent_at or self._waiting_at):
             return
         now = self._clock()
         late: list = []
         with self._lock:
+            cutoff = now - self.timeout
+            while self._sent_at and min(self._sent_at) <= cutoff:
+                i = self._sent_at.index(min(self._sent_at))
+                late.extend(self._sent.pop(i))
+                del self._sent_at[i]
+            k = bisect.bisect_right(self._waiting_at, cutoff)
+            if k:
+                late.extend(self._waiting[:k])
+                del self._waiting[:k]
+                del self._waiting_at[:k]
             keep = []
             for item in self._parked:
                 if item[2] <= now:
@@ -184,6 +211,7 @@ class ReadBarrier:
             parked, self._parked = self._parked, []
             waiting, self._waiting = self._waiting, []
             sent, self._sent = self._sent, []
+            self._waiting_at, self._sent_at = [], []
         _call_all([cb for item in parked for cb in item[3]] + waiting + [cb for g in sent for cb in g], err)
 
 

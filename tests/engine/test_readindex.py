@@ -114,3 +114,31 @@ def test_a_known_index_waits_only_until_applied():
     state["applied"] = 9
     b.applied(9)
     assert done == [None]
+
+
+def test_reads_whose_round_trip_never_answers_time_out_too():
+    """A journal that does not answer (a stream leader cut from its peers):
+    the reads of the round trip in flight, and those queued behind it, fail
+    with etcd's timeout once they waited the request timeout; the round
+    trip's late answer then answers no one and lets the next one go."""
+    now = [0.0]
+    j, state, b = make(applied=10, timeout=5.0, clock=lambda: now[0])
+    done = []
+    b.request(lambda e: done.append(("r1", e)))  # its round trip goes out and hangs
+    now[0] = 2.0
+    b.request(lambda e: done.append(("r2", e)))  # queued behind it
+    now[0] = 4.9
+    b.expire()
+    assert done == [] and len(j.asked) == 1
+    now[0] = 5.0
+    b.expire()
+    assert done == [("r1", errors.ErrTimeout)]
+    now[0] = 7.0
+    b.expire()
+    assert done == [("r1", errors.ErrTimeout), ("r2", errors.ErrTimeout)]
+    b.request(lambda e: done.append(("r3", e)))  # the slot is still taken: r3 waits
+    assert len(j.asked) == 1
+    j.asked[0](9, None)  # the late answer: no one of r1 and r2 again; r3's trip goes out
+    assert len(done) == 2 and len(j.asked) == 2
+    j.asked[1](10, None)
+    assert done[-1] == ("r3", None)
