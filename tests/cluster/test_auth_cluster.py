@@ -14,7 +14,7 @@ import pytest
 
 from brain.api.pb.authpb import auth_pb2
 from brain.api.pb.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from tests.differential.auth_session import AS_USERS, KNOWN_36_DIFFERENCES, SETUP, run_session
+from tests.differential.auth_session import AS_USERS, CN_SESSION, KNOWN_36_DIFFERENCES, SETUP, run_session
 from tests.support.brain_cluster import BrainCluster
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.etcd_tools import etcd_tool
@@ -199,3 +199,34 @@ def test_the_etcdctl_auth_session_on_a_cluster_answers_as_an_etcd_cluster(nats_c
         assert differing == ([] if version == "3.7" else CLUSTER_36_DIFFERENCES), "\n".join(mismatches)
     # the session ran: refusals as well as changes
     assert sum(1 for step in got if step[1] != 0) >= 30
+
+
+def test_over_mutual_tls_the_certificate_name_is_the_user_through_every_member(nats_cluster_factory):
+    """The mutual-TLS session (the client certificate's common name as the
+    user) on brain x3 and etcd 3.7 x3, both listening on https with
+    --client-cert-auth, each step through the next member: the name's grant
+    made through one member lets its write through a follower (forwarded to
+    the leader with the name it was checked as) and its refusal is the same
+    on every member."""
+    ctl = etcd_tool("etcdctl-3.7")
+    etcd = EtcdCluster(3, binary=etcd_tool("etcd-3.7"), lifetime=600.0, tls=True)
+    try:
+        etcd.start()
+        want = run_session(ctl, _leader_first(etcd), CN_SESSION)
+    finally:
+        etcd.cleanup()
+    brain = BrainCluster(3, nats_cluster_factory(3), lifetime=600.0, tls=True)
+    try:
+        brain.start()
+        members = _leader_first(brain)
+        assert all(m.tls is not None for m in members)  # every step over mutual TLS
+        got = run_session(ctl, members, CN_SESSION)
+    finally:
+        brain.cleanup()
+    mismatches = [f"step {i} {b[0]}:\n  brain x3    {b[1:]}\n  etcd 3.7 x3 {e[1:]}"
+                  for i, (b, e) in enumerate(zip(got, want)) if b != e]
+    assert not mismatches, "\n".join(mismatches)
+    # the name's put went through a follower (step 8: member 2) and was
+    # taken; the put outside its prefix (step 10: member 1) was refused
+    assert CN_SESSION[8][:2] == ["put", "/cn/a"] and got[8][1] == 0
+    assert CN_SESSION[10][:2] == ["put", "/x"] and got[10][1] != 0

@@ -9,6 +9,7 @@ import re
 import subprocess
 
 from tests.support.servers import etcdctl_flags
+from tests.support.tls import CLIENT_CN
 
 ROOT = "--user=root:rootpw"
 ALICE = "--user=alice:apw"  # readwrite on the prefix /app/
@@ -129,6 +130,28 @@ AS_USERS = [
     ["auth", "status"],
     ["get", "/app/y"],
 ]
+
+# Over mutual TLS, as the client certificate's common name (no --user): the
+# name's prefix is granted, the rest refused; root and nobody by password.
+CN_SESSION = [
+    ["user", "add", "root", "--new-user-password=rootpw"],
+    ["user", "grant-role", "root", "root"],
+    ["role", "add", "root"],
+    ["user", "add", CLIENT_CN, "--no-password"],
+    ["role", "add", "cn"],
+    ["role", "grant-permission", "cn", "--prefix=true", "readwrite", "/cn/"],
+    ["user", "grant-role", CLIENT_CN, "cn"],
+    ["auth", "enable"],
+    ["put", "/cn/a", "1"],  # as the certificate's common name
+    ["get", "/cn/", "--prefix"],
+    ["put", "/x", "1"],
+    ["user", "list"],
+    [ROOT, "user", "list"],
+    [ROOT, "put", "/x", "1"],
+    ["--user=nobody:x", "get", "/cn/a"],
+    [ROOT, "auth", "disable"],
+]
+
 
 # etcdctl txn reads its operations from stdin.
 TXN_INPUT = 'value("/app/y") = "2"\n\nput /app/z 3\nget /other\n\nput /app/z 4\n\n'

@@ -28,10 +28,9 @@ import subprocess
 
 import pytest
 
-from tests.differential.auth_session import AS_USERS, KNOWN_36_DIFFERENCES, ROOT, SETUP, run_session
+from tests.differential.auth_session import AS_USERS, CN_SESSION, KNOWN_36_DIFFERENCES, SETUP, run_session
 from tests.support.etcd_tools import etcd_tool
 from tests.support.servers import Endpoint, EtcdServer, require_brain, shared_pki, start_brain
-from tests.support.tls import CLIENT_CN
 
 pytestmark = pytest.mark.etcd
 
@@ -97,26 +96,6 @@ class _TlsEtcd(EtcdServer):
 
     def _command(self) -> list[str]:
         return [*super()._command(), *shared_pki().server_flags()]
-
-
-CN_SESSION = [
-    ["user", "add", "root", "--new-user-password=rootpw"],
-    ["user", "grant-role", "root", "root"],
-    ["role", "add", "root"],
-    ["user", "add", CLIENT_CN, "--no-password"],
-    ["role", "add", "cn"],
-    ["role", "grant-permission", "cn", "--prefix=true", "readwrite", "/cn/"],
-    ["user", "grant-role", CLIENT_CN, "cn"],
-    ["auth", "enable"],
-    ["put", "/cn/a", "1"],  # as the certificate's common name
-    ["get", "/cn/", "--prefix"],
-    ["put", "/x", "1"],
-    ["user", "list"],
-    [ROOT, "user", "list"],
-    [ROOT, "put", "/x", "1"],
-    ["--user=nobody:x", "get", "/cn/a"],
-    [ROOT, "auth", "disable"],
-]
 
 
 @pytest.mark.parametrize("version", ["3.7", "3.6"])

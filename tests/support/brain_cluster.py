@@ -53,6 +53,7 @@ class BrainReplica(StatusMember):
             "--advertise-client-urls", self.client_url,
             "--journal-url", f"nats://{','.join(c.nats_addresses(self))}/{c.name}",
             "--shards", str(c.shards), *servers.shard_args(c.shards),
+            *self.tls_flags(),
             *c.extra_args,
         ]
 
@@ -69,8 +70,9 @@ class BrainReplica(StatusMember):
 class BrainCluster(LedGroup):
     def __init__(self, size: int, nats, *, shards: int = 1, extra_args: Sequence[str] = (),
                  lifetime: float = 900.0, ready_timeout: float = 60.0, name: str | None = None,
-                 nats_addresses: Callable[[BrainReplica], list[str]] | None = None):
+                 nats_addresses: Callable[[BrainReplica], list[str]] | None = None, tls: bool = False):
         self.nats = nats
+        self.tls = tls
         # the host:port of each NATS server as a replica is to reach it
         # (default: the servers' own; tests/support/partitioned.py: proxies)
         self.nats_addresses = nats_addresses or (lambda replica: [f"127.0.0.1:{n.port}" for n in nats.nodes])

@@ -56,6 +56,7 @@ class EtcdMember(StatusMember):
             "--initial-cluster", self.cluster.initial_cluster,
             "--initial-cluster-token", self.cluster.token,
             "--initial-cluster-state", "new",
+            *self.tls_flags(),
             *self.cluster.extra_args,
         ]
 
@@ -64,8 +65,9 @@ class EtcdCluster(LedGroup):
     """``size`` etcd members on loopback. See the module docstring."""
 
     def __init__(self, size: int = 3, *, binary: str | None = None, extra_args: Sequence[str] = (),
-                 lifetime: float = 900.0, ready_timeout: float = 60.0):
+                 lifetime: float = 900.0, ready_timeout: float = 60.0, tls: bool = False):
         self.binary = binary or etcd36_binary()
+        self.tls = tls
         self.extra_args = list(extra_args)
         super().__init__("etcd-cluster-", lifetime=lifetime, ready_timeout=ready_timeout)
         self.token = self.root.name

@@ -36,6 +36,20 @@ class GroupMember(servers.LoopbackServer):
     # that lost its port to another process may then move to fresh ones.
     ports_private = False
 
+    # -- addresses: mutual TLS (the tests' PKI) when the group's ``tls`` is set
+    @property
+    def client_url(self) -> str:
+        return f"{'https' if self.group.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        plain = f"127.0.0.1:{self.port}"
+        return servers.Endpoint(plain, servers.shared_pki()) if self.group.tls else plain
+
+    def tls_flags(self) -> list[str]:
+        """The server's flags for the group's client listener kind."""
+        return servers.shared_pki().server_flags() if self.group.tls else []
+
     def spawn(self) -> None:
         super().spawn()
         self.group.watchdog.track(self.name, self.proc)
@@ -55,6 +69,8 @@ class GroupMember(servers.LoopbackServer):
 class ServerGroup:
     """Members in ``self.members``; subclasses create them and may override
     ``_prepare`` (before any member starts) and ``_ready`` (after all are)."""
+
+    tls = False  # members' client listeners on https with --client-cert-auth
 
     def __init__(self, prefix: str, *, lifetime: float, ready_timeout: float):
         self.ready_timeout = ready_timeout
