@@ -43,6 +43,7 @@ __all__ = [
     "put_response",
     "delete_range_response",
     "txn_response",
+    "txn_response_wire",
     "compaction_response",
     "txn_is_readonly",
     "txn_reads_serializable",
@@ -382,6 +383,14 @@ def delete_range_response(res: core.DeleteRangeResult, hdr: Header) -> rpc_pb2.D
 
 def txn_response(res: core.TxnResult, hdr: Header) -> rpc_pb2.TxnResponse:
     return _filled(_TxnResponse, _fill_txn, res, hdr)
+
+
+def txn_response_wire(res: core.TxnResult, hdr: Header) -> rpc_pb2.TxnResponse | encoded.Encoded:
+    """The Txn response the front sends: wire bytes encoded natively
+    (brain.api.encoded) when the native module is there, else the message."""
+    if encoded.available():
+        return encoded.txn_response(hdr.cluster_id, hdr.member_id, hdr.term, res)
+    return txn_response(res, hdr)
 
 
 def compaction_response(res: core.CompactResult, hdr: Header) -> rpc_pb2.CompactionResponse:

@@ -1,4 +1,4 @@
-"""Responses written straight as wire bytes: the lists.
+"""Responses written straight as wire bytes: the lists, and Txns.
 
 A Range page or a RangeStream chunk is the one response whose size grows
 with the data, a KeyValue per key.  Building it as protobuf objects costs
@@ -10,6 +10,11 @@ the native transport encodes the columns of the list in one call
 what the protobuf runtime writes for the same message (fields in number
 order, zero fields left out): tests/api/test_encoded.py compares them.
 
+A Txn is every write of a Kubernetes cluster (a create, an update, a
+node's Lease renewal): its response is written from brain's result
+objects by the native ``TxnEncoder`` in one call, instead of being copied
+into protobuf messages and serialized on the front's thread.
+
 Both transports take an ``Encoded`` where they take a response message:
 they only ever ask it for ``SerializeToString()`` (and RangeStream's
 chunk sizing for ``ByteSize()``).  Without the native module (the grpcio
@@ -20,15 +25,17 @@ protobuf message instead; that front says so once when it starts
 
 from __future__ import annotations
 
+from brain.mvcc.requests import DeleteRangeResult, EmptyResult, PutResult, RangeColumns, RangeResult, TxnResult
+
 try:
+    from brain._transport import TxnEncoder
     from brain._transport import encode_key_values as _encode_key_values
 except ImportError as e:  # the grpcio front runs without the native module
-    _encode_key_values = None
+    _encode_key_values = _encode_txn = None
     _IMPORT_ERROR = str(e) or type(e).__name__
 else:
+    _encode_txn = TxnEncoder(TxnResult, RangeResult, PutResult, DeleteRangeResult, EmptyResult).encode
     _IMPORT_ERROR = ""
-
-from brain.mvcc.requests import RangeColumns
 from brain.protowire import varint
 
 RANGE_RESPONSE_KVS = 2  # RangeResponse: header = 1, kvs = 2, more = 3, count = 4
@@ -93,3 +100,10 @@ def range_response(header_fields: bytes | None, cols: RangeColumns, more: bool, 
                                         cols.versions, cols.leases, cols.values, prefix, suffix,
                                         RANGE_STREAM_RESPONSE_RANGE if stream_chunk else 0)
     return Encoded(data), kvs_size
+
+
+def txn_response(cluster_id: int, member_id: int, term: int, result: TxnResult) -> Encoded:
+    """The TxnResponse of ``result`` under the header (cluster_id,
+    member_id, the result's revision, term): the bytes
+    brain.api.convert.txn_response's message serializes to."""
+    return Encoded(_encode_txn(cluster_id, member_id, term, result))

@@ -91,7 +91,7 @@ class KVService:
         # is ordered with the writes (decided by the leader on a replica),
         # which makes it linearizable.  Writing nothing, it adds no record.
         if convert.txn_is_readonly(m):
-            return convert.txn_response(self.engine.txn(convert.txn_request(m)), self.header)
+            return convert.txn_response_wire(self.engine.txn(convert.txn_request(m)), self.header)
         if type(m) is convert.DecodedTxn:  # within the limit: see convert.txn_decoder
             return Deferred(m.request, self._txn_done)
         if self._too_large(m):
@@ -99,7 +99,7 @@ class KVService:
         return Deferred(convert.txn_request(m), self._txn_done)
 
     def _txn_done(self, res):
-        return convert.txn_response(res, self.header)
+        return convert.txn_response_wire(res, self.header)
 
     def compact(self, m):
         return Deferred(convert.compaction_request(m), self._compact_done)

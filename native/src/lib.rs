@@ -17,7 +17,10 @@
 //!   `finish` a stream with a status, `http_respond` to an HTTP request.
 //!
 //! One more function encodes the KeyValues of a list (`kvenc`): the
-//! protobuf bytes of the only response part whose size grows with the data.
+//! protobuf bytes of the only response part whose size grows with the data;
+//! `txndec` and `txnenc` read a TxnRequest into brain's request objects and
+//! write a TxnResponse from its result objects, the two ends of every
+//! Kubernetes write.
 //!
 //! The GIL is released while `recv_batch` waits and while the transport
 //! closes; I/O runs on tokio threads that never take it.
@@ -45,6 +48,7 @@ mod shared;
 mod narrowing;
 mod tls;
 mod txndec;
+mod txnenc;
 mod x509;
 
 use calls::{Cmd, HttpReply, Pending};
@@ -422,6 +426,7 @@ fn supported_cipher_suites() -> Vec<String> {
 fn _transport(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
     m.add_class::<txndec::TxnDecoder>()?;
+    m.add_class::<txnenc::TxnEncoder>()?;
     m.add_function(wrap_pyfunction!(supported_cipher_suites, m)?)?;
     m.add_function(wrap_pyfunction!(check_tls, m)?)?;
     m.add_function(wrap_pyfunction!(crl_revoked_count, m)?)?;
