@@ -31,7 +31,7 @@ from brain.api.server import ApiServer, ListenError, check_auth_token, check_fro
 from brain.backend import BackendError, BackendFullError
 from brain.cli import preflight
 from brain.config import ConfigError, ServerConfig, format_key
-from brain.engine import Engine, EngineConfig
+from brain.engine import Engine, EngineConfig, gc_freeze
 from brain.journal import JournalError
 from brain.journal.natsio import NatsClientMissing, import_nats
 from brain.metrics import MetricsServer
@@ -163,6 +163,7 @@ def run(config: ServerConfig) -> int:
             log.error("cannot open data dir %s: %s%s", config.data_dir, e, space, exc_info=not expected)
             return 1
         close = replica.close if replica is not None else engine.close
+        gc_freeze.install()  # full collections walk only what is new (brain.engine.gc_freeze)
         if stop.is_set():  # told to stop while recovering
             close()
             return 0
