@@ -171,28 +171,23 @@ def _dec(b: bytes, pos: int, depth: int):
                     raise _truncated()
                 add(_I64.unpack_from(b, pos + 1)[0])
                 pos += 9
-            elif t == 0x42:  # B
+            elif t == 0x42 or t == 0x53:  # B, S
                 if pos + 5 > end:
                     raise _truncated()
                 start = pos + 5
                 pos = start + _U32.unpack_from(b, pos + 1)[0]
                 if pos > end:
                     raise _truncated()
-                add(b[start:pos])
-            elif t == 0x4E:  # N
-                add(None)
-                pos += 1
-            elif t == 0x53:  # S
-                if pos + 5 > end:
-                    raise _truncated()
-                start = pos + 5
-                pos = start + _U32.unpack_from(b, pos + 1)[0]
-                if pos > end:
-                    raise _truncated()
+                if t == 0x42:
+                    add(b[start:pos])
+                    continue
                 try:
                     add(b[start:pos].decode())
                 except UnicodeDecodeError as e:
                     raise CodecError(str(e)) from None
+            elif t == 0x4E:  # N
+                add(None)
+                pos += 1
             elif t == 0x46:  # F
                 add(False)
                 pos += 1
