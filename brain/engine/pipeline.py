@@ -28,7 +28,10 @@ Invariants (the committer keeps them, brain.engine.committer):
 
 A single node's local journal is not pipelined: its fdatasync is a fraction
 of a millisecond and the segment files are written and synced by one
-thread (the committer).
+thread (the committer).  Measured under the node-capacity load past one
+brain's capacity (270,000 nodes, 2 runs of each): with the fdatasync taken
+out entirely the server achieved the same 22,200-23,700 writes/s, so
+overlapping it with the next batch would not raise the capacity.
 """
 
 from __future__ import annotations
