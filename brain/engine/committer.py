@@ -70,6 +70,7 @@ from .inline_durability import make_durable
 from .journal_space import JournalSpace
 from .limits import Limits
 from .memory import release_free_memory
+from .packing import QuietPacker
 from .pending import BatchSink, Pending
 from .pipeline import InFlight, Pipeline
 from .readindex import ReadBarrier
@@ -137,6 +138,7 @@ class Committer:
         # While > 0, physical compaction waits (a snapshot or hash is reading
         # history below a newer compaction revision).
         self.compaction_pins = 0
+        self.packer = QuietPacker()  # the index packed whole once writes stop
         # Duration observers (seconds) for metrics: every journal sync of a
         # batch, every checkpoint write; called on engine threads.
         self.journal_sync_hooks: list = []
@@ -404,7 +406,8 @@ class Committer:
                     # background work (compaction, folding recent writes into
                     # the packed index) goes on step by step while no write
                     # waits, not one step per 0.2 s
-                    busy = self.store.compacting and not self.compaction_pins or self.store.merging
+                    busy = (self.store.compacting and not self.compaction_pins or self.store.merging
+                            or self.packer.due(self.store))
                     if not busy:
                         self._cv.wait(0.2)
                 batch = list(self._queue)
@@ -452,6 +455,8 @@ class Committer:
                 store.merge_step(step)
                 if not store.merging:  # caught up: the overlay's objects are gone
                     release_free_memory()
+        elif self.packer.due(store):
+            self.packer.step(store, self.lock, step)
         if self._compact_waiters:
             done_rev = store.compact_done_rev
             still = []

@@ -285,13 +285,20 @@ class Store:
         """True when some shard has entries to fold past its floor (Shard.merge_due)."""
         return any(s.merge_due(self.overlay_floor(s)) for s in self.shards)
 
-    def merge_step(self, budget: int = 1000) -> None:
+    @property
+    def packed(self) -> bool:
+        """True when every key is in the blocks: no shard holds an overlay
+        or lifted key (what a merge leaves: its floor, and the hot keys)."""
+        return not any(s.unmerged() for s in self.shards)
+
+    def merge_step(self, budget: int = 1000, *, everything: bool = False) -> None:
         """Rebuild about `budget` keys of blocks with overlay keys folded in,
         in the shards whose unmerged entries are past their floor, the
         furthest past it first: a shard of the busiest keys (node leases,
         pods) is not left behind the quieter ones that fill the budget
-        every step."""
-        floors = {shard.id: self.overlay_floor(shard) for shard in self.shards}
+        every step.  ``everything``: a floor of 0, hot keys folded too (a
+        store that stopped taking writes: brain.engine.committer)."""
+        floors = {shard.id: 0 if everything else self.overlay_floor(shard) for shard in self.shards}
         job = self._compaction
         for shard in sorted(self.shards, key=lambda sh: floors[sh.id] - sh.unmerged()):
             if budget <= 0:

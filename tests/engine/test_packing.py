@@ -1,0 +1,85 @@
+"""The index packed whole once writes stop (brain.engine.packing): a store
+whose last writes rewrote keys that sat in blocks keeps them lifted (hot)
+and its floor of recent keys in the overlay while it takes writes; once it
+applied none for the quiet period the committer folds every one of them,
+and every read answers as before, at old revisions too."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from brain.engine import Engine, EngineConfig, packing
+from brain.engine.packing import QuietPacker
+from brain.mvcc.requests import PutRequest, TxnRequest
+from tests.engine.test_index_merge import BATCH, NEW_KEYS, PREFIXES, Model, expected_pages, keys_only_pages, listing
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.revision = 1
+        self.packed = False
+        self.steps: list[tuple[int, bool]] = []
+
+    def merge_step(self, budget: int, *, everything: bool = False) -> None:
+        self.steps.append((budget, everything))
+        self.packed = True
+
+
+def test_due_only_after_the_quiet_period_with_the_revision_unchanged():
+    now = [100.0]
+    packer, store = QuietPacker(clock=lambda: now[0]), FakeStore()
+    assert not packer.due(store)  # first sight of this revision
+    now[0] += packing.QUIET_SECONDS - 0.1
+    assert not packer.due(store)
+    store.revision = 2  # a write: the quiet period starts again
+    now[0] += 0.2
+    assert not packer.due(store)
+    now[0] += packing.QUIET_SECONDS
+    assert packer.due(store)
+    packer.step(store, threading.Lock(), 500)
+    assert store.steps == [(500, True)]
+    assert not packer.due(store)  # packed: nothing to do
+
+
+def test_a_quiet_store_folds_its_hot_keys_and_floor_and_reads_the_same(tmp_path, monkeypatch):
+    monkeypatch.setattr(packing, "QUIET_SECONDS", 0.5)
+    config = EngineConfig(str(tmp_path / "data"), shards=2, shard_boundaries=[b"n/"], max_txn_ops=BATCH)
+    rng = random.Random(23)
+    model = Model()
+    eng = Engine.open(config)
+    try:
+        def write(keys: list[bytes]) -> int:
+            res = eng.txn(TxnRequest(success=[PutRequest(k, b"v%d" % rng.randrange(1000)) for k in keys]))
+            for k in keys:
+                model.put(res.revision, k, b"")
+            return res.revision
+
+        new = [PREFIXES[i % 2] + b"key-%06d" % i for i in range(NEW_KEYS)]
+        rng.shuffle(new)
+        revs = [write(new[at:at + BATCH]) for at in range(0, len(new), BATCH)]
+        # rewrites of keys that by now sit in blocks: lifted, and hot (written again soon after)
+        revs += [write(rng.sample(new, BATCH)) for _ in range(3)]
+        shards = eng.store.shards
+        assert all(s.blocks for s in shards)
+        assert any(s.rewritten for s in shards), "no key was lifted hot: the test does not reach the case"
+        assert not eng.store.packed
+        before = {rev: [listing(eng, b"a/", b"o", rev)] for rev in (revs[2], revs[-2], revs[-1])}
+        pages = [keys_only_pages(eng, p, p[:-1] + b"0", 500) for p in PREFIXES]
+
+        deadline = time.monotonic() + 30
+        while not eng.store.packed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert eng.store.packed, [s.unmerged() for s in shards]
+        assert all(not s.overlay and not s.lifted for s in shards)
+        for rev, listed in before.items():
+            assert [listing(eng, b"a/", b"o", rev)] == listed
+        assert [keys_only_pages(eng, p, p[:-1] + b"0", 500) for p in PREFIXES] == pages
+        newest = eng.committed_rev
+        assert pages == [expected_pages(model, newest, p, p[:-1] + b"0", 500) for p in PREFIXES]
+
+        write(new[:10])  # a write after packing lifts what it touches again
+        assert not eng.store.packed
+    finally:
+        eng.close()
