@@ -47,8 +47,15 @@ class QuietPacker:
         return now - self._since >= QUIET_SECONDS and not store.packed
 
     def step(self, store, lock, budget: int) -> None:
-        """Fold about ``budget`` keys, hot ones and the floor included."""
+        """Fold about ``budget`` keys, hot ones and the floor included.  A
+        step that folds nothing (the only keys left are in the block a
+        compaction paused inside: brain.mvcc.index, merge) waits another
+        quiet period instead of spinning the committer."""
         with lock:
+            before = store.unmerged()
             store.merge_step(budget, everything=True)
-            if store.packed:
+            left = store.unmerged()
+            if not left:
                 release_free_memory()
+        if left and left >= before:
+            self._since = self._clock()

@@ -285,6 +285,10 @@ class Store:
         """True when some shard has entries to fold past its floor (Shard.merge_due)."""
         return any(s.merge_due(self.overlay_floor(s)) for s in self.shards)
 
+    def unmerged(self) -> int:
+        """Index entries out of the blocks, every shard's (Shard.unmerged)."""
+        return sum(s.unmerged() for s in self.shards)
+
     @property
     def packed(self) -> bool:
         """True when every key is in the blocks: no shard holds an overlay

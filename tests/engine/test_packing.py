@@ -17,14 +17,25 @@ from tests.engine.test_index_merge import BATCH, NEW_KEYS, PREFIXES, Model, expe
 
 
 class FakeStore:
-    def __init__(self) -> None:
+    """What the packer reads of a Store: its revision, its unmerged entries,
+    and a merge step that folds ``folds`` of them."""
+
+    def __init__(self, unmerged: int = 10, folds: int = 10) -> None:
         self.revision = 1
-        self.packed = False
+        self.left = unmerged
+        self.folds = folds
         self.steps: list[tuple[int, bool]] = []
+
+    def unmerged(self) -> int:
+        return self.left
+
+    @property
+    def packed(self) -> bool:
+        return self.left == 0
 
     def merge_step(self, budget: int, *, everything: bool = False) -> None:
         self.steps.append((budget, everything))
-        self.packed = True
+        self.left = max(0, self.left - self.folds)
 
 
 def test_due_only_after_the_quiet_period_with_the_revision_unchanged():
@@ -41,6 +52,25 @@ def test_due_only_after_the_quiet_period_with_the_revision_unchanged():
     packer.step(store, threading.Lock(), 500)
     assert store.steps == [(500, True)]
     assert not packer.due(store)  # packed: nothing to do
+
+
+def test_a_step_that_folds_nothing_waits_another_quiet_period():
+    """The keys left sit in the block a paused compaction stopped inside:
+    the committer would otherwise step again at once, forever."""
+    now = [0.0]
+    packer, store = QuietPacker(clock=lambda: now[0]), FakeStore(unmerged=5, folds=0)
+    packer.due(store)
+    now[0] += packing.QUIET_SECONDS
+    assert packer.due(store)
+    packer.step(store, threading.Lock(), 100)
+    assert not packer.due(store)
+    now[0] += packing.QUIET_SECONDS - 0.1
+    assert not packer.due(store)
+    now[0] += 0.2
+    assert packer.due(store)
+    store.folds = 2  # progress: the next step comes at once
+    packer.step(store, threading.Lock(), 100)
+    assert packer.due(store)
 
 
 def test_a_quiet_store_folds_its_hot_keys_and_floor_and_reads_the_same(tmp_path, monkeypatch):
