@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from benchmarks.workloads import ONCE_GROUPS, UNSUPPORTED, WORKLOADS, mode_of
+from benchmarks.workloads import ONCE_GROUPS, UNSUPPORTED, WORKLOADS, group_rounds, mode_of
 
 
 SERVERS = ["brain", "etcd-3.6", "etcd-3.6-fast", "etcd-3.7", "etcd-3.7-fast", "etcd-3.4", "kine"]
@@ -28,8 +28,9 @@ def planned_runs(workload: str, settings: dict | None) -> int:
     """How many runs per server the harness makes of ``workload``."""
     w = WORKLOADS.get(workload)
     base = (w.source or workload) if w else workload
-    if (w.group if w else workload) in ONCE_GROUPS:
-        return 1
+    group = w.group if w else workload
+    if group in ONCE_GROUPS:
+        return group_rounds(group, 1, (settings or {}).get("scale_rounds") or 1)
     # A merged run's workloads keep the rounds that run planned.
     merged = ((settings or {}).get("rounds_of_merged") or {}).get(base)
     return int(merged or (settings or {}).get("rounds") or 1)

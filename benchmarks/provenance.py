@@ -135,8 +135,9 @@ def group_runs_section(data: dict) -> list[str]:
             return "once" if n == 1 else f"{n} times"
         return ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
 
-    lines = ["Each group ran per server (a fresh start each time; restart, check-perf, scale and the node-capacity "
-             "groups once by design, their rows' samples are starts, one run or one search of steps):"]
+    lines = ["Each group ran per server (a fresh start each time; restart, check-perf and the node-capacity groups "
+             "once by design, their rows' samples are starts or one search of steps; scale once unless "
+             "--scale-rounds asks for more):"]
     if not spans:
         lines[0] += " " + "; ".join(f"{g} {times(g)}" for g in order) + "."
         start = one_minute_load((m.get("machine") or {}).get("load_average_start"))

@@ -50,7 +50,7 @@ from benchmarks.machine import (brain_checkpoint_thresholds, first_line, go_modu
                                 machine_facts)
 from benchmarks.servers import REPO_ROOT, Flavor, all_flavors, make_root, tool_path
 from benchmarks.settings import FULL, SMOKE, Settings
-from benchmarks.workloads import CLUSTER, ONCE_GROUPS, UNSUPPORTED, measured_in
+from benchmarks.workloads import CLUSTER, ONCE_GROUPS, UNSUPPORTED, group_rounds, measured_in
 from tests.support.binaries import clustercheck_binary
 
 
@@ -251,7 +251,7 @@ class Bench:
             if why and any(c.name == "brain" for c in self.cluster_flavors):
                 self.notes.append(why)
                 self.say(why)
-            rounds = 1 if g in ONCE_GROUPS else s.rounds
+            rounds = group_rounds(g, s.rounds, s.scale_rounds)
             slow: dict[str, float] = {}
             # Each group's rounds and the machine's load at its start and end: the report says per group
             # how often it ran and warns of a group that started on a machine that was not quiet.
@@ -276,8 +276,9 @@ class Bench:
                                 self.record(f.name, w, rnd, error=f"harness error: {e!r}",
                                             extra={"traceback": traceback.format_exc()[-2000:]})
                     took = now_s() - t - self.runner.untimed
-                    # A cluster's rounds are long by design (every workload on one start): always all.
-                    if rnd == 1 and rounds > 1 and took > s.slow_group and not g.startswith(CLUSTER):
+                    # A cluster's and the scale group's rounds are long by design: always all.
+                    if rnd == 1 and rounds > 1 and took > s.slow_group and g not in ONCE_GROUPS \
+                            and not g.startswith(CLUSTER):
                         slow[f.name] = took
                         note = (f"{f.name}: {g} ran once (its first round took {took:.0f} s, over the "
                                 f"{s.slow_group:.0f} s after which a server's group is not repeated)")
@@ -311,6 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-mix", choices=("kubernetes", "small"),
                     help="value sizes of the scale data set: kubernetes (about 1 KiB a value; the default) or "
                          "small (about 540 B; the 10M run's, to fit 24 GiB)")
+    ap.add_argument("--scale-rounds", type=int,
+                    help=f"rounds of the scale group, servers alternating (default {FULL.scale_rounds}); the "
+                         f"restart rows pool every round's starts")
+    ap.add_argument("--scale-restart-samples", type=int,
+                    help=f"SIGTERM and kill -9 starts per server in each scale round (default "
+                         f"{FULL.scale_restart_samples})")
+    ap.add_argument("--scale-watch-limit", type=float,
+                    help=f"seconds the scale group's watch may take on any server before it is recorded as not "
+                         f"finished (default {FULL.scale_watch_limit:g})")
     ap.add_argument("--profile-scale-reads", action="store_true",
                     help="run each read of the scale group once more under profilers: brainload's Go CPU profile "
                          "(decoding vs the rest) and py-spy on brain's server (by function); in the JSON and report")
@@ -338,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, scale_keys=a.scale_keys)
     if a.scale_mix:
         settings = dataclasses.replace(settings, scale_mix=a.scale_mix)
+    for flag in ("scale_rounds", "scale_restart_samples", "scale_watch_limit"):
+        if getattr(a, flag):
+            settings = dataclasses.replace(settings, **{flag: getattr(a, flag)})
     if a.capacity_start:
         settings = dataclasses.replace(settings, capacity_start=a.capacity_start)
     if a.capacity_seconds:

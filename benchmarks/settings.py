@@ -67,6 +67,9 @@ class Settings:
     # SIGTERM and kill -9 starts timed per server: the restart targets need MIN_RESTART_SAMPLES (3) of
     # every server they compare (brain's worst against etcd's median).
     scale_restart_samples: int = 3
+    # Rounds of the scale group (servers alternating, order rotating): 1 by default, as a 10M round
+    # takes most of an hour; 3 with --scale-restart-samples 1 gives 3 runs of every row and 3 starts.
+    scale_rounds: int = 1
     # The watch from before the load may take this long (seconds), then it is recorded as not finished
     # with the events it got: etcd reads every revision since the watch's start for each catch-up step
     # (12M at 10M keys), and its watch of the 480k pod events had delivered almost none after 23 min.

@@ -514,3 +514,18 @@ def test_a_run_without_per_group_loads_is_judged_by_its_start():
     assert "**Not quiet**: the 1-minute load average was 1.44 at the start of the run" in md
     data["meta"]["machine"]["load_average_start"] = "0.20, 1.00, 0.80"
     assert "Not quiet" not in render.markdown(data, [])
+
+
+def test_scale_group_runs_the_rounds_asked_for_and_the_other_once_groups_once():
+    """--scale-rounds repeats the scale group (its restart rows pool every round's starts);
+    restart and node capacity stay at one run whatever the rounds."""
+    from benchmarks.workloads import group_rounds
+    assert group_rounds("scale", 3) == 1
+    assert group_rounds("scale", 3, scale_rounds=3) == 3
+    assert group_rounds("restart", 3, scale_rounds=3) == 1
+    assert group_rounds("put", 3, scale_rounds=1) == 3
+    settings = {"rounds": 3, "scale_rounds": 3}
+    assert aggregation.planned_runs("scale-load", settings) == 3
+    assert aggregation.planned_runs("scale-restart", settings) == 3
+    assert aggregation.planned_runs("scale-load", {"rounds": 3}) == 1
+    assert aggregation.planned_runs("restart", settings) == 1
