@@ -540,6 +540,9 @@ class Groups:
             load = self._scale_load(srv, rnd, keys, slow)
             if load is None:
                 return
+            # The restarts' ready marker goes in now: after the watch below, etcd may take no write for
+            # minutes (its catch-up of the watch from before the load runs on after the client gave up).
+            put_key(srv.endpoint, READY_MARKER.encode(), b"ready", tls=srv.opts.tls)
             kinds = load["result"]["kinds"]
             pods = kinds["pods"]
             list_args = ["--prefix", pods["prefix"], "--expect", pods["keys"], "--op-timeout", f"{slow:.0f}s"]
@@ -653,7 +656,8 @@ class Groups:
                 *self._scale_args(keys), "--create=false", "--overwrites", tail, "--pass", i + 2],
                 slow, srv.root / "tools", f"scale-tail-{i + 1}")
         try:
-            error = self._restart_samples(srv, out, SCALE_REGISTRY, keys, s.scale_restart_samples, tail, write_tail)
+            error = self._restart_samples(srv, out, SCALE_REGISTRY, keys, s.scale_restart_samples, tail, write_tail,
+                                          marker_put=True)
         except (ServerError, ToolError, OSError) as e:
             out.setdefault("sigterm_samples", [])
             out.setdefault("kill9_samples", [])
@@ -667,13 +671,16 @@ class Groups:
                             cpu_s=cpu, error=error)
 
     def _restart_samples(self, srv: Server, out: dict, prefix: str, loaded: int, samples: int, tail: int,
-                         write_tail) -> str | None:
+                         write_tail, *, marker_put: bool = False) -> str | None:
         """``samples`` times a SIGTERM and a kill -9 restart (``_restart_sample``), each one said as it
         ends, until one goes wrong; their lists and summary go into ``out``.  Returns what was wrong.
 
         Ready is a linearizable Get of READY_MARKER, put here (outside ``prefix``), the same probe for
-        every server; the ``loaded`` keys under ``prefix`` are counted after it, untimed."""
-        put_key(srv.endpoint, READY_MARKER.encode(), b"ready", tls=srv.opts.tls)
+        every server; the ``loaded`` keys under ``prefix`` are counted after it, untimed.  ``marker_put``:
+        the caller put it already (the scale group, before its reads: etcd takes no write while its watch
+        from before the load catches up, which goes on after the watch's client gave up)."""
+        if not marker_put:
+            put_key(srv.endpoint, READY_MARKER.encode(), b"ready", tls=srv.opts.tls)
         srv.ready_key = READY_MARKER.encode()
         sigterm, kill9 = [], []
         out["sigterm_samples"], out["kill9_samples"] = sigterm, kill9
