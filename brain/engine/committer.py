@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Callable
@@ -139,6 +140,10 @@ class Committer:
         # history below a newer compaction revision).
         self.compaction_pins = 0
         self.packer = QuietPacker()  # the index packed whole once writes stop
+        # How long the last turn's background steps (compaction, merge,
+        # packing) held the lock: an idle committer rests that long before
+        # the next, so readers get at least half of a quiet store's lock.
+        self._background_held = 0.0
         # Duration observers (seconds) for metrics: every journal sync of a
         # batch, every checkpoint write; called on engine threads.
         self.journal_sync_hooks: list = []
@@ -410,6 +415,11 @@ class Committer:
                             or self.packer.due(self.store))
                     if not busy:
                         self._cv.wait(0.2)
+                    elif self._background_held > 0:
+                        # a reader gets the lock between two steps: the
+                        # thread that lets it go takes it straight back
+                        # unless it waits (a write still wakes it at once)
+                        self._cv.wait(min(self._background_held, 0.2))
                 batch = list(self._queue)
                 self._queue.clear()
                 posted, self._inboxes = self._inboxes, _empty_inboxes()
@@ -447,6 +457,7 @@ class Committer:
         """Between batches: a bounded compaction step, a bounded merge of
         recent writes into the packed index, checkpoint work."""
         store, step = self.store, self.config.compaction_step_keys
+        started = time.perf_counter()
         if store.compacting and not self.compaction_pins:
             with self.lock:
                 store.compaction_step(step)
@@ -457,6 +468,7 @@ class Committer:
                     release_free_memory()
         elif self.packer.due(store):
             self.packer.step(store, self.lock, step)
+        self._background_held = time.perf_counter() - started
         if self._compact_waiters:
             done_rev = store.compact_done_rev
             still = []
