@@ -153,14 +153,17 @@ class DecodedTxn:
     """A TxnRequest read from its bytes by the native decoder
     (``txn_decoder``): brain's request and etcd's two classifications of it,
     made once.  Every function here that takes a TxnRequest message takes
-    this too; the size check is the decoder's (``txn_decoder``)."""
+    this too; the size check is the decoder's (``txn_decoder``).
+    ``payload``: the bytes it was read from, which a follower forwards to
+    the leader as they are (``forwarded_txn_reader``)."""
 
-    __slots__ = ("request", "readonly", "serializable")
+    __slots__ = ("request", "readonly", "serializable", "payload")
 
-    def __init__(self, request: core.TxnRequest, readonly: bool, serializable: bool) -> None:
+    def __init__(self, request: core.TxnRequest, readonly: bool, serializable: bool, payload: bytes = b"") -> None:
         self.request = request
         self.readonly = readonly
         self.serializable = serializable
+        self.payload = payload
 
 
 def txn_decoder(surely_fits: int):
@@ -182,9 +185,31 @@ def txn_decoder(surely_fits: int):
         if len(payload) > surely_fits:
             return None
         got = native(payload)
-        return None if got is None else DecodedTxn(*got)
+        return None if got is None else DecodedTxn(*got, payload)
 
     return decode
+
+
+def forwarded_txn_reader():
+    """``read(payload) -> core.TxnRequest`` for the bytes of a TxnRequest a
+    follower forwarded as its client sent them (brain.cluster.forwarding):
+    the native decoder where it takes them, protobuf otherwise; ValueError
+    when they are not a TxnRequest.  The follower already refused what is
+    too large or a read; the leader validates the Txn when it decides it."""
+    decode = txn_decoder(1 << 62)
+
+    def read(payload: bytes) -> core.TxnRequest:
+        got = decode(payload) if decode is not None else None
+        if got is not None:
+            return got.request
+        m = rpc_pb2.TxnRequest()
+        try:
+            m.ParseFromString(payload)
+        except Exception as e:  # protobuf's DecodeError
+            raise ValueError(f"not a TxnRequest: {e}") from None
+        return txn_request(m)
+
+    return read
 
 
 def txn_request(m: rpc_pb2.TxnRequest) -> core.TxnRequest:

@@ -93,7 +93,7 @@ class KVService:
         if convert.txn_is_readonly(m):
             return convert.txn_response_wire(self.engine.txn(convert.txn_request(m)), self.header)
         if type(m) is convert.DecodedTxn:  # within the limit: see convert.txn_decoder
-            return Deferred(m.request, self._txn_done)
+            return Deferred(m.request, self._txn_done, m.payload)
         if self._too_large(m):
             raise ErrRequestTooLarge.fresh()
         return Deferred(convert.txn_request(m), self._txn_done)

@@ -506,7 +506,8 @@ class NativeFront:
     def _submit(self, writes: list) -> None:
         self.inflight.begin(len(writes))
         try:
-            self.engine.submit_batch([w[2].request for w in writes], self._completer(writes))
+            self.engine.submit_batch([w[2].request for w in writes], self._completer(writes),
+                                     wires=[w[2].wire for w in writes])
         except Exception as e:  # noqa: BLE001
             for cid, m, _ in writes:
                 self._fail(cid, m, Status.of_error(e, m.name))

@@ -37,6 +37,9 @@ class Deferred(NamedTuple):
 
     request: object
     finish: Callable[[object], object]
+    # the client's bytes of a TxnRequest (convert.DecodedTxn.payload): a
+    # follower forwards them as they are instead of encoding ``request``
+    wire: bytes | None = None
 
 
 def abort_with(context: grpc.ServicerContext, exc: BaseException, method: str) -> NoReturn:

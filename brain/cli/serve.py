@@ -27,6 +27,7 @@ import time
 
 from brain import __version__
 from brain import cluster
+from brain.api import convert
 from brain.api.server import ApiServer, ListenError, check_auth_token, check_front
 from brain.backend import BackendError, BackendFullError
 from brain.cli import preflight
@@ -96,7 +97,8 @@ def open_replica(config: ServerConfig, engine_config: EngineConfig) -> cluster.R
         journal_url=config.journal_url, name=config.name,
         client_urls=tuple(config.advertise_client_urls or config.listen_client_urls),
         election_timeout_ms=config.election_timeout, heartbeat_interval_ms=config.heartbeat_interval,
-        journal_replicas=config.journal_replicas, read_lease=config.read_lease)
+        journal_replicas=config.journal_replicas, read_lease=config.read_lease,
+        read_txn=convert.forwarded_txn_reader())
     return cluster.Replica.open(options, engine_config)
 
 

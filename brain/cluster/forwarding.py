@@ -21,6 +21,10 @@ leader.
 Messages (brain.cluster.codec):
 
     request: [op, args]   op "w": args = [write requests]  (one commit batch's worth)
+                          op "wb": the same, a plain Txn as the TxnRequest
+                          bytes its client sent (read on the leader by the
+                          native decoder: cheaper on both sides than this
+                          codec; sent only while every member reads them)
                           op "keepalive": [lease IDs]; "ttl": [id, keys]; "leases": []
     reply:   ["ok", result] | ["err", EtcdError] | ["notleader"]
 
@@ -58,26 +62,34 @@ class Forwarder:
     """The follower side: sends to the leader, retries what is safe."""
 
     def __init__(self, conn, name: str, leader_id: Callable[[], int], *, timeout: float = REQUEST_TIMEOUT,
-                 elected: Callable[[], int] | None = None, notleader_ends: bool = False) -> None:
+                 elected: Callable[[], int] | None = None, notleader_ends: bool = False,
+                 bytes_allowed: Callable[[], bool] | None = None) -> None:
         """``leader_id``: whom to ask.  ``elected``: the election's own view
         of the leader (0 once it is silent for the election timeout), which
         ends the wait for a leader that will not answer (module docstring).
         ``notleader_ends``: a "notleader" answer ends the call with
         ErrNotLeader instead of being asked again (the caller asks someone
-        else)."""
+        else).  ``bytes_allowed``: whether every member reads a Txn as its
+        client's bytes (op "wb"); never, without it."""
         self.conn = conn
         self.name = name
         self.leader_id = leader_id
         self.elected = elected
         self.notleader_ends = notleader_ends
+        self.bytes_allowed = bytes_allowed
         self.timeout = timeout
         self.forwarded = 0
+        self.forwarded_as_bytes = 0
         self.retried = 0
         self.abandoned = 0  # messages in flight to a leader that died or was replaced
 
-    def forward(self, requests: list, done: Callable) -> None:
+    def forward(self, requests: list, done: Callable, wires: list | None = None) -> None:
         self.forwarded += len(requests)
-        self._send(["w", requests], False, lambda result, exc: done(exc if exc is not None else result))
+        message = ["w", requests]
+        if wires is not None and self.bytes_allowed is not None and any(wires) and self.bytes_allowed():
+            message = ["wb", [r if w is None else w for r, w in zip(requests, wires)]]
+            self.forwarded_as_bytes += sum(w is not None for w in wires)
+        self._send(message, False, lambda result, exc: done(exc if exc is not None else result))
 
     def call(self, op: str, args: list, done: Callable) -> None:
         """A lease call or a read index: safe to ask the next leader again."""
@@ -242,13 +254,20 @@ class ReadIndexAsker:
         forwarder.call("ri", args, answered)
 
 
+# A forwarded Txn's bytes the leader could not read: that write alone fails.
+UNREADABLE = errors.EtcdError("INTERNAL", "brain: the leader could not read a forwarded request")
+
+
 class ForwardingServer:
     """The leader side: every replica listens, the leader answers."""
 
-    def __init__(self, conn, name: str, engine) -> None:
+    def __init__(self, conn, name: str, engine, *, read_txn: Callable[[bytes], object] | None = None) -> None:
+        """``read_txn``: a TxnRequest's bytes to brain's request (raising
+        ValueError), for op "wb"; without it that op is refused."""
         self.conn = conn
         self.name = name
         self.engine = engine
+        self.read_txn = read_txn
         self._sub = None
         self.handled = 0
         # lease calls may wait (a keep-alive on an expired lease waits for
@@ -287,6 +306,9 @@ class ForwardingServer:
         if op == "w":
             self._submit(msg, args)
             return
+        if op == "wb" and self.read_txn is not None:
+            self._submit(msg, *self._read_bytes(args))
+            return
         # lease calls need the leader's clocks; they are quick
         self._pool.submit(self._lease_call, msg, op, args)
 
@@ -316,16 +338,39 @@ class ForwardingServer:
 
         eng.journal_barrier(confirmed)
 
-    def _submit(self, msg, requests: list) -> None:
-        n = len(requests)
+    def _read_bytes(self, items: list) -> tuple[list, dict]:
+        """Op "wb"'s writes as requests, and the places of those whose
+        bytes are not a TxnRequest (each fails alone)."""
+        read, requests, unreadable = self.read_txn, [], {}
+        for i, item in enumerate(items):
+            if type(item) is bytes:
+                try:
+                    item = read(item)
+                except ValueError as e:
+                    log.warning("a forwarded Txn could not be read: %s", e)
+                    unreadable[i] = UNREADABLE
+                    continue
+            requests.append(item)
+        return requests, unreadable
+
+    def _submit(self, msg, requests: list, refused: dict | None = None) -> None:
+        """Decide ``requests`` and reply with every result in the order the
+        follower sent them; ``refused``: places (among those sent) already
+        answered with an error, which ``requests`` leaves out."""
+        n = len(requests) + len(refused or ())
         results: list = [None] * n
-        left = [n]
+        slots = list(range(n))
+        if refused:
+            for i, err in refused.items():
+                results[i] = err
+            slots = [i for i in slots if i not in refused]
+        left = [len(slots)]
         lock = threading.Lock()
 
         def settled(items) -> None:  # on the committer, once per commit batch
             with lock:
                 for index, result, exc in items:
-                    results[index] = exc if exc is not None else result
+                    results[slots[index]] = exc if exc is not None else result
                 left[0] -= len(items)
                 finished = left[0] == 0
             if finished:
@@ -336,6 +381,9 @@ class ForwardingServer:
                     # sender forwards it again
                     self._reply(msg, ["ok", results])
 
+        if not requests:
+            self._reply(msg, ["ok", results])
+            return
         try:
             self.engine.submit_batch(requests, settled, local=True)
         except Exception as e:  # noqa: BLE001

@@ -45,9 +45,13 @@ def bucket_name(name: str) -> str:
 # What this brain reads that older ones do not, as its member entry lists it:
 # "journal-epochs": journal messages of an epoch older than the newest seen
 # are read as empty records (brain.journal.jetstream), which lets a leader
-# keep several appends in flight (brain.engine.pipeline).
+# keep several appends in flight (brain.engine.pipeline).  "txn-bytes": a
+# forwarded Txn may come as the TxnRequest bytes its client sent
+# (brain.cluster.forwarding, op "wb"); listed only by a replica that was
+# given a reader for them.
 FEATURES = ["journal-epochs"]
 PIPELINE_FEATURE = "journal-epochs"
+TXN_BYTES_FEATURE = "txn-bytes"
 
 
 @dataclass

@@ -29,6 +29,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .. import clock as lease_clock
 from ..engine import ClusterHooks, Engine, EngineConfig
@@ -40,7 +41,7 @@ from . import bootstrap, placement
 from .election import POLL_INTERVAL, Election
 from .forwarding import Forwarder, ForwardingServer, ReadIndexAsker
 from .leader_key import bucket_name as election_bucket
-from .membership import FEATURES, HEARTBEAT_SECONDS, PIPELINE_FEATURE, Member, Membership
+from .membership import FEATURES, HEARTBEAT_SECONDS, PIPELINE_FEATURE, TXN_BYTES_FEATURE, Member, Membership
 from .membership import bucket_name as members_bucket
 
 log = logging.getLogger("brain.cluster")
@@ -67,6 +68,11 @@ class ClusterOptions:
     # (brain.cluster.election.Election.lease_valid), which rests on a bound
     # on clock rates and on clocks that see every pause (docs/cluster.md).
     read_lease: bool = False
+    # A TxnRequest's bytes to brain's request (brain.api.convert.
+    # forwarded_txn_reader, handed down by brain.cli): with it this replica
+    # reads Txns forwarded as their clients' bytes, and forwards its own so
+    # once every member does.
+    read_txn: Callable[[bytes], object] | None = None
 
 
 class EngineSide:
@@ -116,7 +122,7 @@ class Replica:
         self.journal = journal
         self.membership = membership
         self.engine = engine
-        self.forwarding = ForwardingServer(conn, cluster_name, engine)
+        self.forwarding = ForwardingServer(conn, cluster_name, engine, read_txn=options.read_txn)
         self.snapshots = bootstrap.SnapshotServer(conn, cluster_name, engine, journal_replicas_of(journal))
         self.election = Election(
             conn, cluster_name, engine.member_id,
@@ -128,7 +134,8 @@ class Replica:
             confirm_with_journal=lambda: engine.journal_barrier(_ignore_barrier),
             engine_leads=lambda: engine.is_leader)
         # how this replica's writes and lease calls reach the leader
-        self.forwarder = Forwarder(conn, cluster_name, self.leader_id, elected=lambda: self.election.leader_id)
+        self.forwarder = Forwarder(conn, cluster_name, self.leader_id, elected=lambda: self.election.leader_id,
+                                   bytes_allowed=self.txn_bytes_read_by_all)
         # read indexes come from the journal's writer: the replica its last
         # epoch record names (the election's view only until there is one)
         self.read_index = ReadIndexAsker(
@@ -202,11 +209,20 @@ class Replica:
         self.snapshots.start()
         self.membership.register(Member(eng.member_id, self.options.name, list(self.options.client_urls), [],
                                         checkpoint_index=eng.checkpoint_index(), applied_index=eng.applied_index,
-                                        features=list(FEATURES)))
+                                        features=self.features()))
         self.membership.on_removed = self._removed
         log.info("joined cluster %s (%x) as member %x (%s); journal R%d, applied index %d",
                  self.cluster_name, eng.cluster_id, eng.member_id, self.options.name,
                  journal_replicas_of(self.journal), eng.applied_index)
+
+    def features(self) -> list[str]:
+        """What this replica reads that an older brain does not (its member
+        entry lists them: brain.cluster.membership)."""
+        return list(FEATURES) + ([TXN_BYTES_FEATURE] if self.options.read_txn is not None else [])
+
+    def txn_bytes_read_by_all(self) -> bool:
+        """Every member reads a forwarded Txn as its client's bytes."""
+        return all(TXN_BYTES_FEATURE in m.features for m in self.membership.members())
 
     def start(self) -> None:
         """Campaign for the lead (call once clients can reach this replica)."""

@@ -430,15 +430,21 @@ class Engine:
         self.committer.enqueue([Pending(r, sink, i) for i, r in enumerate(requests)], refusable=True)
         return sink.futures
 
-    def submit_batch(self, requests, callback, *, local: bool = False) -> None:
+    def submit_batch(self, requests, callback, *, local: bool = False, wires=None) -> None:
         """Queue ``requests`` like ``submit_many``; outcomes are delivered as
         ``callback([(slot, result, exc), ...])`` on the committer thread,
         once per commit batch that settles some of them (``slot`` is the
         request's place in ``requests``; ``exc`` None or an EtcdError).  The
         cheap path for the batching gRPC front.  ``local``: decide them here
-        or answer ErrNotLeader (for writes another replica forwarded)."""
+        or answer ErrNotLeader (for writes another replica forwarded).
+        ``wires``: for each request its client's bytes or None, what a
+        follower forwards instead of encoding the request (Pending.wire)."""
         sink = BatchSink(callback)
-        self.committer.enqueue([Pending(r, sink, i, local) for i, r in enumerate(requests)], refusable=not local)
+        if wires is None:
+            pending = [Pending(r, sink, i, local) for i, r in enumerate(requests)]
+        else:
+            pending = [Pending(r, sink, i, local, w) for i, (r, w) in enumerate(zip(requests, wires))]
+        self.committer.enqueue(pending, refusable=not local)
         sink.flush()  # outcomes settled already (engine stopping, too many requests)
 
     def submit_effects(self, payload: bytes) -> Future:

@@ -67,11 +67,13 @@ class Pending:
     a ``submit_batch`` callback reports), not a journal index.
     ``local``: decided here or nowhere: a write forwarded to this replica by
     another one, or a lease expiry, is never forwarded on (a replica that
-    is no longer the leader answers ErrNotLeader and the sender retries)."""
+    is no longer the leader answers ErrNotLeader and the sender retries).
+    ``wire``: the client's bytes of ``request`` when it is a plain
+    TxnRequest (a follower forwards them as they are), else None."""
 
-    __slots__ = ("request", "sink", "slot", "wait_compact", "result", "settled", "local", "deadline")
+    __slots__ = ("request", "sink", "slot", "wait_compact", "result", "settled", "local", "deadline", "wire")
 
-    def __init__(self, request, sink, slot: int, local: bool = False) -> None:
+    def __init__(self, request, sink, slot: int, local: bool = False, wire: bytes | None = None) -> None:
         self.request = request
         self.sink = sink
         self.slot = slot
@@ -81,3 +83,4 @@ class Pending:
         self.settled = False
         self.local = local
         self.deadline = 0.0  # set when first forwarded to a leader
+        self.wire = wire

@@ -65,6 +65,7 @@ from .. import failpoints
 from ..journal import JournalError, JournalFencedError, JournalPurgedError, JournalUnavailableError
 from ..mvcc import errors
 from ..mvcc.codec import BatchEncoder
+from ..mvcc.requests import TxnRequest
 from ..mvcc.store import Store
 from .checkpointing import Checkpointer
 from .committer_core import CommitterCore
@@ -309,8 +310,11 @@ class Replication:
         def done(outcome) -> None:  # on the forwarder's thread
             core.post(ForwardOutcome(batch, outcome))
 
+        # a plain Txn goes as its client's bytes where the front kept them
+        # (an authorized write is wrapped: it goes as a request)
+        wires = [p.wire if type(p.request) is TxnRequest else None for p in batch]
         try:
-            forwarder.forward(requests, done)
+            forwarder.forward(requests, done, wires)
         except Exception as e:  # noqa: BLE001
             log.exception("forwarding writes failed")
             done(errors.ErrStopped if not isinstance(e, errors.EtcdError) else e)

@@ -28,10 +28,12 @@ FOLLOWER = "follower"
 class Forwarder(Protocol):
     """How a follower reaches the leader (brain.cluster.forwarding)."""
 
-    def forward(self, requests: list, done: Callable[[list | errors.EtcdError], None]) -> None:
+    def forward(self, requests: list, done: Callable[[list | errors.EtcdError], None],
+                wires: list | None = None) -> None:
         """Have the leader decide ``requests``; ``done(results)`` (one result
         or EtcdError each, in order) or ``done(error)`` for all of them,
-        on any thread."""
+        on any thread.  ``wires``: for each request the TxnRequest bytes its
+        client sent, or None; they may be sent instead of the request."""
 
     def call(self, op: str, args: list, done: Callable[[object, BaseException | None], None]) -> None:
         """A lease operation only the leader can answer ("keepalive" with

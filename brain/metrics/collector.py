@@ -364,6 +364,8 @@ def _cluster_metrics(eng, st):
     fwd = eng.forwarder
     yield _counter("brain_cluster_forwarded_writes_total", "Writes this replica forwarded to the leader.",
                    getattr(fwd, "forwarded", 0))
+    yield _counter("brain_cluster_forwarded_txn_bytes_total", "Forwarded Txns sent as the bytes their "
+                   "client sent rather than re-encoded.", getattr(fwd, "forwarded_as_bytes", 0))
     yield _counter("brain_cluster_forward_retries_total", "Forwarded batches sent again (no leader, or "
                    "the replica asked was not the leader).", getattr(fwd, "retried", 0))
     yield _counter("brain_read_index_round_trips_total", "Read-index round trips made for linearizable reads "

@@ -128,7 +128,7 @@ class FakeEngine:
         threading.Thread(target=apply, daemon=True).start()
         return futures
 
-    def submit_batch(self, reqs, callback) -> None:
+    def submit_batch(self, reqs, callback, *, wires=None) -> None:
         futures = self.submit_many(reqs)
 
         def deliver() -> None:

@@ -141,6 +141,26 @@ def test_what_protobuf_reads_otherwise_is_left_to_it():
     assert rpc_pb2.TxnRequest.FromString(nested.SerializeToString()) == nested
 
 
+def test_the_leader_reads_a_forwarded_txn_natively_or_with_protobuf_and_refuses_the_rest():
+    """convert.forwarded_txn_reader: what a follower forwards as its
+    client's bytes is read to the same request convert builds; what the
+    native decoder leaves (an unknown field) protobuf reads; bytes that are
+    no TxnRequest are a ValueError (that write alone fails)."""
+    read = convert.forwarded_txn_reader()
+    key = b"/registry/leases/kube-node-lease/node-1"
+    m = rpc_pb2.TxnRequest(
+        compare=[rpc_pb2.Compare(key=key, target=rpc_pb2.Compare.MOD, result=rpc_pb2.Compare.EQUAL, mod_revision=41)],
+        success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=b"x" * 300))],
+        failure=[rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=key))])
+    payload = m.SerializeToString()
+    assert read(payload) == convert.txn_request(m)
+    assert decode(payload + b"\x48\x01") is None  # left to protobuf, which keeps the unknown field
+    assert read(payload + b"\x48\x01") == convert.txn_request(m)
+    with pytest.raises(ValueError):
+        read(b"\x0a\xff")  # a compare longer than the message
+    assert decode(payload).payload == payload  # what the front keeps to forward
+
+
 def test_larger_than_the_surely_fitting_size_is_measured_by_protobuf():
     small = convert.txn_decoder(10)
     m = rpc_pb2.TxnRequest(success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"k", value=b"v" * 20))])

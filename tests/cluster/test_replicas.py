@@ -12,7 +12,10 @@ import time
 
 import pytest
 
+from brain.api import convert
+from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.cluster import ClusterOptions, Replica
+from brain.cluster.forwarding import UNREADABLE
 from brain.engine import EngineConfig
 from brain.journal import JournalUnavailableError
 from brain.mvcc import errors
@@ -35,11 +38,14 @@ _names = itertools.count()
 class Cluster:
     """N in-process replicas of cluster ``name`` (their own data dirs)."""
 
-    def __init__(self, nats, tmp_path, n=3, read_lease=True, **engine_kw):
+    def __init__(self, nats, tmp_path, n=3, read_lease=True, read_txn=(), **engine_kw):
+        """``read_txn``: the members given a reader for Txns forwarded as
+        their clients' bytes (ClusterOptions.read_txn), by index."""
         self.nats = nats
         self.tmp = tmp_path
         self.name = f"t{next(_names)}x{int(time.time() * 1000) % 100000}"
         self.read_lease = read_lease
+        self.read_txn = {f"r{i}" for i in read_txn}
         self.engine_kw = dict(shards=2, shard_boundaries=[b"m"], checkpoint_interval_seconds=3600) | engine_kw
         self.replicas: list[Replica] = []
         self.dead: list[Replica] = []  # killed, closed at the end
@@ -51,7 +57,8 @@ class Cluster:
     def options(self, member: str) -> ClusterOptions:
         return ClusterOptions(journal_url=f"{self.nats.urls[0]}/{self.name}", name=member,
                               client_urls=(f"http://{member}:2379",), election_timeout_ms=1000,
-                              heartbeat_interval_ms=250, read_lease=self.read_lease)
+                              heartbeat_interval_ms=250, read_lease=self.read_lease,
+                              read_txn=convert.forwarded_txn_reader() if member in self.read_txn else None)
 
     def add(self, member: str, start: bool = False) -> Replica:
         r = Replica.open(self.options(member), EngineConfig(str(self.tmp / member), **self.engine_kw))
@@ -158,6 +165,58 @@ def test_txn_and_errors_come_back_from_the_leader(cluster):
     with pytest.raises(errors.EtcdError) as e:
         f.engine.put(PutRequest(b"x", b"1", lease=12345))
     assert e.value == errors.ErrLeaseNotFound
+
+
+def _submit(r: Replica, requests: list, wires: list) -> list:
+    """r.engine.submit_batch's outcomes in order: a result or an EtcdError each."""
+    out: list = [None] * len(requests)
+    left = [len(requests)]
+    done = threading.Event()
+
+    def settled(items) -> None:
+        for slot, result, exc in items:
+            out[slot] = exc if exc is not None else result
+        left[0] -= len(items)
+        if not left[0]:
+            done.set()
+
+    r.engine.submit_batch(requests, settled, wires=wires)
+    assert done.wait(15), out
+    return out
+
+
+def _put_txn(key: bytes, value: bytes) -> tuple[TxnRequest, bytes]:
+    m = rpc_pb2.TxnRequest(success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=value))])
+    return convert.txn_request(m), m.SerializeToString()
+
+
+def test_a_follower_forwards_a_txn_as_its_clients_bytes_and_the_leader_decides_those(cluster):
+    c = cluster(read_txn=(0, 1, 2))
+    f = c.followers(c.leader())[0]
+    assert f.txn_bytes_read_by_all()
+    sent, wire = _put_txn(b"a", b"from the bytes")
+    garbage = b"\x0a\xff"  # a compare longer than the message
+    plain = PutRequest(b"b", b"a request")
+    out = _submit(f, [sent, TxnRequest([], [PutRequest(b"c", b"x")], []), plain], [wire, garbage, None])
+    assert out[0].succeeded and not isinstance(out[2], errors.EtcdError), out
+    assert out[1] == UNREADABLE  # that write alone failed
+    assert f.forwarder.forwarded_as_bytes == 2
+    assert get(f, b"a").value == b"from the bytes"  # the leader read the bytes, not brain's request
+    assert get(f, b"b").value == b"a request" and get(f, b"c") is None
+
+
+def test_while_a_member_cannot_read_txn_bytes_followers_forward_requests(cluster):
+    c = cluster(read_txn=(0, 1))  # r2 is an older brain, say
+    leader = c.leader()
+    f = next(r for r in c.followers(leader) if r.options.read_txn is not None)
+    deadline = time.monotonic() + 10
+    while len(f.membership.members()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)  # every member's entry seen
+    assert not f.txn_bytes_read_by_all()
+    sent, wire = _put_txn(b"a", b"1")
+    [res] = _submit(f, [sent], [wire])
+    assert res.succeeded and f.forwarder.forwarded_as_bytes == 0
+    assert get(f, b"a").value == b"1"
 
 
 def test_failover_keeps_every_acknowledged_write(cluster):
