@@ -26,7 +26,8 @@ SCALE_MIXES = {"kubernetes": "40% leases ~350 B, 25% events ~700 B, 20% pods 1.5
                "small": "45% leases ~350 B, 36% events ~500 B, 4% pods 3-4 KiB, 15% other kinds ~500 B; "
                         "about 540 B a value"}
 SCALE_LIMITS = (500, 10_000)  # the scale group's page sizes: kube-apiserver's list default, its consistency checker's
-# Groups run once per server whatever the rounds setting (their rows say so).
+# Groups run once per server whatever the rounds setting (their rows say so),
+# but the scale group, which runs --scale-rounds times (group_rounds).
 ONCE_GROUPS = ("restart", "check-perf", "scale", "node-capacity", "cluster-node-capacity")
 
 
@@ -36,6 +37,8 @@ def group_rounds(group: str, rounds: int, scale_rounds: int = 1) -> int:
     if group == "scale":
         return max(1, int(scale_rounds or 1))
     return 1 if group in ONCE_GROUPS else rounds
+
+
 # The node-capacity rows' title: what one step writes and how it is judged (benchmarks/capacity.py).
 _CAPACITY = ("the most nodes whose writes pass the SLO: a Lease renewal per node every 10 s plus 50 pod creates, "
              "50 pod status updates and 100 leased events a second, kube-apiserver's Txns, open loop; a step "
