@@ -115,7 +115,7 @@ class Membership:
     async def _cluster_id(self) -> int:
         from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-        for _ in range(5):
+        for attempt in range(5):
             try:
                 entry = await self._kv.get("cluster")
                 return int(json.loads(entry.value)["cluster_id"], 16)
@@ -123,8 +123,12 @@ class Membership:
                 pass
             try:
                 await self._kv.create("cluster", json.dumps({"cluster_id": f"{new_id():x}"}).encode())
-            except KeyWrongLastSequenceError:
-                pass  # another replica created it first
+            except (KeyWrongLastSequenceError, KeyNotFoundError):
+                # Another replica created it first.  (nats-py's create, refused,
+                # reads the key to see whether it was deleted, and that read
+                # can miss an entry just written: KeyNotFoundError, seen when
+                # three replicas start at once.)  Read it again shortly.
+                await asyncio.sleep(0.05 * (attempt + 1))
         raise RuntimeError(f"cannot read or create the cluster ID in bucket {self.bucket}")
 
     # -- this replica -----------------------------------------------------------

@@ -60,7 +60,9 @@ async def when_answering(call, what: str, wait: float = STARTUP_WAIT, *, pause: 
             # the just-formed cluster has not reported in yet; 10008 "JetStream
             # system temporarily unavailable": the servers are electing a meta
             # leader (a server stopped, a partition healing)
-            if isinstance(e, APIError) and e.err_code not in RETRYABLE_API_ERRORS:
+            # (getattr: nats-py's own errors such as KeyNotFoundError are
+            # APIErrors built without the fields a server's answer has)
+            if isinstance(e, APIError) and getattr(e, "err_code", None) not in RETRYABLE_API_ERRORS:
                 raise
             if time.monotonic() >= deadline:
                 raise

@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, ServiceUnavailableError
+from nats.js.errors import APIError, BadRequestError, KeyNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
 from brain.journal.natsio import when_answering
 
@@ -61,3 +61,13 @@ def test_any_other_refusal_is_raised_at_once():
     with pytest.raises(BadRequestError):
         asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01))
     assert kv.calls == 1
+
+
+def test_a_client_side_api_error_without_fields_is_raised_as_itself():
+    """nats-py raises some APIErrors of its own (KeyNotFoundError) with no
+    err_code: they go up as themselves, not as an AttributeError."""
+    kv = FormingBucket(failures=1, error=KeyNotFoundError)
+    with pytest.raises(KeyNotFoundError):
+        asyncio.run(when_answering(lambda: kv.put("m.1", b"{}"), "test", wait=5.0, pause=0.01))
+    assert kv.calls == 1
+
