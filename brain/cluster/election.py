@@ -430,7 +430,7 @@ class Election:
                 self._renewed_at(seq, now)
             return
         except APIError as e:
-            if e.err_code == 10071:  # wrong last sequence: the key moved on
+            if getattr(e, "err_code", None) == 10071:  # wrong last sequence: the key moved on
                 holder, current = await self.key.now()
                 if current > rev and holder == self.member_id and self._rev == rev:
                     self._rev = current  # a renewal that timed out had landed: still ours
