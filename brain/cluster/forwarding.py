@@ -82,6 +82,8 @@ class Forwarder:
         self.forwarded_as_bytes = 0
         self.retried = 0
         self.abandoned = 0  # messages in flight to a leader that died or was replaced
+        self._flights: set[_Flight] = set()  # (the loop's) messages awaiting an answer
+        self._watching = False  # (the loop's) _watch is scheduled
 
     def forward(self, requests: list, done: Callable, wires: list | None = None) -> None:
         self.forwarded += len(requests)
@@ -96,95 +98,142 @@ class Forwarder:
         self._send([op, args], True, done)
 
     def _send(self, message: list, repeatable: bool, done: Callable) -> None:
-        data = codec.encode(message)
-        deadline = time.monotonic() + self.timeout
-        self.conn.submit(self._exchange(data, deadline, repeatable, done))
+        flight = _Flight(codec.encode(message), time.monotonic() + self.timeout, repeatable, done)
+        self.conn.call_soon(self._ask, flight)
 
-    async def _request(self, leader: int, data: bytes, timeout: float):
-        """The leader's reply, or None when the election finds it dead or
-        replaced before it answers (the request is then abandoned)."""
-        import asyncio
+    # Every message in flight is a _Flight, its request a task on the
+    # connection's loop; one watcher (_watch) looks at all of them every
+    # WATCH_INTERVAL for a dead or replaced leader and a dropped connection,
+    # instead of a coroutine, an asyncio.wait and its timer per message
+    # (they were a fifth of a follower's interpreter time under the
+    # node-capacity load).  Everything below runs on the loop.
 
-        # NatsConnection.request: a connection that drops ends the wait at once
-        request = self.conn.request(subject_of(self.name, leader), data, timeout=timeout)
-        elected = self.elected
-        if elected is None or elected() != leader:
-            return await request  # not the leader the election knows: nothing to watch
-        task = asyncio.ensure_future(request)
-        replaced_at = None
-        while True:
-            finished, _ = await asyncio.wait({task}, timeout=WATCH_INTERVAL)
-            if finished:
-                return task.result()
-            now_leader = elected()
-            if now_leader == leader:
-                replaced_at = None
+    def _ask(self, f: "_Flight") -> None:
+        """Send ``f`` to the leader the election names, or wait for one."""
+        left = f.deadline - time.monotonic()
+        if left <= 0:
+            f.done(None, errors.ErrNoLeader if f.attempt == 0 else errors.ErrTimeout)
+            return
+        leader = self.leader_id()
+        if not leader or (leader == f.abandoned and self.elected() != leader):
+            self._again(RETRY_WAIT, f)  # until the election names a leader to ask
+            return
+        f.attempt += 1
+        f.leader = leader
+        # not the leader the election knows: nothing to watch
+        f.watched = self.elected is not None and self.elected() == leader
+        f.replaced_at = None
+        f.gave_up = ""
+        try:
+            f.task, f.dropped = self.conn.start_request(subject_of(self.name, leader), f.data, timeout=left)
+        except Exception as e:  # noqa: BLE001 - no connection yet: as a refused send, safe to retry
+            log.debug("forward: %r", e)
+            self._again(RETRY_WAIT * 4, f)
+            return
+        f.task.add_done_callback(lambda task, f=f: self._answered(f, task))
+        self._flights.add(f)
+        if not self._watching:
+            self._watching = True
+            self.conn.loop.call_later(WATCH_INTERVAL, self._watch)
+
+    def _again(self, delay: float, f: "_Flight") -> None:
+        self.conn.loop.call_later(delay, self._ask, f)
+
+    def _watch(self) -> None:
+        """Give up on the messages whose leader the election found dead, or
+        replaced for longer than HANDOVER_GRACE, and on those sent on a
+        connection that dropped (their answers cannot come)."""
+        now = time.monotonic()
+        for f in self._flights:
+            if f.gave_up:
                 continue
-            now = time.monotonic()
-            if now_leader == 0 or (replaced_at is not None and now - replaced_at >= HANDOVER_GRACE):
-                task.cancel()
+            if f.dropped is not None and f.dropped.done():
+                f.gave_up = "dropped"
+                f.task.cancel()
+                continue
+            if not f.watched:
+                continue
+            now_leader = self.elected()
+            if now_leader == f.leader:
+                f.replaced_at = None
+            elif now_leader == 0 or (f.replaced_at is not None and now - f.replaced_at >= HANDOVER_GRACE):
+                f.gave_up = "abandoned"
                 self.abandoned += 1
-                return None
-            if replaced_at is None:
-                replaced_at = now
+                f.task.cancel()
+            elif f.replaced_at is None:
+                f.replaced_at = now
+        if self._flights:
+            self.conn.loop.call_later(WATCH_INTERVAL, self._watch)
+        else:
+            self._watching = False
 
-    async def _exchange(self, data: bytes, deadline: float, repeatable: bool, done: Callable) -> None:
-        import asyncio
-
+    def _answered(self, f: "_Flight", task) -> None:
         import nats.errors
 
-        attempt = 0
-        abandoned = 0  # a leader this message gave up on: asked again only once elected again
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                done(None, errors.ErrNoLeader if attempt == 0 else errors.ErrTimeout)
-                return
-            leader = self.leader_id()
-            if not leader or (leader == abandoned and self.elected() != leader):
-                await asyncio.sleep(RETRY_WAIT)  # until the election names a leader to ask
-                continue
-            attempt += 1
-            try:
-                msg = await self._request(leader, data, left)
-            except nats.errors.NoRespondersError:
+        self._flights.discard(f)
+        if task.cancelled():
+            if f.gave_up == "dropped":
+                f.done(None, errors.ErrTimeout)  # the timeout it would have become
+            elif f.gave_up == "abandoned":
+                if f.repeatable:
+                    f.abandoned = f.leader
+                    self._ask(f)
+                else:
+                    f.done(None, errors.ErrTimeoutDueToLeaderFail)
+            return  # else the loop is stopping
+        exc = task.exception()
+        if exc is not None:
+            if isinstance(exc, nats.errors.NoRespondersError):
                 self.retried += 1
-                await asyncio.sleep(RETRY_WAIT * random.uniform(1, 2))
-                continue
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                done(None, errors.ErrTimeout)
-                return
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
-                    nats.errors.Error) as e:
+                self._again(RETRY_WAIT * random.uniform(1, 2), f)
+            elif isinstance(exc, (nats.errors.TimeoutError, TimeoutError)):
+                f.done(None, errors.ErrTimeout)
+            elif isinstance(exc, nats.errors.Error):
                 # not sent (the client refuses while reconnecting): safe to retry
-                log.debug("forward: %r", e)
-                await asyncio.sleep(RETRY_WAIT * 4)
-                continue
-            if msg is None:
-                if repeatable:
-                    abandoned = leader
-                    continue
-                done(None, errors.ErrTimeoutDueToLeaderFail)
-                return
-            try:
-                reply = codec.decode(msg.data)
-                kind = reply[0]
-            except (codec.CodecError, IndexError, TypeError) as e:
-                log.error("bad reply from the leader: %s", e)
-                done(None, errors.ErrStopped)
-                return
-            if kind == "ok":
-                done(reply[1], None)
-                return
-            if kind == "err":
-                done(None, reply[1])
-                return
+                log.debug("forward: %r", exc)
+                self._again(RETRY_WAIT * 4, f)
+            else:
+                log.error("forwarding failed: %r", exc)
+                f.done(None, errors.ErrTimeout)  # it may have been sent: etcd's answer to not knowing
+            return
+        try:
+            reply = codec.decode(task.result().data)
+            kind = reply[0]
+        except (codec.CodecError, IndexError, TypeError) as e:
+            log.error("bad reply from the leader: %s", e)
+            f.done(None, errors.ErrStopped)
+            return
+        if kind == "ok":
+            f.done(reply[1], None)
+        elif kind == "err":
+            f.done(None, reply[1])
+        elif self.notleader_ends:
+            f.done(None, errors.ErrNotLeader)
+        else:
             # "notleader": it was not applied; wait for the election to move on
-            if self.notleader_ends:
-                done(None, errors.ErrNotLeader)
-                return
             self.retried += 1
-            await asyncio.sleep(RETRY_WAIT * random.uniform(1, 2))
+            self._again(RETRY_WAIT * random.uniform(1, 2), f)
+
+
+class _Flight:
+    """One message to the leader, from its first send to its answer."""
+
+    __slots__ = ("data", "deadline", "repeatable", "done", "attempt", "abandoned", "leader", "watched",
+                 "replaced_at", "gave_up", "task", "dropped")
+
+    def __init__(self, data: bytes, deadline: float, repeatable: bool, done: Callable) -> None:
+        self.data = data
+        self.deadline = deadline
+        self.repeatable = repeatable
+        self.done = done  # done(result, exc)
+        self.attempt = 0
+        self.abandoned = 0  # a leader this message gave up on: asked again only once elected again
+        self.leader = 0
+        self.watched = False
+        self.replaced_at: float | None = None
+        self.gave_up = ""  # why the watcher cancelled the request: "dropped" or "abandoned"
+        self.task = None
+        self.dropped = None
 
 
 class ReadIndexAsker:

@@ -197,6 +197,13 @@ class NatsConnection:
         answer.cancel()
         raise NatsTimeout
 
+    def start_request(self, subject: str, data: bytes, *, timeout: float) -> tuple[asyncio.Task, asyncio.Future]:
+        """(on the loop) ``nc.request`` started as a task, and the future
+        that completes when the connection it was sent on drops: a caller
+        that keeps many requests in flight watches them all at once instead
+        of awaiting each (``request`` does both for one)."""
+        return self._loop.create_task(self.nc.request(subject, data, timeout=timeout)), self._dropped
+
     @classmethod
     def connect_retrying(cls, servers: list[str], *, name: str = "brain", wait: float = 60.0,
                          stop: threading.Event | None = None) -> "NatsConnection":

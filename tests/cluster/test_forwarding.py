@@ -4,6 +4,7 @@ a test says; the election's view is a value the test sets."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -111,3 +112,49 @@ def test_without_the_election_view_a_silent_leader_times_out(conn):
     f = Forwarder(conn, "fwd4", lambda: OLD, timeout=1.0)
     outcome, took = _outcome(_write(f))
     assert outcome == errors.ErrTimeout and took >= 0.9, (outcome, took)
+
+
+def test_no_responders_is_asked_again_until_a_leader_listens(conn):
+    """A message to a replica that is gone gets NATS's "no responders":
+    nothing was applied, so it goes to whoever leads next."""
+    Leaders(conn, "fwd5", {NEW: 0.0})
+    asked = [OLD]  # nobody listens on OLD's subject
+    f = Forwarder(conn, "fwd5", lambda: asked[0], elected=lambda: asked[0])
+    threading.Timer(0.3, lambda: asked.__setitem__(0, NEW)).start()
+    outcome, took = _outcome(_write(f))
+    assert outcome == f"from {NEW:x}", outcome
+    assert f.retried >= 1 and took >= 0.25, (f.retried, took)
+
+
+def test_many_messages_in_flight_each_get_their_own_answer(conn):
+    """Hundreds in flight at once, answered out of order: each caller is
+    told once, with its own answer, and the watcher stops when none is left."""
+    import asyncio
+
+    async def answer(msg) -> None:
+        await asyncio.sleep(random.uniform(0, 0.2))
+        await msg.respond(codec.encode(["ok", codec.decode(msg.data)[1]]))
+
+    async def on_msg(msg) -> None:  # (a subscription's callbacks run one at a time)
+        asyncio.get_running_loop().create_task(answer(msg))
+
+    conn.run(conn.nc.subscribe(subject_of("fwd6", NEW), cb=on_msg), 5)
+    conn.run(conn.nc.flush(), 5)
+    f = Forwarder(conn, "fwd6", lambda: NEW, elected=lambda: NEW)
+    answers: dict[int, list] = {i: [] for i in range(300)}
+    all_in = threading.Event()
+
+    def finish(i):
+        def done(outcome) -> None:
+            answers[i].append(outcome)
+            if all(answers.values()):
+                all_in.set()
+        return done
+
+    for i in range(300):
+        f.forward([i], finish(i))
+    assert all_in.wait(15), [i for i, a in answers.items() if not a][:10]
+    time.sleep(0.3)
+    wrong = {i: a for i, a in answers.items() if a != [[i]]}
+    assert not wrong, list(wrong.items())[:5]
+    assert f.abandoned == 0
