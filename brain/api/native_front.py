@@ -506,8 +506,9 @@ class NativeFront:
     def _submit(self, writes: list) -> None:
         self.inflight.begin(len(writes))
         try:
-            self.engine.submit_batch([w[2].request for w in writes], self._completer(writes),
-                                     wires=[w[2].wire for w in writes])
+            # a replica's follower forwards its clients' bytes; one node never does
+            wires = [w[2].wire for w in writes] if self.engine.cluster is not None else None
+            self.engine.submit_batch([w[2].request for w in writes], self._completer(writes), wires=wires)
         except Exception as e:  # noqa: BLE001
             for cid, m, _ in writes:
                 self._fail(cid, m, Status.of_error(e, m.name))

@@ -142,7 +142,7 @@ class Committer:
         self.packer = QuietPacker()  # the index packed whole once writes stop
         # How long the last turn's background steps (compaction, merge,
         # packing) held the lock: an idle committer rests that long before
-        # the next, so readers get at least half of a quiet store's lock.
+        # the next, so readers get about half of a quiet store's lock.
         self._background_held = 0.0
         # Duration observers (seconds) for metrics: every journal sync of a
         # batch, every checkpoint write; called on engine threads.

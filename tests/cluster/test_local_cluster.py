@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -30,7 +31,7 @@ from tests.support.harness import free_port
 pytestmark = pytest.mark.timeout(240)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "local-cluster.sh"
-ROW = re.compile(r"^  (b\d)  client 127\.0\.0\.1:(\d+)  metrics 127\.0\.0\.1:\d+  pid (\d+)$", re.M)
+ROW = re.compile(r"^  (b\d)  client 127\.0\.0\.1:(\d+)  metrics 127\.0\.0\.1:(\d+)  pid (\d+)$", re.M)
 
 
 class Script:
@@ -79,6 +80,13 @@ def _stubs(port: int):
     return ch, rpc_pb2_grpc.KVStub(ch), rpc_pb2_grpc.ClusterStub(ch), rpc_pb2_grpc.MaintenanceStub(ch)
 
 
+def _metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert m, f"no {name} in the metrics"
+    return float(m.group(1))
+
+
 def _alive(pid: int) -> bool:
     try:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
@@ -91,7 +99,9 @@ def test_the_cluster_survives_a_leader_kill_and_the_replica_rejoins(tmp_path):
     script = Script(tmp_path, CLIENT_PORTS=",".join(map(str, client_ports)), PORTS="free", RESTART_DELAY="1")
     try:
         leader = script.wait_for(r"^brain cluster up, leader (b\d):$", 150).group(1)
-        rows = {name: (int(port), int(pid)) for name, port, pid in ROW.findall(script.output())}
+        found = ROW.findall(script.output())
+        rows = {name: (int(port), int(pid)) for name, port, _, pid in found}
+        metrics_ports = {name: int(port) for name, _, port, _ in found}
         assert sorted(p for p, _ in rows.values()) == sorted(client_ports), script.output()
         endpoints = {f"127.0.0.1:{p}" for p in client_ports}
         # "up": every replica lists every member, and the one named leads
@@ -105,6 +115,15 @@ def test_the_cluster_survives_a_leader_kill_and_the_replica_rejoins(tmp_path):
             argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
             # PYTHON as given: a venv's python is a symlink that must not be resolved away from the venv
             assert argv[0] == sys.executable and argv[argv.index("--name") + 1] == name, argv
+
+        # a Txn through a follower reaches the leader as its client's bytes
+        follower = next(n for n in rows if n != leader)
+        ch, kv, _, _ = _stubs(rows[follower][0])
+        with ch:
+            txn = rpc_pb2.TxnRequest(success=[rpc_pb2.RequestOp(
+                request_put=rpc_pb2.PutRequest(key=b"/demo/txn", value=b"t"))])
+            assert kv.Txn(txn, timeout=10).succeeded
+        assert _metric(metrics_ports[follower], "brain_cluster_forwarded_txn_bytes_total") >= 1
 
         port, pid = rows[leader]
         os.kill(pid, signal.SIGKILL)
