@@ -12,7 +12,8 @@ import time
 
 import nats
 import pytest
-from nats.js.errors import APIError
+import nats.errors
+from nats.js.errors import APIError, ServiceUnavailableError
 
 STREAM = "JOURNAL"
 WRONG_LAST_SEQUENCE = 10071
@@ -84,8 +85,17 @@ async def _stream_contents(urls: list[str]) -> dict[int, bytes]:
         info = await js.stream_info(STREAM)
         sub = await js.pull_subscribe("j.>", durable=None, stream=STREAM)
         out: dict[int, bytes] = {}
+        deadline = time.monotonic() + 30
         while len(out) < info.state.messages:
-            for m in await sub.fetch(batch=500, timeout=5):
+            try:
+                got = await sub.fetch(batch=500, timeout=5)
+            except (ServiceUnavailableError, nats.errors.TimeoutError):
+                # the consumer just made, on a cluster whose killed server is
+                # rejoining, may have no leader for a moment (503, CI)
+                assert time.monotonic() < deadline, f"the stream gave {len(out)} of {info.state.messages} messages"
+                await asyncio.sleep(0.2)
+                continue
+            for m in got:
                 out[m.metadata.sequence.stream] = m.data
                 await m.ack()
         return out
