@@ -36,6 +36,7 @@ it is durable.
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import threading
@@ -123,7 +124,7 @@ class Forwarder:
         # not the leader the election knows: nothing to watch
         f.watched = self.elected is not None and self.elected() == leader
         f.replaced_at = None
-        f.gave_up = ""
+        f.gave_up = GaveUp.NO
         try:
             f.task, f.dropped = self.conn.start_request(subject_of(self.name, leader), f.data, timeout=left)
         except Exception as e:  # noqa: BLE001 - no connection yet: as a refused send, safe to retry
@@ -144,20 +145,20 @@ class Forwarder:
         replaced for longer than HANDOVER_GRACE, and on those sent on a
         connection that dropped (their answers cannot come)."""
         now = time.monotonic()
+        now_leader = self.elected() if self.elected is not None else 0
         for f in self._flights:
-            if f.gave_up:
+            if f.gave_up is not GaveUp.NO:
                 continue
             if f.dropped is not None and f.dropped.done():
-                f.gave_up = "dropped"
+                f.gave_up = GaveUp.DROPPED
                 f.task.cancel()
                 continue
             if not f.watched:
                 continue
-            now_leader = self.elected()
             if now_leader == f.leader:
                 f.replaced_at = None
             elif now_leader == 0 or (f.replaced_at is not None and now - f.replaced_at >= HANDOVER_GRACE):
-                f.gave_up = "abandoned"
+                f.gave_up = GaveUp.ABANDONED
                 self.abandoned += 1
                 f.task.cancel()
             elif f.replaced_at is None:
@@ -172,9 +173,9 @@ class Forwarder:
 
         self._flights.discard(f)
         if task.cancelled():
-            if f.gave_up == "dropped":
+            if f.gave_up is GaveUp.DROPPED:
                 f.done(None, errors.ErrTimeout)  # the timeout it would have become
-            elif f.gave_up == "abandoned":
+            elif f.gave_up is GaveUp.ABANDONED:
                 if f.repeatable:
                     f.abandoned = f.leader
                     self._ask(f)
@@ -215,6 +216,14 @@ class Forwarder:
             self._again(RETRY_WAIT * random.uniform(1, 2), f)
 
 
+class GaveUp(enum.Enum):
+    """Why the watcher cancelled a message's request."""
+
+    NO = 0  # it did not: the loop is stopping (or the request is still on)
+    DROPPED = 1  # its connection dropped: no answer can come
+    ABANDONED = 2  # its leader was found dead, or replaced past HANDOVER_GRACE
+
+
 class _Flight:
     """One message to the leader, from its first send to its answer."""
 
@@ -231,7 +240,7 @@ class _Flight:
         self.leader = 0
         self.watched = False
         self.replaced_at: float | None = None
-        self.gave_up = ""  # why the watcher cancelled the request: "dropped" or "abandoned"
+        self.gave_up = GaveUp.NO
         self.task = None
         self.dropped = None
 

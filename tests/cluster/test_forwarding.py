@@ -158,3 +158,52 @@ def test_many_messages_in_flight_each_get_their_own_answer(conn):
     wrong = {i: a for i, a in answers.items() if a != [[i]]}
     assert not wrong, list(wrong.items())[:5]
     assert f.abandoned == 0
+
+
+def test_a_write_in_flight_when_its_connection_drops_times_out_at_once(nats_cluster_factory):
+    """No answer can come on a connection that dropped: the caller is told
+    "request timed out" (it may have been applied) when the connection
+    drops, not after the request timeout, and the leader is not counted
+    as abandoned."""
+    server = nats_cluster_factory(1)
+    c = NatsConnection(list(server.urls), name="fwd-drop")
+    try:
+        Leaders(c, "fwd7", {OLD: None})
+        f = Forwarder(c, "fwd7", lambda: OLD, elected=lambda: OLD, timeout=60.0)
+        restart = threading.Timer(0.5, lambda: server.restart(server.nodes[0]))
+        restart.start()
+        outcome, took = _outcome(_write(f))
+        restart.join(60)  # (the answer comes before the server is back)
+        assert outcome == errors.ErrTimeout, outcome
+        # the restart takes a while on a loaded machine; 60 s would be the timeout waited out
+        assert took < 15.0, took
+        assert f.abandoned == 0
+    finally:
+        c.close()
+
+
+def test_a_request_that_fails_unexpectedly_is_told_it_timed_out(conn, caplog):
+    """An error nobody planned for, after the message may have left: the
+    caller gets etcd's answer to not knowing (request timed out), the error
+    is logged, and the next message goes out as usual."""
+    Leaders(conn, "fwd8", {NEW: 0.0})
+    f = Forwarder(conn, "fwd8", lambda: NEW, elected=lambda: NEW)
+    real = conn.start_request
+    fail = [True]
+
+    async def broken() -> None:
+        raise RuntimeError("a bug below the forwarder")
+
+    def start_request(subject, data, *, timeout):
+        if fail[0]:
+            fail[0] = False
+            return conn.loop.create_task(broken()), conn.loop.create_future()  # (a connection that stays up)
+        return real(subject, data, timeout=timeout)
+
+    conn.start_request = start_request
+    with caplog.at_level("ERROR", logger="brain.cluster.forwarding"):
+        outcome, took = _outcome(_write(f))
+    assert outcome == errors.ErrTimeout and took < 1.0, (outcome, took)
+    assert any("a bug below the forwarder" in r.getMessage() for r in caplog.records), caplog.records
+    outcome, _ = _outcome(_write(f))
+    assert outcome == f"from {NEW:x}", outcome
