@@ -31,7 +31,11 @@ message, and a replica that caught up from a peer does not know the last
 ID: it stopped applying (seen in tests/cluster with a NATS leader killed).
 The stale message's cost is one election: the new leader's next append
 expects the place it took, is fenced, and the leader after it catches up
-past it.  A record larger than the server's max_payload
+past it.  The new leader's own pipeline then has the same case: its
+record after the fenced one expects the stale message's place and lands
+after it, in the newest epoch; readers take a record of the newest epoch
+that follows a stale message for stale too (Epochs has the worked
+example).  A record larger than the server's max_payload
 is split into parts, each its own fenced message with a header
 ``Brain-Part: k/n``; readers assemble them and drop a record whose parts
 were never all published (the writer died halfway; its clients were never
@@ -368,8 +372,8 @@ class JetStreamJournal:
 
     def records(self, after_index: int = 0, epoch: int = 0) -> Iterator[tuple[int, bytes]]:
         """The records after ``after_index`` that exist now, in order; a
-        message of an epoch older than the newest seen, starting from
-        ``epoch``, reads as an empty record (the module docstring)."""
+        stale message (jetstream_reading.Epochs, the newest epoch seen
+        starting from ``epoch``) reads as an empty record."""
         st = self.state()
         if st.last_seq <= after_index:
             return

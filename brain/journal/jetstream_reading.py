@@ -6,8 +6,10 @@ the header ``Brain-Part: k/n``; ``Assembler`` puts them back together and
 drops a record whose parts were never all published (its writer died
 halfway; its clients were never answered).  ``Epochs`` reads a message
 that a deposed writer had on its way, which landed after the next writer's
-epoch (``Brain-Epoch`` older than the newest seen), as an empty record:
-never acknowledged to its writer, it holds nothing anyone saw."""
+epoch (``Brain-Epoch`` older than the newest seen), and a record of the
+newest epoch that landed right after such a message (its writer was fenced
+there), as an empty record: never acknowledged to its writer, it holds
+nothing anyone saw."""
 
 from __future__ import annotations
 
@@ -67,23 +69,53 @@ class Assembler:
 
 class Epochs:
     """The newest writer's epoch seen in the stream, from the reader's
-    store's (``epoch``); a message of an older epoch is stale.  Messages
-    without the header (a test's writer, or a brain before epochs were
-    written) are never stale: such writers had one record in flight."""
+    store's (``epoch``), and whether the message before was stale.  A
+    message is stale when its epoch is older than the newest, or when it
+    is of the newest epoch but follows a stale message: a writer's
+    records chain on its own (each expects its previous one's sequence),
+    so a record of the current epoch that landed right after a deposed
+    writer's stale message expected that place for a record of its own
+    that was refused: the current writer was fenced there, and this record
+    of its pipeline, already on its way, is stale too (never acknowledged,
+    like the refused one before it).
 
-    __slots__ = ("newest",)
+    Worked example (seen in CI under kill -9 of leaders): the new leader's
+    epoch record lands at 5195; the old leader's last record on its way
+    lands at 5196 (epoch 6: stale); the new leader's first record, which
+    expected 5195 as the last, is refused, and its second, which expected
+    5196, lands at 5197 in epoch 7: stale, since 5196 was.  Read as a
+    record it would follow a revision nobody applied, and every replica
+    would stop applying there.  The next writer's epoch record (a newer
+    epoch) is never stale: it expects whatever end it read.
+
+    Messages without the header (a test's writer, or a brain before epochs
+    were written) are never stale: such writers had one record in flight.
+    A reader that starts right after a stale message does not know it was
+    one (its store's epoch is all it has)."""
+
+    __slots__ = ("newest", "after_stale")
 
     def __init__(self, epoch: int) -> None:
         self.newest = epoch
+        self.after_stale = False
 
     def stale(self, header: str | None) -> bool:
         if header is None:
+            self.after_stale = False
             return False
         epoch = int(header)
-        if epoch < self.newest:
+        if epoch < self.newest or (epoch == self.newest and self.after_stale):
+            self.after_stale = True
             return True
         self.newest = epoch
+        self.after_stale = False
         return False
+
+    def why(self, epoch: int | str) -> str:
+        """Why a message of ``epoch`` was stale, for the log."""
+        if int(epoch) < self.newest:
+            return f"written in epoch {epoch}, older than {self.newest}"
+        return f"written in epoch {epoch} after a stale message: its writer was fenced before it"
 
 
 def pull(conn: NatsConnection, stream: str, subject: str, start: int, stop: int,
@@ -111,8 +143,8 @@ def pull(conn: NatsConnection, stream: str, subject: str, start: int, stop: int,
                         raise JournalPurgedError(f"{stream}: message {seq + 1} was purged", m_seq)
                     seq = m_seq
                     if epochs.stale(epoch):
-                        log.warning("%s: message %d was written in epoch %s, older than %d: read as an empty "
-                                    "record (a deposed writer's)", stream, m_seq, epoch, epochs.newest)
+                        log.warning("%s: message %d was %s: read as an empty record (never acknowledged)",
+                                    stream, m_seq, epochs.why(epoch))
                         yield m_seq, b""
                         continue
                     record = assembler.add(m_seq, data, part)
@@ -185,8 +217,8 @@ async def follow(conn: NatsConnection, stream: str, subject: str, after_index: i
         expected[0] = seq + 1
         headers = m.headers or {}
         if epochs.stale(headers.get(EPOCH_HEADER)):
-            log.warning("%s: message %d was written in an epoch older than %d: read as an empty record "
-                        "(a deposed writer's)", stream, seq, epochs.newest)
+            log.warning("%s: message %d was %s: read as an empty record (never acknowledged)",
+                        stream, seq, epochs.why(headers[EPOCH_HEADER]))
             deliver(seq, b"")
             return
         record = assembler.add(seq, m.data, headers.get(PART_HEADER))

@@ -368,3 +368,63 @@ def test_a_fence_found_by_one_sync_fails_every_later_append_and_sync(shared):
     finally:
         follower.stop_following()
     assert followed == [b"theirs", b"", b""]
+
+
+def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared):
+    """The case CI met under kill -9 of leaders (jetstream_reading.Epochs):
+    the old writer's record on its way lands right after the new writer's
+    first; the new writer's next record, which expected that place, is
+    refused, and the one after it, which expected the stale message's
+    place, lands after it in the newest epoch.  Every reader takes both of
+    the new writer's landed records for empty ones (read as records they
+    would follow revisions nobody applied, and every replica would stop
+    there), and the next writer's records for what they are."""
+    import threading
+
+    from brain.journal import JournalFencedError
+
+    old = shared.writer()
+    end = old.last_index
+    old.begin_writing(end, 5)
+    new = shared.another()
+    new.begin_writing(end, 6)
+    new.append(b"epoch 6")
+    new.sync()
+    for p in (b"a", b"b"):  # a is refused; b expected a's place and lands after "epoch 6"
+        old.append(p)
+    with pytest.raises(JournalFencedError):
+        old.sync()
+    reader = shared.another()
+    deadline = time.monotonic() + 10
+    while reader.state().last_seq < end + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reader.state().last_seq == end + 2
+    for p in (b"n1", b"n2", b"n3"):  # n1 is refused (b took its place); n2 and n3 land after b
+        new.append(p)
+    with pytest.raises(JournalFencedError):
+        new.sync()
+    while reader.state().last_seq < end + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reader.state().last_seq == end + 4
+    nxt = shared.another()
+    nxt.begin_writing(end + 4, 7)
+    nxt.append(b"epoch 7")
+    nxt.append(b"x")
+    nxt.sync()
+    expected = [b"epoch 6", b"", b"", b"", b"epoch 7", b"x"]
+    assert [p for _, p in reader.records(after_index=end, epoch=5)] == expected
+    followed: list = []
+    done = threading.Event()
+
+    def deliver(index, payload) -> None:
+        followed.append(payload)
+        if len(followed) == len(expected):
+            done.set()
+
+    follower = shared.another()
+    follower.follow(end, deliver, lambda exc: done.set(), epoch=5)
+    try:
+        assert done.wait(10)
+    finally:
+        follower.stop_following()
+    assert followed == expected
