@@ -44,13 +44,17 @@ def bucket_name(name: str) -> str:
 
 # What this brain reads that older ones do not, as its member entry lists it:
 # "journal-epochs": journal messages of an epoch older than the newest seen
-# are read as empty records (brain.journal.jetstream), which lets a leader
-# keep several appends in flight (brain.engine.pipeline).  "txn-bytes": a
+# are read as empty records (brain.journal.jetstream); "journal-stale-runs":
+# so is a message of the newest epoch right after such a message (a new
+# leader's pipeline, fenced there: jetstream_reading.Epochs).  Together
+# they let a leader keep several appends in flight (brain.engine.pipeline);
+# a brain that lists only the first would stop applying at the second
+# case, so pipelining waits for every member to list both.  "txn-bytes": a
 # forwarded Txn may come as the TxnRequest bytes its client sent
 # (brain.cluster.forwarding, op "wb"); listed only by a replica that was
 # given a reader for them.
-FEATURES = ["journal-epochs"]
-PIPELINE_FEATURE = "journal-epochs"
+FEATURES = ["journal-epochs", "journal-stale-runs"]
+PIPELINE_FEATURE = "journal-stale-runs"
 TXN_BYTES_FEATURE = "txn-bytes"
 
 

@@ -139,3 +139,23 @@ def test_a_member_entry_says_what_its_brain_reads_and_an_old_one_reads_nothing_n
     assert Member.from_json(m.to_json()) == m and PIPELINE_FEATURE in m.features
     old = b'{"id": "ab", "name": "b1", "client_urls": [], "peer_urls": [], "checkpoint_index": 0, "applied_index": 0}'
     assert Member.from_json(old).features == []
+
+
+def test_appends_are_pipelined_only_while_every_member_reads_a_stale_run():
+    """A brain that reads only older epochs' messages as stale would stop
+    applying at a fenced new leader's pipelined record (journal-stale-runs:
+    jetstream_reading.Epochs), so a leader keeps one append in flight
+    until every member lists both features (a rolling upgrade)."""
+    from types import SimpleNamespace
+
+    from brain.cluster.membership import FEATURES, Member
+    from brain.cluster.replica import ClusterOptions, EngineSide
+
+    members = [Member(0xA, "b1", [], [], 0, 0, 0.0, list(FEATURES)),
+               Member(0xB, "b2", [], [], 0, 0, 0.0, ["journal-epochs"])]
+    side = EngineSide(ClusterOptions("nats://127.0.0.1:4222/x"))
+    side.bind(SimpleNamespace(membership=SimpleNamespace(members=lambda: members)))
+    allowed = side.hooks().pipeline_allowed
+    assert not allowed()
+    members[1] = Member(0xB, "b2", [], [], 0, 0, 0.0, list(FEATURES))
+    assert allowed()

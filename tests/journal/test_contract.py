@@ -328,8 +328,6 @@ def test_a_fence_found_by_one_sync_fails_every_later_append_and_sync(shared):
     the place before it, and the other writer's record is there): every
     reader, reading or following, takes them for empty records, written in
     an older epoch than the newest it has seen."""
-    import threading
-
     from brain.journal import JournalFencedError
 
     j = shared.writer()
@@ -353,21 +351,29 @@ def test_a_fence_found_by_one_sync_fails_every_later_append_and_sync(shared):
         time.sleep(0.05)
     got = [p for _, p in reader.records(after_index=end, epoch=5)]
     assert got == [b"theirs", b"", b""], got
+    assert _followed(shared, end, 3, epoch=5) == [b"theirs", b"", b""]
+
+
+def _followed(shared, after: int, n: int, epoch: int) -> list[bytes]:
+    """The first ``n`` records a follower from ``after`` is handed, its
+    store at ``epoch``."""
+    import threading
+
     followed: list = []
     done = threading.Event()
 
     def deliver(index, payload) -> None:
         followed.append(payload)
-        if len(followed) == 3:
+        if len(followed) == n:
             done.set()
 
     follower = shared.another()
-    follower.follow(end, deliver, lambda exc: done.set(), epoch=5)
+    follower.follow(after, deliver, lambda exc: done.set(), epoch=epoch)
     try:
         assert done.wait(10)
     finally:
         follower.stop_following()
-    assert followed == [b"theirs", b"", b""]
+    return followed
 
 
 def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared):
@@ -379,8 +385,6 @@ def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared
     the new writer's landed records for empty ones (read as records they
     would follow revisions nobody applied, and every replica would stop
     there), and the next writer's records for what they are."""
-    import threading
-
     from brain.journal import JournalFencedError
 
     old = shared.writer()
@@ -413,18 +417,4 @@ def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared
     nxt.sync()
     expected = [b"epoch 6", b"", b"", b"", b"epoch 7", b"x"]
     assert [p for _, p in reader.records(after_index=end, epoch=5)] == expected
-    followed: list = []
-    done = threading.Event()
-
-    def deliver(index, payload) -> None:
-        followed.append(payload)
-        if len(followed) == len(expected):
-            done.set()
-
-    follower = shared.another()
-    follower.follow(end, deliver, lambda exc: done.set(), epoch=5)
-    try:
-        assert done.wait(10)
-    finally:
-        follower.stop_following()
-    assert followed == expected
+    assert _followed(shared, end, len(expected), epoch=5) == expected
