@@ -84,9 +84,12 @@ class EngineSide:
     def __init__(self, options: ClusterOptions) -> None:
         self._options = options
         self._replica: "Replica | None" = None
+        self._failed: str | None = None  # why the engine refuses writes, if it does
 
     def bind(self, replica: "Replica") -> None:
         self._replica = replica
+        if self._failed is not None:  # it failed while opening (Replica.engine_failed is idempotent)
+            replica.engine_failed(self._failed)
 
     def hooks(self) -> ClusterHooks:
         return ClusterHooks(
@@ -96,7 +99,13 @@ class EngineSide:
             election_timeout=self._options.election_timeout_ms / 1000.0,
             role_changed=self._role_changed,
             read_lease=self._lease_valid if self._options.read_lease else None,
-            pipeline_allowed=self._pipeline_allowed)
+            pipeline_allowed=self._pipeline_allowed,
+            engine_failed=self._engine_failed)
+
+    def _engine_failed(self, reason: str) -> None:
+        self._failed = reason
+        if self._replica is not None:
+            self._replica.engine_failed(reason)
 
     def _pipeline_allowed(self) -> bool:
         """Appends in flight only while every member reads a deposed
@@ -150,9 +159,24 @@ class Replica:
         self._placement: threading.Thread | None = None
         self.purged = 0
         self.removed = False
+        self.cannot_lead: str | None = None  # why, once the engine failed (engine_failed)
         # what to do once removed from the membership (brain serve: stop)
         self.on_removed = None
         side.bind(self)
+
+    def engine_failed(self, reason: str) -> None:
+        """The engine refuses writes until restart (a journal record it
+        cannot apply, a journal write that failed): this replica can never
+        lead again.  It leaves the election for good, as a candidate that
+        wins the key and fails to take the lead keeps a healthy replica
+        from leading, and gives the key up if it leads."""
+        if self.cannot_lead is not None:
+            return
+        self.cannot_lead = reason
+        log.error("this replica leaves the election until it is restarted: %s", reason)
+        self.election.set_candidate(False)
+        if self.election.leading:
+            self.election.abdicate(f"this replica cannot lead: {reason}")
 
     def role_changed(self) -> None:
         """(the committer) The engine changed roles: when it stopped leading
@@ -239,12 +263,15 @@ class Replica:
 
     def serving_problem(self) -> str | None:
         """Why this replica cannot answer writes and linearizable reads now,
-        or None (the health service says NOT_SERVING while there is one).
+        or None (the health service says NOT_SERVING while there is one):
+        its engine failed (``engine_failed``), or it has no leader.
 
         Its NATS connection carries the journal, the election and
         forwarding; the election's view of the leader turns 0 once the
         leader's key has gone unrenewed, or unanswered, for the election
         timeout."""
+        if self.cannot_lead is not None:
+            return "this replica refuses writes until restarted"
         if not self.conn.is_connected:
             return "journal unreachable"
         if not self.has_leader():
@@ -301,7 +328,7 @@ class Replica:
                 time.sleep(0.02)
             raise TimeoutError(f"member {member_id:x} did not take the lead within {timeout:g}s")
         finally:
-            self.election.set_candidate(True)
+            self.election.set_candidate(self.cannot_lead is None)
 
     # -- retention -----------------------------------------------------------------------
 

@@ -392,9 +392,18 @@ class Committer:
         self._compact_waiters = []
 
     def fail(self, err: errors.EtcdError, reason: str) -> None:
-        """Refuse writes with ``err`` until restart."""
+        """Refuse writes with ``err`` until restart; the first failure tells
+        the cluster (a replica that cannot decide writes must not win the
+        election: it would take the key and fail to lead, again and again)."""
+        first = self._failed is None
         self._failed = err
         self.failed_reason = reason
+        hook = self.cluster.engine_failed if self.cluster is not None else None
+        if first and hook is not None:
+            try:
+                hook(reason)
+            except Exception:  # noqa: BLE001 - the refusal above stands either way
+                log.exception("the cluster's failure hook failed")
 
     # ------------------------------------------------------------------
     # the turn

@@ -29,3 +29,7 @@ class ClusterHooks:
     # empty records, so a leader may keep appends in flight
     # (brain.engine.pipeline); None: always
     pipeline_allowed: Callable[[], bool] | None = None
+    # called once (on the committer, or the thread that found the fault)
+    # when the engine starts refusing writes until restart (Committer.fail):
+    # this replica can never lead again, so it must leave the election
+    engine_failed: Callable[[str], None] | None = None

@@ -214,6 +214,7 @@ class _FakeReplica:
     def __init__(self) -> None:
         self.conn = SimpleNamespace(is_connected=True)
         self.election = SimpleNamespace(leader_id=0x1234, timeout=2.0, last_answer=lease_clock.now())
+        self.cannot_lead = None
 
     serving_problem = Replica.serving_problem
     has_leader = Replica.has_leader
@@ -242,6 +243,8 @@ def test_serving_problem_reads_the_leader_and_the_journal():
     assert r.serving_problem() == "journal unreachable"
     r.election.leader_id = 7
     assert r.serving_problem() == "journal unreachable"
+    r.cannot_lead = "journal record 9 cannot be applied"
+    assert r.serving_problem() == "this replica refuses writes until restarted"
 
 
 def test_a_replica_without_leader_or_journal_is_not_serving(serve):

@@ -619,3 +619,66 @@ def test_a_record_in_a_newer_format_stops_followers_before_applying_it(cluster):
         assert st.failed and f"format version {FORMAT_VERSION + 1} is newer than this brain reads" in st.failed, st
         assert st.applied_index == index - 1 and get(f, b"newer", serializable=True) is None
         assert f.engine.range(RangeRequest(b"before", serializable=True)).revision == before.revision
+
+
+def test_replicas_that_stopped_applying_leave_the_election(cluster):
+    """Followers that met a record they cannot apply refuse writes until
+    restarted, so they can never lead: once the leader is gone neither
+    campaigns (a candidate that won the key and failed to take the lead
+    would do so about once a second, keeping a healthy replica out)."""
+    from brain.mvcc.codec import FORMAT_VERSION, BatchEncoder
+
+    c = cluster()
+    leader = c.leader()
+    before = leader.engine.put(PutRequest(b"before", b"1"))
+    followers = c.followers(leader)
+    enc = BatchEncoder()
+    enc.begin_revision(before.revision + 1)
+    enc.put(b"newer", b"x", 0)
+    leader.journal.append(b"V" + bytes((FORMAT_VERSION + 1,)) + enc.finish()[2:])
+    leader.journal.sync()
+    deadline = time.monotonic() + 15
+    while not all(f.cannot_lead for f in followers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(f.cannot_lead and "newer than this brain reads" in f.cannot_lead for f in followers)
+    assert all(f.serving_problem() == "this replica refuses writes until restarted" for f in followers)
+    c.kill(leader)
+    # the dead leader's key goes stale after the election timeout (1 s) or
+    # KEY_ONLY_TIMEOUT (2 s); candidates would win it within a second more
+    time.sleep(6)
+    for f in followers:
+        assert f.election.elections == 0 and not f.engine.is_leader
+        assert not f.has_leader()
+
+
+def test_a_leader_whose_journal_writes_fail_gives_up_the_lead_for_good(cluster):
+    """A journal write that fails for another reason than a fence or an
+    unknown outcome (here an I/O error from the leader's journal) makes the
+    engine refuse writes until restart: the replica gives the key up at
+    once, another replica leads, and the failed one never takes it back."""
+    import errno
+
+    c = cluster()
+    old = c.leader()
+    old.engine.put(PutRequest(b"before", b"1"))
+    elected = old.election.elections
+
+    def broken(payload: bytes) -> int:
+        raise OSError(errno.EIO, "injected: the journal's disk failed")
+
+    old.journal.append = broken
+    with pytest.raises(errors.EtcdError) as e:
+        old.engine.put(PutRequest(b"lost", b"x"))
+    assert e.value == errors.ErrStopped
+    assert old.cannot_lead and "journal write failed" in old.cannot_lead
+    new = c.leader(exclude=(old,))
+    res = new.engine.put(PutRequest(b"after", b"2"))
+    for r in c.followers(old):
+        assert get(r, b"after").mod_revision == res.revision and get(r, b"lost") is None
+    # the new leader leaves (its key expires unrenewed); the third replica
+    # takes over, never the failed one
+    third = next(r for r in c.followers(old) if r is not new)
+    c.kill(new)
+    assert c.leader(exclude=(old, new)) is third
+    time.sleep(3)
+    assert old.election.elections == elected and not old.engine.is_leader
