@@ -93,29 +93,28 @@ class Epochs:
     A reader that starts right after a stale message does not know it was
     one (its store's epoch is all it has)."""
 
-    __slots__ = ("newest", "after_stale")
+    __slots__ = ("newest", "after_stale", "reason")
 
     def __init__(self, epoch: int) -> None:
         self.newest = epoch
         self.after_stale = False
+        self.reason = ""  # why the last message ``stale`` judged was stale, for the log
 
     def stale(self, header: str | None) -> bool:
         if header is None:
             self.after_stale = False
             return False
         epoch = int(header)
-        if epoch < self.newest or (epoch == self.newest and self.after_stale):
-            self.after_stale = True
-            return True
-        self.newest = epoch
-        self.after_stale = False
-        return False
-
-    def why(self, epoch: int | str) -> str:
-        """Why a message of ``epoch`` was stale, for the log."""
-        if int(epoch) < self.newest:
-            return f"written in epoch {epoch}, older than {self.newest}"
-        return f"written in epoch {epoch} after a stale message: its writer was fenced before it"
+        if epoch < self.newest:
+            self.reason = f"written in epoch {epoch}, older than {self.newest}"
+        elif epoch == self.newest and self.after_stale:
+            self.reason = f"written in epoch {epoch} after a stale message: its writer was fenced before it"
+        else:
+            self.newest = epoch
+            self.after_stale = False
+            return False
+        self.after_stale = True
+        return True
 
 
 def pull(conn: NatsConnection, stream: str, subject: str, start: int, stop: int,
@@ -144,7 +143,7 @@ def pull(conn: NatsConnection, stream: str, subject: str, start: int, stop: int,
                     seq = m_seq
                     if epochs.stale(epoch):
                         log.warning("%s: message %d was %s: read as an empty record (never acknowledged)",
-                                    stream, m_seq, epochs.why(epoch))
+                                    stream, m_seq, epochs.reason)
                         yield m_seq, b""
                         continue
                     record = assembler.add(m_seq, data, part)
@@ -218,7 +217,7 @@ async def follow(conn: NatsConnection, stream: str, subject: str, after_index: i
         headers = m.headers or {}
         if epochs.stale(headers.get(EPOCH_HEADER)):
             log.warning("%s: message %d was %s: read as an empty record (never acknowledged)",
-                        stream, seq, epochs.why(headers[EPOCH_HEADER]))
+                        stream, seq, epochs.reason)
             deliver(seq, b"")
             return
         record = assembler.add(seq, m.data, headers.get(PART_HEADER))
