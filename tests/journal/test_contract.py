@@ -376,17 +376,27 @@ def _followed(shared, after: int, n: int, epoch: int) -> list[bytes]:
     return followed
 
 
-def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared):
+# The new writer's appends after the old writer's stale message: the first
+# message is refused (the stale one took its place), the rest land after it
+# in the newest epoch.  Three records, or one record of four parts (over
+# NATS's 1 MiB max_payload): a stale run may end inside a record.
+AFTER_STALE = {"records": ([b"n1", b"n2", b"n3"], 2), "parts": ([b"p" * (3 * 1024 * 1024 + 17)], 3)}
+
+
+@pytest.mark.parametrize("appends", sorted(AFTER_STALE))
+def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared, appends):
     """The case CI met under kill -9 of leaders (jetstream_reading.Epochs):
     the old writer's record on its way lands right after the new writer's
-    first; the new writer's next record, which expected that place, is
-    refused, and the one after it, which expected the stale message's
-    place, lands after it in the newest epoch.  Every reader takes both of
-    the new writer's landed records for empty ones (read as records they
-    would follow revisions nobody applied, and every replica would stop
-    there), and the next writer's records for what they are."""
+    first; the new writer's next message, which expected that place, is
+    refused, and the ones after it, which expected the stale message's
+    place and the next, land after it in the newest epoch.  Every reader
+    takes those for empty records (read as records they would follow
+    revisions nobody applied, and every replica would stop there; parts of
+    a record never complete), and the next writer's records for what they
+    are."""
     from brain.journal import JournalFencedError
 
+    payloads, landed = AFTER_STALE[appends]
     old = shared.writer()
     end = old.last_index
     old.begin_writing(end, 5)
@@ -403,18 +413,18 @@ def test_a_fenced_new_writers_records_after_a_stale_message_are_stale_too(shared
     while reader.state().last_seq < end + 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert reader.state().last_seq == end + 2
-    for p in (b"n1", b"n2", b"n3"):  # n1 is refused (b took its place); n2 and n3 land after b
+    for p in payloads:
         new.append(p)
     with pytest.raises(JournalFencedError):
         new.sync()
-    while reader.state().last_seq < end + 4 and time.monotonic() < deadline:
+    while reader.state().last_seq < end + 2 + landed and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert reader.state().last_seq == end + 4
+    assert reader.state().last_seq == end + 2 + landed
     nxt = shared.another()
-    nxt.begin_writing(end + 4, 7)
+    nxt.begin_writing(end + 2 + landed, 7)
     nxt.append(b"epoch 7")
     nxt.append(b"x")
     nxt.sync()
-    expected = [b"epoch 6", b"", b"", b"", b"epoch 7", b"x"]
+    expected = [b"epoch 6", b""] + [b""] * landed + [b"epoch 7", b"x"]
     assert [p for _, p in reader.records(after_index=end, epoch=5)] == expected
     assert _followed(shared, end, len(expected), epoch=5) == expected
