@@ -94,13 +94,18 @@ def test_the_newest_revision_compacted_away(tmp_path, opened):
 
 
 def test_a_fresh_etcd_and_leases(tmp_path, opened):
+    """A negative lease ID (etcd grants them) is keyed in two's complement,
+    as etcd's int64ToBytes writes it, and read back as it was."""
     db = tmp_path / "db"
-    write(db, [], leases=[Lease(5, 30), Lease(6, 90)])
+    write(db, [], leases=[Lease(5, 30), Lease(6, 90), Lease(-9, 20)])
+    with EtcdDb.open(str(db)) as e:
+        keys = [k for k, _ in e.bolt.root().bucket(schema.LEASE)]
+    assert keys == [schema.u64(5), schema.u64(6), b"\xff" * 7 + b"\xf7"]
     res = import_etcd(str(db), str(tmp_path / "b"), boundaries=[], out=lambda line: None)
-    assert (res.revision, res.compact_revision, res.records, res.leases) == (1, -1, 0, 2)
+    assert (res.revision, res.compact_revision, res.records, res.leases) == (1, -1, 0, 3)
     eng = opened(tmp_path / "b")
     assert eng.committed_rev == 1
-    assert {lid: lease.ttl for lid, lease in eng.store.lessor.leases.items()} == {5: 30, 6: 90}
+    assert {lid: lease.ttl for lid, lease in eng.store.lessor.leases.items()} == {5: 30, 6: 90, -9: 20}
 
 
 def test_auth_is_imported_and_alarms_are_reported_not_imported(tmp_path, opened):

@@ -38,6 +38,7 @@ def test_brain_snapshot_restores_into_etcd(version, brain_factory, tmp_path):
     with brain.stubs() as s:
         h = write_history(s, seed=5, ops=400)
     assert h.compactions and h.multi_put_revisions and h.leases
+    assert any(lid < 0 for lid in h.leases)  # a negative lease ID is keyed as etcd keys it
     snap = tmp_path / "brain.snap"
     r = etcdctl(brain.endpoint, "snapshot", "save", str(snap))
     assert r.returncode == 0, r.stderr

@@ -73,6 +73,12 @@ def u64(n: int) -> bytes:
     return _U64.pack(n)
 
 
+def lease_key(lease_id: int) -> bytes:
+    """A lease's key in the lease bucket: its int64 ID big-endian, a
+    negative one (etcd grants them) in two's complement, as etcd writes it."""
+    return _U64.pack(lease_id & 0xFFFF_FFFF_FFFF_FFFF)
+
+
 def parse_u64(b: bytes) -> int:
     if len(b) != 8:
         raise ValueError(f"expected 8 bytes, got {len(b)}")

@@ -65,7 +65,7 @@ def write_etcd_db(f: BinaryIO, revisions: Iterable[tuple[bytes, bytes]], leases:
         rev = schema.rev_key(meta.compact_revision)
         meta_items[schema.META_SCHEDULED_COMPACT] = rev
         meta_items[schema.META_FINISHED_COMPACT] = rev
-    lease_items = sorted((schema.u64(lease.id), encode_lease(lease)) for lease in leases)
+    lease_items = sorted((schema.lease_key(lease.id), encode_lease(lease)) for lease in leases)
     members = sorted((f"{x.id:x}".encode(), x.to_json()) for x in meta.members)
     buckets = {
         schema.KEY: key_bucket,
