@@ -50,6 +50,9 @@ from brain.api.membership import ClusterService
 from brain.api.watch import WatchService
 from brain.engine import Engine, EngineConfig
 
+# Where tests/fuzz/atheris_api.py's target keeps its engine: a directory its
+# caller made and removes (the fuzzing process cannot remove its own).
+ROOT_ENV = "BRAIN_FUZZ_ROOT"
 DEADLINE = 20.0  # seconds a call may take before it counts as a hang
 MAX_REQUEST_BYTES = 4096  # small, so that the request-size limit is within the fuzzer's reach
 RECV_LIMIT = MAX_REQUEST_BYTES + 512 * 1024
@@ -180,7 +183,7 @@ class FrontTarget:
 
     def __init__(self, root: str | None = None) -> None:
         self._own_root = root is None
-        self.root = tempfile.mkdtemp(prefix="brain-fuzz-", dir=_memory_dir()) if root is None else root
+        self.root = make_root() if root is None else root
         self.engine = Engine.open(EngineConfig(f"{self.root}/data", shards=1, shard_boundaries=[]))
         self.transport = StandInTransport()
         self.errors = _Errors()
@@ -303,6 +306,11 @@ def split_messages(payload: bytes) -> list[bytes]:
 def join_messages(messages: list[bytes]) -> bytes:
     """The inverse of split_messages, for seeds (each message under 256 bytes)."""
     return b"".join(bytes([len(m)]) + m for m in messages)
+
+
+def make_root() -> str:
+    """A new directory for a FrontTarget's engine (in memory when it can)."""
+    return tempfile.mkdtemp(prefix="brain-fuzz-", dir=_memory_dir())
 
 
 def _memory_dir() -> str | None:

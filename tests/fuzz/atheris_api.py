@@ -15,17 +15,21 @@ longer under `make test-full`.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 
 import atheris
 
 with atheris.instrument_imports(include=["brain"]):
-    from tests.fuzz.api_target import FrontTarget
+    from tests.fuzz.api_target import ROOT_ENV, FrontTarget
 
 
 def main() -> None:
-    target = FrontTarget()
-    atexit.register(target.close)  # libFuzzer ends the process: Fuzz() does not return
+    # The caller's directory when it names one (ROOT_ENV): libFuzzer ends the
+    # process with exit(), which runs no Python atexit hook, so a directory
+    # of our own would be left behind (128 MiB of preallocated journal).
+    target = FrontTarget(os.environ.get(ROOT_ENV) or None)
+    atexit.register(target.close)  # when Python does finish: Fuzz() does not return
     atheris.Setup(sys.argv, target.run)
     atheris.Fuzz()
 

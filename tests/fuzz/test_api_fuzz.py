@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz import seeds
-from tests.fuzz.api_target import FrontTarget
+from tests.fuzz.api_target import ROOT_ENV, FrontTarget, make_root
 from tests.support.servers import REPO_ROOT, unavailable
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "api"
@@ -64,12 +65,19 @@ def test_atheris_finds_nothing_new(tmp_path) -> None:
     cmd = [sys.executable, "-m", "tests.fuzz.atheris_api", str(new), str(CORPUS),
            f"-max_total_time={FUZZ_SECONDS}", f"-artifact_prefix={tmp_path}/", "-timeout=60", "-rss_limit_mb=4096",
            "-max_len=4096"]
-    r = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=FUZZ_SECONDS + 300)
+    root = make_root()  # the fuzzing process ends by exit() and cannot remove it
+    try:
+        r = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=FUZZ_SECONDS + 300,
+                           env=os.environ | {ROOT_ENV: root})
+        used = os.path.isdir(os.path.join(root, "data"))  # its engine was here, so nothing is left behind
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     crashes = [p for p in tmp_path.iterdir() if p.name.startswith(("crash-", "timeout-", "oom-"))]
     found = "\n".join(f"{p.name}: {base64.b64encode(p.read_bytes()).decode()}" for p in crashes)
     assert r.returncode == 0 and not crashes, (
         f"atheris found an input the front mishandles (base64; keep it in {CORPUS} as regress-*):\n{found}\n"
-        f"{r.stderr[-6000:]}")
+        f"{r.stderr[:2000]}\n[...]\n{r.stderr[-6000:]}")
+    assert used, f"the fuzzing process did not keep its engine in {ROOT_ENV}"
     done = re.search(r"Done (\d+) runs in (\d+) second", r.stderr)
     assert done, r.stderr[-3000:]
     cov = re.findall(r"cov: (\d+)", r.stderr)
