@@ -55,6 +55,7 @@ def test_the_corpus_replays(target) -> None:
         target.run(f.read_bytes())
 
 
+@pytest.mark.timeout(FUZZ_SECONDS + 600)  # past pytest's 300 s under make test-full (300 s a target)
 def test_atheris_finds_nothing_new(tmp_path) -> None:
     try:
         import atheris  # noqa: F401

@@ -70,6 +70,7 @@ def fuzz_built() -> str:
 
 @pytest.mark.fuzz_rust
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.timeout(FUZZ_SECONDS + 600)  # past pytest's 300 s under make test-full (300 s a target)
 def test_fuzz_target_finds_nothing_new(fuzz_built, target, tmp_path) -> None:
     corpus = CORPUS / target
     assert corpus.is_dir() and any(corpus.iterdir()), f"{corpus}: no corpus checked in"
