@@ -84,12 +84,17 @@ class EngineSide:
     def __init__(self, options: ClusterOptions) -> None:
         self._options = options
         self._replica: "Replica | None" = None
-        self._failed: str | None = None  # why the engine refuses writes, if it does
 
     def bind(self, replica: "Replica") -> None:
         self._replica = replica
-        if self._failed is not None:  # it failed while opening (Replica.engine_failed is idempotent)
-            replica.engine_failed(self._failed)
+        # An engine that failed while opening (replaying a record it cannot
+        # apply) called the hook with no replica to tell: read its reason
+        # now.  The committer sets the reason before it calls the hook, so
+        # a failure racing this bind reaches the replica one way or both
+        # (Replica.engine_failed is idempotent).
+        reason = replica.engine.statistics().failed
+        if reason is not None:
+            replica.engine_failed(reason)
 
     def hooks(self) -> ClusterHooks:
         return ClusterHooks(
@@ -103,7 +108,6 @@ class EngineSide:
             engine_failed=self._engine_failed)
 
     def _engine_failed(self, reason: str) -> None:
-        self._failed = reason
         if self._replica is not None:
             self._replica.engine_failed(reason)
 

@@ -626,7 +626,7 @@ def test_replicas_that_stopped_applying_leave_the_election(cluster):
     restarted, so they can never lead: once the leader is gone neither
     campaigns (a candidate that won the key and failed to take the lead
     would do so about once a second, keeping a healthy replica out)."""
-    from brain.mvcc.codec import FORMAT_VERSION, BatchEncoder
+    from brain.mvcc.codec import FORMAT_VERSION, BatchEncoder, FormatVersionError
 
     c = cluster()
     leader = c.leader()
@@ -649,6 +649,16 @@ def test_replicas_that_stopped_applying_leave_the_election(cluster):
     for f in followers:
         assert f.election.elections == 0 and not f.engine.is_leader
         assert not f.has_leader()
+    # restarted, a replica replays the journal past its checkpoint while it
+    # opens and meets the record again: it refuses to start, loudly, and
+    # so never joins the election
+    again = followers[0]
+    again.close()
+    c.replicas.remove(again)
+    with pytest.raises(FormatVersionError, match="newer than this brain reads"):
+        c.add(again.options.name, start=True)
+    time.sleep(2)
+    assert followers[1].election.elections == 0 and not followers[1].has_leader()
 
 
 def test_a_leader_whose_journal_writes_fail_gives_up_the_lead_for_good(cluster):
