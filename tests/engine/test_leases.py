@@ -7,7 +7,6 @@ measure and print their costs; they assert behaviour, never timings."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import Future
