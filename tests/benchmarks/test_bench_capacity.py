@@ -11,6 +11,7 @@ import time
 from benchmarks import aggregation, capacity_report, render
 from benchmarks.capacity import Search, step_figures, step_line, summarise
 from benchmarks.servers import thread_cpu_seconds
+from tests.support.servers import unavailable
 from brain.thread_names import name_os_thread
 
 
@@ -164,9 +165,10 @@ def test_capacities_of_different_runs_or_open_on_both_sides_have_no_ratio():
 
 
 def test_the_plot_has_a_point_per_measured_step(tmp_path):
-    import pytest
-
-    plt = pytest.importorskip("matplotlib.pyplot")
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        unavailable(f"matplotlib: {e} (the test extra installs it: make deps)")
     runs = [_record("brain", 40_000, True), _record("etcd-3.6", 20_000, True)]
     broken = copy.deepcopy(runs[1])
     broken["result"]["steps"][0]["error"] = "server did not start"
