@@ -187,4 +187,9 @@ def test_require_leader_matches_etcd(nats_cluster_factory, etcd_cluster_factory)
     # (which itself takes about an election timeout): 3-5 s on an idle machine
     for out in (etcd_out, brain_out):
         assert 2.0 <= out.watch_cancelled_after <= 12.0, out
-    assert brain_out.watch_cancelled_after <= etcd_out.watch_cancelled_after + 3.0, (etcd_out, brain_out)
+    # brain's follower knows it has no leader later than etcd's by design:
+    # the paused NATS servers' leader beats on until its key's TTL (2 s)
+    # passes, then the follower waits an election timeout and a poll
+    # (brain.cluster.replica.Replica.has_leader), up to about 3.2 s against
+    # etcd's one election timeout; seen here: 3.8-5.9 s against 3.0-4.0 s
+    assert brain_out.watch_cancelled_after <= etcd_out.watch_cancelled_after + 4.0, (etcd_out, brain_out)
