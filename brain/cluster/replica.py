@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import clock as lease_clock
-from ..engine import ClusterHooks, Engine, EngineConfig
-from ..journal import JournalError, JournalPurgedError
+from ..engine import JOURNAL_SHORT_FOR, ClusterHooks, Engine, EngineConfig
+from ..journal import JournalError, JournalPurgedError, JournalUnavailableError
 from ..journal.jetstream import JetStreamJournal
 from ..journal.jetstream_stream import stream_names
 from ..journal.natsio import NatsConnection, parse_journal_url
@@ -223,6 +223,11 @@ class Replica:
                                          member_name=options.name, shards=engine_config.shards,
                                          boundaries=list(boundaries))
                 engine = Engine.open(engine_config, journal=journal, cluster_id=cluster_id, cluster=side.hooks())
+            try:
+                _check_journal_holds(journal, engine)
+            except BaseException:
+                engine.close()
+                raise
             journal.on_release = membership.set_checkpoint
             replica = cls(options, conn, cluster_name, journal, membership, engine, side)
             replica._join()
@@ -433,6 +438,36 @@ def successor(members: list[Member], me: int, now: float) -> int:
     if not live:
         return 0
     return max(live, key=lambda m: (m.applied_index, m.updated)).id
+
+
+def _check_journal_holds(journal: JetStreamJournal, engine: Engine) -> None:
+    """Refuse to start on a journal that ends before the records this
+    replica's data directory applied: they were lost (the stream deleted
+    and created again empty, its NATS servers' storage lost), and a replica
+    serving on would hide it.  A stream leader cut off from its quorum
+    answers an old end for a while (JOURNAL_SHORT_FOR says how long it is
+    waited out); a journal that does not answer is left to the election,
+    which checks the same before it leads."""
+    started = time.monotonic()
+    while True:
+        try:
+            end = journal.state().last_seq
+        except (JournalUnavailableError, TimeoutError) as e:
+            log.warning("cannot read the journal's end at start-up (%s); the election checks it", e)
+            return
+        applied = engine.applied_index
+        if end >= applied:
+            return
+        waited = time.monotonic() - started
+        if waited >= JOURNAL_SHORT_FOR:
+            raise JournalError(
+                f"the journal stream {journal.stream} ends at index {end}, before index {applied} that this "
+                f"replica's data directory applied: records it held are lost (the stream was deleted or created "
+                f"again, or its NATS servers lost their storage).  Refusing to start on it")
+        log.warning("the journal ends at index %d, before index %d that this replica applied; waiting %.0fs "
+                    "more for a NATS server cut off from its quorum to stop answering", end, applied,
+                    JOURNAL_SHORT_FOR - waited)
+        time.sleep(1.0)
 
 
 def _clear_data_dir(data_dir: str) -> None:

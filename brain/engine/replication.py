@@ -76,6 +76,10 @@ from .timeouts import REQUEST_TIMEOUT
 log = logging.getLogger("brain.engine.replication")
 
 PROMOTE_ATTEMPTS = 20
+# How long a journal may end before the records a replica applied before
+# they count as lost: three times NATS's 10 s lost-quorum interval, after
+# which a cut-off stream leader has stopped answering with its old end.
+JOURNAL_SHORT_FOR = 30.0
 
 
 class Replication:
@@ -107,6 +111,7 @@ class Replication:
         self._rebuild_retry_at = 0.0
         self._refollow_at = 0.0  # following failed: start again at this time
         self._behind: tuple[int, float] | None = None  # (an index the journal has, since when)
+        self._short_since: float | None = None  # the journal's end was first seen below the applied index
 
     @property
     def abandoning_writes(self) -> bool:
@@ -441,6 +446,11 @@ class Replication:
         for _ in range(PROMOTE_ATTEMPTS):
             try:
                 end = _end_index_now(journal)
+                if end < core.applied_index:
+                    if self._journal_ends_short(end, "not taking the lead"):
+                        return False
+                    break
+                self._short_since = None
                 if end > core.applied_index:
                     self._catch_up(end)
                 # Asked after the end was read: an epoch of whoever took the
@@ -475,6 +485,30 @@ class Replication:
             return True
         self.follow()
         return False
+
+    def _journal_ends_short(self, end: int, doing: str) -> bool:
+        """The journal ends before the records this replica applied.  A
+        stream leader cut off from its quorum answers such an old end until
+        it notices (NATS's lost-quorum interval, 10 s); past
+        JOURNAL_SHORT_FOR seconds the records are gone (the stream deleted
+        and created again, its NATS servers' storage lost), and leading
+        would append after a history nobody else can read: the engine
+        refuses writes until restarted, loudly.  True once it failed."""
+        core = self._core
+        now = time.monotonic()
+        if self._short_since is None:
+            self._short_since = now
+        short_for = now - self._short_since
+        what = f"the journal ends at index {end}, before index {core.applied_index} that this replica applied"
+        if short_for < JOURNAL_SHORT_FOR:
+            log.warning("%s: %s (for %.1fs; a NATS server cut off from its quorum answers an old end until "
+                        "it notices)", doing, what, short_for)
+            return False
+        reason = (f"{what}, for {short_for:.0f}s: records it held are lost (the stream was deleted or created "
+                  f"again, or its NATS servers lost their storage)")
+        log.error("%s; this replica refuses writes until restarted", reason)
+        core.fail(errors.ErrCorrupt, reason)
+        return True
 
     def _catch_up(self, end: int) -> None:
         """Apply the journal's records up to ``end`` (promotion)."""
@@ -535,7 +569,10 @@ class Replication:
             # Records this replica applied exist (the journal delivered
             # them), so a read that ends before them saw a view of the
             # stream still catching up: a NATS server just back from a
-            # partition answers with its own, older end.  Retried.
+            # partition answers with its own, older end.  Retried, until
+            # it has lasted too long for that (_journal_ends_short).
+            if self._journal_ends_short(applied, "cannot rebuild the store yet"):
+                return
             raise JournalUnavailableError(
                 f"the journal read ended at index {applied}, before index {core.applied_index} that this "
                 f"replica has applied (a NATS server still catching up)")
@@ -545,6 +582,7 @@ class Replication:
             core.fail(errors.ErrCorrupt, reason)
             log.error("%s", reason)
             return
+        self._short_since = None
         store.collect_changes()
         core.replace_store(store)
         self._checkpointer.journal_bytes = nbytes

@@ -154,7 +154,8 @@ def test_appends_are_pipelined_only_while_every_member_reads_a_stale_run():
     members = [Member(0xA, "b1", [], [], 0, 0, 0.0, list(FEATURES)),
                Member(0xB, "b2", [], [], 0, 0, 0.0, ["journal-epochs"])]
     side = EngineSide(ClusterOptions("nats://127.0.0.1:4222/x"))
-    side.bind(SimpleNamespace(membership=SimpleNamespace(members=lambda: members)))
+    healthy_engine = SimpleNamespace(statistics=lambda: SimpleNamespace(failed=None))
+    side.bind(SimpleNamespace(membership=SimpleNamespace(members=lambda: members), engine=healthy_engine))
     allowed = side.hooks().pipeline_allowed
     assert not allowed()
     members[1] = Member(0xB, "b2", [], [], 0, 0, 0.0, list(FEATURES))

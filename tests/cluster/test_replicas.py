@@ -17,7 +17,7 @@ from brain.api.pb.etcdserverpb import rpc_pb2
 from brain.cluster import ClusterOptions, Replica
 from brain.cluster.forwarding import UNREADABLE
 from brain.engine import EngineConfig
-from brain.journal import JournalUnavailableError
+from brain.journal import JournalError, JournalUnavailableError
 from brain.mvcc import errors
 from brain.mvcc.requests import (
     CompactRequest,
@@ -692,3 +692,41 @@ def test_a_leader_whose_journal_writes_fail_gives_up_the_lead_for_good(cluster):
     assert c.leader(exclude=(old, new)) is third
     time.sleep(3)
     assert old.election.elections == elected and not old.engine.is_leader
+
+
+def test_a_journal_that_lost_its_records_is_refused_loudly(cluster, monkeypatch):
+    """The journal's stream deleted under a running cluster and created
+    again empty (here by a replica restarting, which creates a missing
+    stream): the restarted replica refuses to start, and the running ones,
+    whose next append is fenced on the empty stream, stop leading and
+    refuse writes instead of campaigning forever (seen before: elections
+    won and promotions fenced in a loop, logged at INFO only).  The wait
+    for a cut-off stream leader's old end (15 s) is shortened here."""
+    from brain.cluster import replica as replica_module
+    from brain.engine import replication
+    from brain.journal.jetstream_stream import api_request
+
+    monkeypatch.setattr(replication, "JOURNAL_SHORT_FOR", 2.0)
+    monkeypatch.setattr(replica_module, "JOURNAL_SHORT_FOR", 2.0)
+    c = cluster()
+    leader = c.leader()
+    for i in range(5):
+        leader.engine.put(PutRequest(b"k%d" % i, b"v"))
+    restarting = c.followers(leader)[0]
+    restarting.close()
+    c.replicas.remove(restarting)
+    j = leader.journal
+    deleted = j.conn.run(api_request(j.conn, f"$JS.API.STREAM.DELETE.{j.stream}", b""), 10)
+    assert deleted.get("success"), deleted
+    with pytest.raises(JournalError, match="records it held are lost"):
+        c.add(restarting.options.name)
+    # the running replicas find out when one of them next tries to lead
+    with pytest.raises(errors.EtcdError):
+        leader.engine.put(PutRequest(b"after", b"x"))
+    deadline = time.monotonic() + 30
+    while not all(r.cannot_lead for r in c.replicas) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for r in c.replicas:
+        assert r.cannot_lead and "records it held are lost" in r.cannot_lead, r.cannot_lead
+        assert not r.engine.is_leader
+        assert r.serving_problem() == "this replica refuses writes until restarted"
