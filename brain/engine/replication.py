@@ -111,7 +111,9 @@ class Replication:
         self._rebuild_retry_at = 0.0
         self._refollow_at = 0.0  # following failed: start again at this time
         self._behind: tuple[int, float] | None = None  # (an index the journal has, since when)
-        self._short_since: float | None = None  # the journal's end was first seen below the applied index
+        # the journal's end was first seen below the applied index, and last
+        self._short_since: float | None = None
+        self._short_seen = 0.0
 
     @property
     def abandoning_writes(self) -> bool:
@@ -493,11 +495,15 @@ class Replication:
         JOURNAL_SHORT_FOR seconds the records are gone (the stream deleted
         and created again, its NATS servers' storage lost), and leading
         would append after a history nobody else can read: the engine
-        refuses writes until restarted, loudly.  True once it failed."""
+        refuses writes until restarted, loudly.  True once it failed.
+        The looks of one episode come a second or two apart (promotions,
+        rebuild retries); a look more than JOURNAL_SHORT_FOR after the last
+        starts a new one, so short looks hours apart never add up."""
         core = self._core
         now = time.monotonic()
-        if self._short_since is None:
-            self._short_since = now
+        if self._short_since is None or now - self._short_seen > JOURNAL_SHORT_FOR:
+            self._short_since = now  # a new episode: an old one ended without a look at a longer journal
+        self._short_seen = now
         short_for = now - self._short_since
         what = f"the journal ends at index {end}, before index {core.applied_index} that this replica applied"
         if short_for < JOURNAL_SHORT_FOR:
